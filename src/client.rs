@@ -1,0 +1,264 @@
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use redis::IntoConnectionInfo;
+use redis::io::tcp::TcpSettings;
+
+use crate::error::{Error, Result};
+use crate::pool::{Manager, Pool};
+use crate::refresher::{self, Registry};
+use crate::semaphore::{Semaphore, SemaphoreBuilder};
+
+/// A handle to a Redis server: a connection pool and one background thread that keeps
+/// the leases of this client's permits alive.
+///
+/// `Client` is cheap to clone; clones share the pool and the thread. When the last
+/// handle is dropped, together with every [`Semaphore`] and [`Permit`] made from it,
+/// the background thread is stopped and joined.
+///
+/// # Examples
+///
+/// ```no_run
+/// use redis_semaphore::Client;
+///
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let sem = client.semaphore("market:acct:42", 5)?;
+/// let permit = sem.acquire()?;
+/// // ... at most 5 holders of "market:acct:42" run this at once ...
+/// drop(permit);
+/// # Ok::<(), redis_semaphore::Error>(())
+/// ```
+///
+/// [`Permit`]: crate::Permit
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+/// What the background thread shares with the handles: never a handle itself, so the
+/// thread cannot keep the client alive.
+pub(crate) struct Shared {
+    pub(crate) pool: Pool,
+    /// Bounds each Redis command and each checkout made on behalf of a `Drop`.
+    pub(crate) op_timeout: Duration,
+    pub(crate) registry: parking_lot::Mutex<Registry>,
+    /// "pid|host", recorded with every grant.
+    pub(crate) origin: String,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) shared: Arc<Shared>,
+    /// The refresher's command channel; dropping it stops the thread.
+    wake: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ClientInner {
+    fn start(pool: Pool, op_timeout: Duration) -> Result<Client> {
+        let shared = Arc::new(Shared {
+            pool,
+            op_timeout,
+            registry: parking_lot::Mutex::new(Registry::default()),
+            origin: format!("{}|{}", std::process::id(), host_name()),
+        });
+        let (wake, rx) = crossbeam_channel::unbounded();
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("redsem-refresh".into())
+                .spawn(move || refresher::run(shared, rx))
+                .map_err(|e| Error::InvalidArgument(format!("cannot start the refresher thread: {e}")))?
+        };
+        Ok(Client {
+            inner: Arc::new(ClientInner { shared, wake: Some(wake), thread: Some(thread) }),
+        })
+    }
+
+    /// Tells the refresher that its schedule changed.
+    pub(crate) fn nudge(&self) {
+        if let Some(w) = &self.wake {
+            let _ = w.send(());
+        }
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        drop(self.wake.take());
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+            && t.join().is_err()
+        {
+            log::error!("redis-semaphore: the refresher thread panicked");
+        }
+    }
+}
+
+impl Client {
+    /// Opens a client for `url` (`redis://host:port/db`, `rediss://`, `unix://`) with
+    /// the default settings of [`ClientBuilder`]. No connection is made until the first
+    /// operation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when the URL cannot be parsed.
+    pub fn open(url: &str) -> Result<Client> {
+        Client::builder().build(url)
+    }
+
+    /// A builder to set pool size and timeouts.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// Uses a pool the application already has.
+    ///
+    /// The library takes each connection's read and write timeouts in hand: it sets them
+    /// to [`ClientBuilder::operation_timeout`]'s default (2 s) on every checkout. For the
+    /// lowest latency, build the pool's `redis::Client` with TCP_NODELAY on and the
+    /// pool with `test_on_check_out(false)`.
+    ///
+    /// # Errors
+    ///
+    /// Only if the background thread cannot be started.
+    pub fn from_pool(pool: r2d2::Pool<redis::Client>) -> Result<Client> {
+        let op = ClientBuilder::default().operation_timeout;
+        ClientInner::start(Pool::User(pool, op), op)
+    }
+
+    /// A semaphore named `name` allowing `limit` permits at once, with the default
+    /// settings of [`SemaphoreBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a name with `{` or `}`, or a
+    /// limit of 0.
+    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore> {
+        self.semaphore_builder(name).limit(limit).build()
+    }
+
+    /// A builder for semaphore `name`, to set its lease, fairness and refresh.
+    pub fn semaphore_builder(&self, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name)
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("pool", &self.inner.shared.pool)
+            .field("operation_timeout", &self.inner.shared.op_timeout)
+            .finish()
+    }
+}
+
+/// Settings of a [`Client`]: pool size and timeouts.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_semaphore::Client;
+///
+/// let client = Client::builder()
+///     .max_connections(32)
+///     .connect_timeout(Duration::from_secs(1))
+///     .operation_timeout(Duration::from_millis(500))
+///     .build("redis://127.0.0.1:6379/")?;
+/// # Ok::<(), redis_semaphore::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    max_connections: u32,
+    connect_timeout: Duration,
+    operation_timeout: Duration,
+    checkout_timeout: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(2),
+            operation_timeout: Duration::from_secs(2),
+            checkout_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The most connections the pool opens. Defaults to 16.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// How long opening one connection (TCP connect and handshake) may take.
+    /// Defaults to 2 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// How long one Redis command may take before it fails with a timeout. Defaults
+    /// to 2 s. It also bounds how long dropping a [`Permit`](crate::Permit) can block.
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = d;
+        self
+    }
+
+    /// How long an operation waits for a free connection when all are busy.
+    /// Defaults to 5 s.
+    pub fn checkout_timeout(mut self, d: Duration) -> Self {
+        self.checkout_timeout = d;
+        self
+    }
+
+    /// Builds the client for `url`. No connection is opened until it is needed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for zero sizes or durations, [`Error::Redis`] when
+    /// the URL cannot be parsed.
+    pub fn build(self, url: &str) -> Result<Client> {
+        if self.max_connections == 0 {
+            return Err(Error::InvalidArgument("max_connections must be at least 1".into()));
+        }
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("operation_timeout", self.operation_timeout),
+            ("checkout_timeout", self.checkout_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::InvalidArgument(format!("{what} must be above zero")));
+            }
+        }
+        let info = url
+            .into_connection_info()
+            .map_err(Error::Redis)?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(Error::Redis)?;
+        let manager = Manager {
+            client,
+            connect_timeout: self.connect_timeout,
+            op_timeout: self.operation_timeout,
+        };
+        let pool = r2d2::Pool::builder()
+            .max_size(self.max_connections)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(self.checkout_timeout)
+            .build_unchecked(manager);
+        ClientInner::start(Pool::Own(pool), self.operation_timeout)
+    }
+}
+
+/// The host name recorded with each grant, without the record separator.
+fn host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".into());
+    name.trim().replace('|', "_")
+}

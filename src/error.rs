@@ -1,0 +1,136 @@
+use crate::permit::LostReason;
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong in a semaphore operation.
+///
+/// "No permit is free right now" is not an error: [`Semaphore::try_acquire`] returns
+/// `Ok(None)` for it. Every variant that wraps an error from `redis` or `r2d2` keeps it
+/// as its [`source`](std::error::Error::source).
+///
+/// [`Semaphore::try_acquire`]: crate::Semaphore::try_acquire
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before any network call: an empty name, a limit of 0,
+    /// 0 permits, a zero lease, and so on.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// More permits were asked for than the semaphore's limit: such a request could
+    /// never be granted, so it fails at once instead of waiting for ever.
+    #[error("{requested} permits requested but the limit of semaphore {name:?} is {limit}")]
+    PermitsExceedLimit {
+        /// The semaphore's name.
+        name: String,
+        /// Permits asked for.
+        requested: u32,
+        /// The limit in force.
+        limit: u32,
+    },
+
+    /// Redis answered with an error, or the connection failed or timed out.
+    ///
+    /// A timed-out command may still have run on the server; the library then gives
+    /// back whatever it may have been granted.
+    #[error("redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+
+    /// No connection could be taken from the pool in time (the server may be down, or
+    /// every connection is busy).
+    #[error("no connection from the pool: {0}")]
+    Pool(#[from] r2d2::Error),
+
+    /// A key of the semaphore holds a value of another type than the protocol's: some
+    /// other program writes under the semaphore's key names.
+    #[error("a key of semaphore {name:?} holds a value of the wrong type: {source}")]
+    WrongType {
+        /// The semaphore's name.
+        name: String,
+        /// The error Redis answered.
+        source: redis::RedisError,
+    },
+
+    /// A script answered something the protocol does not allow.
+    #[error("unexpected reply from the {script} script: {detail}")]
+    UnexpectedReply {
+        /// The script's name (`acquire`, `release`, ...).
+        script: &'static str,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+
+    /// The permit was released, but its lease had already ended: for a while nothing
+    /// protected the work done under it, and another holder may have overlapped it.
+    #[error("permit {id} was released after its lease had ended")]
+    LeaseExpired {
+        /// The permit id.
+        id: String,
+    },
+
+    /// The permit is no longer held (its lease ended and another client cleaned it
+    /// up, it was force-released, or the server lost its keys).
+    #[error("permit {id} is no longer held ({reason})")]
+    PermitLost {
+        /// The permit id.
+        id: String,
+        /// Why it is gone, as far as the client can tell.
+        reason: LostReason,
+    },
+}
+
+impl Error {
+    /// Sorts an error from `redis` for semaphore `name`.
+    pub(crate) fn redis(name: &str, e: redis::RedisError) -> Error {
+        if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
+            Error::WrongType { name: name.to_owned(), source: e }
+        } else {
+            Error::Redis(e)
+        }
+    }
+
+    pub(crate) fn reply(script: &'static str, detail: impl Into<String>) -> Error {
+        Error::UnexpectedReply { script, detail: detail.into() }
+    }
+
+    /// Whether this error is a timeout of a Redis command or of the pool checkout.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Redis(e) => e.is_timeout(),
+            Error::Pool(_) => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lowercase_phrases() {
+        let errors = [
+            Error::InvalidArgument("limit must be at least 1".into()),
+            Error::PermitsExceedLimit { name: "a".into(), requested: 6, limit: 5 },
+            Error::reply("acquire", "empty array"),
+            Error::LeaseExpired { id: "x".into() },
+            Error::PermitLost { id: "x".into(), reason: LostReason::Expired },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(!text.chars().next().unwrap().is_uppercase(), "{text}");
+            assert!(!text.ends_with('.'), "{text}");
+        }
+    }
+
+    #[test]
+    fn wrongtype_is_recognised() {
+        let e = redis::RedisError::from((
+            redis::ErrorKind::Extension,
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value".to_string(),
+        ));
+        assert!(matches!(Error::redis("s", e), Error::WrongType { .. }));
+    }
+}

@@ -1,0 +1,232 @@
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+
+use crate::error::{Error, Result};
+use crate::refresher::{self, PermitState, Renewal};
+use crate::scripts;
+use crate::semaphore::SemInner;
+
+/// Why a permit's lease is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out before it was renewed (the process stalled, Redis could not
+    /// be reached, or manual refresh came too late).
+    Expired,
+    /// Someone else released it, for example an operator's
+    /// [`Semaphore::force_release`](crate::Semaphore::force_release).
+    Released,
+    /// The semaphore's keys are gone from Redis: the server restarted without
+    /// persistence, or its data was flushed.
+    Reset,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its lease ran out",
+            LostReason::Released => "it was released by someone else",
+            LostReason::Reset => "the semaphore's keys are gone from redis",
+        })
+    }
+}
+
+/// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
+///
+/// The permits go back when the `Permit` is dropped, or by [`release`](Permit::release),
+/// which reports errors that `Drop` can only log. While it is held, the client's
+/// background thread renews its lease (unless the semaphore was built with
+/// `auto_refresh(false)`).
+///
+/// A `Permit` owns everything it needs (`Send + 'static`), so it can move into a
+/// thread that holds it for hours.
+///
+/// # Lost leases
+///
+/// A lease can end while the `Permit` still exists: the process stalled for longer
+/// than the lease, Redis could not be reached, an operator force-released it, or the
+/// server lost its data. [`lost`](Permit::lost) fires and [`is_lost`](Permit::is_lost)
+/// turns true as soon as the client knows: within one refresh tick when Redis says so,
+/// and at the latest when the lease must have run out by this process's monotonic
+/// clock, counted from the last renewal that succeeded. Between the real end of a
+/// lease and that moment, another holder may already have the slot: work that must
+/// never overlap should be fenced downstream with [`token`](Permit::token) and
+/// [`slots`](Permit::slots).
+///
+/// [`Semaphore`]: crate::Semaphore
+#[must_use = "dropping the Permit releases it immediately"]
+#[clippy::has_significant_drop]
+pub struct Permit {
+    pub(crate) sem: Arc<SemInner>,
+    pub(crate) state: Arc<PermitState>,
+    pub(crate) lost_rx: Receiver<LostReason>,
+    pub(crate) token: u64,
+    pub(crate) slots: Vec<u32>,
+    pub(crate) permits: u32,
+    pub(crate) released: bool,
+}
+
+impl Permit {
+    /// The permit id: 128 random bits as uuid v4 text, unique to this grant. It names
+    /// the holder in [`Semaphore::holders`](crate::Semaphore::holders) and
+    /// [`Semaphore::force_release`](crate::Semaphore::force_release).
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// The fencing token: a number from a per-semaphore counter, strictly increasing
+    /// in grant order. A resource that remembers, per slot, the highest token it has
+    /// seen and refuses lower ones is safe from a holder whose lease ran out.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The slot indexes (each below the limit) this permit occupies, one per permit;
+    /// the lowest free slots are taken first.
+    pub fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// How many permits this guard holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The name of the semaphore this permit belongs to.
+    pub fn semaphore_name(&self) -> &str {
+        &self.sem.name
+    }
+
+    /// Whether the lease is known to be gone. See [Lost leases](#lost-leases).
+    pub fn is_lost(&self) -> bool {
+        self.state.lost_reason().is_some()
+    }
+
+    /// Why the lease is gone, once it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.state.lost_reason()
+    }
+
+    /// A channel that receives the [`LostReason`] once, when the lease is known to be
+    /// gone, and is disconnected from then on. Use it in `crossbeam_channel::select!`
+    /// next to the work the permit guards.
+    ///
+    /// ```no_run
+    /// # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
+    /// # let sem = client.semaphore("consumers", 1)?;
+    /// # let work = crossbeam_channel::never::<()>();
+    /// let permit = sem.acquire()?;
+    /// crossbeam_channel::select! {
+    ///     recv(permit.lost()) -> reason => eprintln!("stopping: {reason:?}"),
+    ///     recv(work) -> _ => { /* ... */ }
+    /// }
+    /// # Ok::<(), redis_semaphore::Error>(())
+    /// ```
+    pub fn lost(&self) -> &Receiver<LostReason> {
+        &self.lost_rx
+    }
+
+    /// Renews the lease now, to a full lease from this moment.
+    ///
+    /// Needed only with `auto_refresh(false)`; with automatic refresh the client's
+    /// background thread does it every tick.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermitLost`] when the permit is no longer held (the permit is then
+    /// marked lost); Redis and pool errors as they come.
+    pub fn refresh(&self) -> Result<()> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(Error::PermitLost { id: self.id().to_owned(), reason });
+        }
+        let shared = &self.sem.client.inner.shared;
+        let sent = Instant::now();
+        let renewal = refresher::call_refresh(shared, &self.sem.keys, self.sem.lease, &[self.id()])?;
+        let now = Instant::now();
+        let reason = match renewal {
+            Renewal::Lost(gone) if gone.is_empty() => {
+                self.state.renewed(sent + self.sem.lease);
+                return Ok(());
+            }
+            Renewal::Lost(_) if now >= self.state.valid_until() => LostReason::Expired,
+            Renewal::Lost(_) => LostReason::Released,
+            Renewal::Reset if now >= self.state.valid_until() => LostReason::Expired,
+            Renewal::Reset => LostReason::Reset,
+        };
+        self.state.mark_lost(reason);
+        let reason = self.lost_reason().unwrap_or(reason);
+        Err(Error::PermitLost { id: self.id().to_owned(), reason })
+    }
+
+    /// Gives the permits back now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LeaseExpired`]: released, but the lease had ended before: the work
+    ///   done under it may have overlapped another holder's.
+    /// - [`Error::PermitLost`]: it was no longer held at all.
+    /// - Redis and pool errors; the lease then ends by itself.
+    ///
+    /// In every case the permit is no longer held afterwards.
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.give_back()
+    }
+
+    fn give_back(&self) -> Result<()> {
+        let client = &self.sem.client.inner;
+        client.shared.registry.lock().deregister(&self.sem.group, self.id());
+        let mut conn = client.shared.pool.get(Some(client.shared.op_timeout))?;
+        let status: i64 = self
+            .sem
+            .keys
+            .invoke(&scripts::RELEASE)
+            .arg(self.id())
+            .invoke(&mut *conn)
+            .map_err(|e| self.sem.error(e))?;
+        match status {
+            1 => Ok(()),
+            2 => Err(Error::LeaseExpired { id: self.id().to_owned() }),
+            0 => {
+                let reason = self.lost_reason().unwrap_or(if Instant::now() >= self.state.valid_until() {
+                    LostReason::Expired
+                } else {
+                    LostReason::Released
+                });
+                Err(Error::PermitLost { id: self.id().to_owned(), reason })
+            }
+            other => Err(Error::reply("release", format!("unknown status {other}"))),
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        match self.give_back() {
+            Ok(()) => {}
+            Err(e @ Error::PermitLost { .. }) if self.is_lost() => {
+                log::debug!("redis-semaphore: dropped a permit already known lost: {e}")
+            }
+            Err(e) => log::warn!("redis-semaphore: releasing permit on drop: {e}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("semaphore", &self.sem.name)
+            .field("id", &self.id())
+            .field("token", &self.token)
+            .field("slots", &self.slots)
+            .field("permits", &self.permits)
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}

@@ -1,0 +1,107 @@
+//! Connections: our own r2d2 manager (connect timeout, per-command timeouts,
+//! TCP_NODELAY) or a pool the user built, behind one checkout call.
+
+use std::ops::{Deref, DerefMut};
+use std::time::Duration;
+
+use redis::ConnectionLike;
+
+use crate::error::{Error, Result};
+
+/// An r2d2 manager that connects with a timeout and sets read and write timeouts on
+/// every new connection, so no command can block for ever.
+#[derive(Debug, Clone)]
+pub(crate) struct Manager {
+    pub(crate) client: redis::Client,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) op_timeout: Duration,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = redis::Connection;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
+        let conn = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.op_timeout))?;
+        conn.set_write_timeout(Some(self.op_timeout))?;
+        Ok(conn)
+    }
+
+    fn is_valid(&self, conn: &mut redis::Connection) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").exec(conn)
+    }
+
+    fn has_broken(&self, conn: &mut redis::Connection) -> bool {
+        !conn.is_open()
+    }
+}
+
+/// Where connections come from.
+#[derive(Clone)]
+pub(crate) enum Pool {
+    /// Built by [`crate::ClientBuilder`].
+    Own(r2d2::Pool<Manager>),
+    /// Given to [`crate::Client::from_pool`]; the operation timeout is set on each checkout.
+    User(r2d2::Pool<redis::Client>, Duration),
+}
+
+/// A checked-out connection; derefs to [`redis::Connection`].
+pub(crate) enum Conn {
+    Own(r2d2::PooledConnection<Manager>),
+    User(r2d2::PooledConnection<redis::Client>),
+}
+
+impl Pool {
+    /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
+    pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
+        match self {
+            Pool::Own(p) => Ok(Conn::Own(match timeout {
+                Some(t) => p.get_timeout(t)?,
+                None => p.get()?,
+            })),
+            Pool::User(p, op) => {
+                let c = match timeout {
+                    Some(t) => p.get_timeout(t)?,
+                    None => p.get()?,
+                };
+                c.set_read_timeout(Some(*op)).map_err(Error::Redis)?;
+                c.set_write_timeout(Some(*op)).map_err(Error::Redis)?;
+                Ok(Conn::User(c))
+            }
+        }
+    }
+
+    /// The `redis::Client` new connections are made from.
+    pub(crate) fn max_size(&self) -> u32 {
+        match self {
+            Pool::Own(p) => p.max_size(),
+            Pool::User(p, _) => p.max_size(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("max_size", &self.max_size()).finish()
+    }
+}
+
+impl Deref for Conn {
+    type Target = redis::Connection;
+    fn deref(&self) -> &redis::Connection {
+        match self {
+            Conn::Own(c) => c,
+            Conn::User(c) => c,
+        }
+    }
+}
+
+impl DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut redis::Connection {
+        match self {
+            Conn::Own(c) => c,
+            Conn::User(c) => c,
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The background thread of a [`Client`](crate::Client): it keeps the leases of every
+//! live permit of the client alive, one script call per semaphore per tick, and tells
+//! each permit the moment its lease is known to be gone.
+//!
+//! Invariants it keeps:
+//!
+//! - **One call per semaphore per tick.** Permits are grouped by (semaphore, lease);
+//!   a tick sends all ids of a group in one `refresh` script call, whatever their number.
+//! - **A dropped permit is never renewed.** A permit leaves its group before its release
+//!   is sent, and the script only renews ids that are still held (`ZADD XX`), so a
+//!   renewal racing a release cannot bring the permit back.
+//! - **Loss is declared, never missed.** A permit is declared lost when the script says
+//!   its id is gone, or when, by this process's monotonic clock, its lease must have run
+//!   out since the last renewal that succeeded (measured from when that renewal was
+//!   *sent*, so the client's idea of the deadline is never later than the server's).
+//! - **The thread never dies of an error.** Failures are logged and retried at the next
+//!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
+//!   (pool and registry), never a client handle, and ends when the last handle drops
+//!   the channel's sender.
+//! - **Nothing slow under the lock.** The registry lock is held only to copy what is
+//!   due; script calls and loss notifications happen after it is released.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+
+use crate::client::Shared;
+use crate::permit::LostReason;
+use crate::scripts::{self, Keys};
+
+/// How soon a failed renewal is tried again (bounded by the group's period).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// The part of a permit the refresher and the permit share.
+#[derive(Debug)]
+pub(crate) struct PermitState {
+    pub(crate) id: String,
+    reason: OnceLock<LostReason>,
+    tx: Mutex<Option<Sender<LostReason>>>,
+    /// The instant before which the lease surely still runs on the server.
+    valid_until: Mutex<Instant>,
+}
+
+impl PermitState {
+    pub(crate) fn new(id: String, valid_until: Instant) -> (Arc<PermitState>, Receiver<LostReason>) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let state = PermitState {
+            id,
+            reason: OnceLock::new(),
+            tx: Mutex::new(Some(tx)),
+            valid_until: Mutex::new(valid_until),
+        };
+        (Arc::new(state), rx)
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.reason.get().copied()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    pub(crate) fn renewed(&self, until: Instant) {
+        let mut v = self.valid_until.lock();
+        if until > *v {
+            *v = until;
+        }
+    }
+
+    /// Records the loss once and fires the `lost()` channel: the reason is sent, then
+    /// the sender dropped, so every receiver sees the loss.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        if self.reason.set(reason).is_ok() {
+            let tx = self.tx.lock().take();
+            if let Some(tx) = tx {
+                let _ = tx.try_send(reason);
+            }
+            log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
+        }
+    }
+
+    /// Why the lease is gone, judged from the client's clock and what Redis said.
+    fn reason_for_missing(&self, now: Instant, server_reset: bool) -> LostReason {
+        if now >= self.valid_until() {
+            LostReason::Expired
+        } else if server_reset {
+            LostReason::Reset
+        } else {
+            LostReason::Released
+        }
+    }
+}
+
+/// Permits are refreshed in groups that share keys and lease.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct GroupKey {
+    pub(crate) name: Arc<str>,
+    pub(crate) lease_ms: u64,
+    /// `false`: manual refresh; the thread only watches for the lease to end.
+    pub(crate) auto: bool,
+}
+
+#[derive(Debug)]
+struct Group {
+    keys: Arc<Keys>,
+    lease: Duration,
+    period: Duration,
+    next_due: Instant,
+    permits: HashMap<String, Arc<PermitState>>,
+}
+
+/// Every permit of one client that is still held.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    groups: HashMap<GroupKey, Group>,
+}
+
+impl Registry {
+    /// Adds a permit; returns whether the thread must look at its schedule again.
+    pub(crate) fn register(
+        &mut self,
+        key: GroupKey,
+        keys: &Arc<Keys>,
+        lease: Duration,
+        period: Duration,
+        state: Arc<PermitState>,
+    ) -> bool {
+        let now = Instant::now();
+        let first_due = if key.auto { now + period } else { state.valid_until() };
+        let mut nudge = false;
+        let group = self.groups.entry(key).or_insert_with(|| {
+            nudge = true;
+            Group {
+                keys: Arc::clone(keys),
+                lease,
+                period,
+                next_due: first_due,
+                permits: HashMap::new(),
+            }
+        });
+        if period < group.period {
+            group.period = period;
+        }
+        if first_due < group.next_due {
+            group.next_due = first_due;
+            nudge = true;
+        }
+        group.permits.insert(state.id.clone(), state);
+        nudge
+    }
+
+    pub(crate) fn deregister(&mut self, key: &GroupKey, id: &str) {
+        if let Some(g) = self.groups.get_mut(key) {
+            g.permits.remove(id);
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.groups.values().map(|g| g.next_due).min()
+    }
+
+    /// Takes the work that is due: batches to renew, and manual permits whose lease
+    /// ran out. Empty groups are dropped when they come due.
+    fn take_due(&mut self, now: Instant) -> (Vec<Batch>, Vec<Arc<PermitState>>) {
+        let mut batches = Vec::new();
+        let mut expired = Vec::new();
+        self.groups.retain(|key, g| {
+            if g.next_due > now {
+                return true;
+            }
+            if key.auto {
+                if g.permits.is_empty() {
+                    return false;
+                }
+                g.next_due = now + g.period;
+                batches.push(Batch {
+                    key: key.clone(),
+                    keys: Arc::clone(&g.keys),
+                    lease: g.lease,
+                    permits: g.permits.values().cloned().collect(),
+                });
+            } else {
+                g.permits.retain(|_, p| {
+                    let live = p.valid_until() > now;
+                    if !live {
+                        expired.push(Arc::clone(p));
+                    }
+                    live
+                });
+                match g.permits.values().map(|p| p.valid_until()).min() {
+                    Some(t) => g.next_due = t,
+                    None => return false,
+                }
+            }
+            true
+        });
+        (batches, expired)
+    }
+
+    /// Applies the outcome of a batch: lost permits leave, a failure moves the next
+    /// try closer.
+    fn settle(&mut self, key: &GroupKey, lost: &[Arc<PermitState>], failed: bool, now: Instant) {
+        if let Some(g) = self.groups.get_mut(key) {
+            for p in lost {
+                g.permits.remove(&p.id);
+            }
+            if failed {
+                g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
+            }
+        }
+    }
+}
+
+/// One script call's worth of renewals.
+struct Batch {
+    key: GroupKey,
+    keys: Arc<Keys>,
+    lease: Duration,
+    permits: Vec<Arc<PermitState>>,
+}
+
+/// The thread's body: sleeps until the next group is due or the schedule changes,
+/// and returns when every client handle is gone (the channel disconnects).
+pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
+    loop {
+        let next = shared.registry.lock().next_due();
+        let woke = match next {
+            Some(t) => wake.recv_deadline(t),
+            None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        if let Err(RecvTimeoutError::Disconnected) = woke {
+            return;
+        }
+        tick(&shared);
+    }
+}
+
+fn tick(shared: &Shared) {
+    let now = Instant::now();
+    let (batches, expired) = shared.registry.lock().take_due(now);
+    for p in expired {
+        p.mark_lost(LostReason::Expired);
+    }
+    for batch in batches {
+        let (lost, failed) = renew(shared, &batch);
+        for p in &lost {
+            p.1.mark_lost(p.0);
+        }
+        let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
+        shared.registry.lock().settle(&batch.key, &lost, failed, Instant::now());
+    }
+}
+
+/// Renews one batch; returns the permits found lost (with why) and whether the call
+/// failed.
+fn renew(shared: &Shared, batch: &Batch) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
+    let sent = Instant::now();
+    let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
+    let result = call_refresh(shared, &batch.keys, batch.lease, &ids);
+    let now = Instant::now();
+    match result {
+        Ok(Renewal::Reset) => {
+            let lost = batch.permits.iter().map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
+            (lost.collect(), false)
+        }
+        Ok(Renewal::Lost(gone)) => {
+            let mut lost = Vec::new();
+            for p in &batch.permits {
+                if gone.iter().any(|g| g == &p.id) {
+                    lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
+                } else {
+                    p.renewed(sent + batch.lease);
+                }
+            }
+            (lost, false)
+        }
+        Err(e) => {
+            log::warn!("redis-semaphore: refresh of {} permits failed: {e}", ids.len());
+            let lost = batch
+                .permits
+                .iter()
+                .filter(|p| p.valid_until() <= now)
+                .map(|p| (LostReason::Expired, Arc::clone(p)));
+            (lost.collect(), true)
+        }
+    }
+}
+
+/// What the `refresh` script said.
+pub(crate) enum Renewal {
+    /// The semaphore's keys are gone.
+    Reset,
+    /// These ids are no longer held; the others were renewed.
+    Lost(Vec<String>),
+}
+
+/// One call of the `refresh` script for `ids`.
+pub(crate) fn call_refresh(
+    shared: &Shared,
+    keys: &Keys,
+    lease: Duration,
+    ids: &[&str],
+) -> crate::Result<Renewal> {
+    let lease_ms = lease.as_millis() as u64;
+    let mut inv = keys.invoke(&scripts::REFRESH);
+    inv.arg(lease_ms).arg(scripts::pad_ms(lease_ms));
+    for id in ids {
+        inv.arg(*id);
+    }
+    let mut conn = shared.pool.get(Some(shared.op_timeout))?;
+    let reply: Vec<redis::Value> = inv.invoke(&mut *conn).map_err(crate::Error::Redis)?;
+    let mut it = reply.into_iter();
+    match it.next() {
+        Some(redis::Value::Int(-1)) => Ok(Renewal::Reset),
+        Some(redis::Value::Int(0)) => {
+            let gone = it
+                .map(|v| match v {
+                    redis::Value::BulkString(b) => String::from_utf8(b)
+                        .map_err(|_| crate::Error::reply("refresh", "permit id is not UTF-8")),
+                    other => Err(crate::Error::reply("refresh", format!("unexpected element {other:?}"))),
+                })
+                .collect::<crate::Result<Vec<_>>>()?;
+            Ok(Renewal::Lost(gone))
+        }
+        other => Err(crate::Error::reply("refresh", format!("unexpected status {other:?}"))),
+    }
+}

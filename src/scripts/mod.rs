@@ -1,0 +1,86 @@
+//! The Lua side of the protocol: one script per operation, each loaded through
+//! [`redis::Script`] (EVALSHA with the NOSCRIPT fallback), and the key layout they share.
+//!
+//! Every script is `common.lua` (key layout, invariants K1–K5, helpers) followed by its
+//! own body; the invariants each body keeps are written at its top.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("common.lua"), include_str!($file))))
+    };
+}
+
+/// Grants permits to a permit id, or answers when to try again.
+pub(crate) static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+/// Frees the permits of a permit id.
+pub(crate) static RELEASE: LazyLock<Script> = script!("release.lua");
+/// Renews the leases of a batch of permit ids.
+pub(crate) static REFRESH: LazyLock<Script> = script!("refresh.lua");
+/// Reads limit, permits in use and holders.
+pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
+/// Stores a limit for every client.
+pub(crate) static SET_LIMIT: LazyLock<Script> = script!("set_limit.lua");
+
+/// The keys of one semaphore, in the order the scripts take them.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    pub(crate) holders: String,
+    pub(crate) info: String,
+    pub(crate) slots: String,
+}
+
+impl Keys {
+    /// The key layout of semaphore `name`; `name` has been checked to hold no `{` or `}`.
+    pub(crate) fn new(name: &str) -> Keys {
+        Keys {
+            holders: format!("redsem:{{{name}}}:h"),
+            info: format!("redsem:{{{name}}}:i"),
+            slots: format!("redsem:{{{name}}}:s"),
+        }
+    }
+
+    /// Starts an invocation of `script` with the keys in place.
+    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.holders).key(&self.info).key(&self.slots);
+        inv
+    }
+}
+
+/// How long past the last deadline the keys are kept: at most one second, and never
+/// more than the lease, so an idle semaphore's keys are gone soon after its last lease.
+pub(crate) fn pad_ms(lease_ms: u64) -> u64 {
+    lease_ms.clamp(1, 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("market:acct:42");
+        for key in [&k.holders, &k.info, &k.slots] {
+            assert!(key.starts_with("redsem:{market:acct:42}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn scripts_start_with_the_prelude_and_have_no_shebang() {
+        for s in [&ACQUIRE, &RELEASE, &REFRESH, &INSPECT, &SET_LIMIT] {
+            assert_eq!(s.get_hash().len(), 40);
+        }
+        assert!(!include_str!("common.lua").starts_with("#!"));
+    }
+
+    #[test]
+    fn padding_is_bounded_by_lease_and_one_second() {
+        assert_eq!(pad_ms(100), 100);
+        assert_eq!(pad_ms(10_000), 1000);
+        assert_eq!(pad_ms(0), 1);
+    }
+}
