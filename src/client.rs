@@ -69,10 +69,16 @@ impl ClientInner {
             std::thread::Builder::new()
                 .name("redsem-refresh".into())
                 .spawn(move || refresher::run(shared, rx))
-                .map_err(|e| Error::InvalidArgument(format!("cannot start the refresher thread: {e}")))?
+                .map_err(|e| {
+                    Error::InvalidArgument(format!("cannot start the refresher thread: {e}"))
+                })?
         };
         Ok(Client {
-            inner: Arc::new(ClientInner { shared, wake: Some(wake), thread: Some(thread) }),
+            inner: Arc::new(ClientInner {
+                shared,
+                wake: Some(wake),
+                thread: Some(thread),
+            }),
         })
     }
 
@@ -222,7 +228,9 @@ impl ClientBuilder {
     /// the URL cannot be parsed.
     pub fn build(self, url: &str) -> Result<Client> {
         if self.max_connections == 0 {
-            return Err(Error::InvalidArgument("max_connections must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "max_connections must be at least 1".into(),
+            ));
         }
         for (what, d) in [
             ("connect_timeout", self.connect_timeout),

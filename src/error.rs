@@ -84,14 +84,20 @@ impl Error {
     /// Sorts an error from `redis` for semaphore `name`.
     pub(crate) fn redis(name: &str, e: redis::RedisError) -> Error {
         if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
-            Error::WrongType { name: name.to_owned(), source: e }
+            Error::WrongType {
+                name: name.to_owned(),
+                source: e,
+            }
         } else {
             Error::Redis(e)
         }
     }
 
     pub(crate) fn reply(script: &'static str, detail: impl Into<String>) -> Error {
-        Error::UnexpectedReply { script, detail: detail.into() }
+        Error::UnexpectedReply {
+            script,
+            detail: detail.into(),
+        }
     }
 
     /// Whether this error is a timeout of a Redis command or of the pool checkout.
@@ -112,10 +118,17 @@ mod tests {
     fn messages_are_lowercase_phrases() {
         let errors = [
             Error::InvalidArgument("limit must be at least 1".into()),
-            Error::PermitsExceedLimit { name: "a".into(), requested: 6, limit: 5 },
+            Error::PermitsExceedLimit {
+                name: "a".into(),
+                requested: 6,
+                limit: 5,
+            },
             Error::reply("acquire", "empty array"),
             Error::LeaseExpired { id: "x".into() },
-            Error::PermitLost { id: "x".into(), reason: LostReason::Expired },
+            Error::PermitLost {
+                id: "x".into(),
+                reason: LostReason::Expired,
+            },
         ];
         for e in errors {
             let text = e.to_string();

@@ -31,7 +31,12 @@
 //! # Requirements
 //!
 //! Redis 6.2 or later (the scripts use `ZMSCORE`).
-#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 mod client;
 mod error;
@@ -45,3 +50,8 @@ pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
 pub use semaphore::{Holder, Semaphore, SemaphoreBuilder};
+
+/// The README's examples, compiled as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -139,11 +139,15 @@ impl Permit {
     /// marked lost); Redis and pool errors as they come.
     pub fn refresh(&self) -> Result<()> {
         if let Some(reason) = self.lost_reason() {
-            return Err(Error::PermitLost { id: self.id().to_owned(), reason });
+            return Err(Error::PermitLost {
+                id: self.id().to_owned(),
+                reason,
+            });
         }
         let shared = &self.sem.client.inner.shared;
         let sent = Instant::now();
-        let renewal = refresher::call_refresh(shared, &self.sem.keys, self.sem.lease, &[self.id()])?;
+        let renewal =
+            refresher::call_refresh(shared, &self.sem.keys, self.sem.lease, &[self.id()])?;
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
@@ -157,7 +161,10 @@ impl Permit {
         };
         self.state.mark_lost(reason);
         let reason = self.lost_reason().unwrap_or(reason);
-        Err(Error::PermitLost { id: self.id().to_owned(), reason })
+        Err(Error::PermitLost {
+            id: self.id().to_owned(),
+            reason,
+        })
     }
 
     /// Gives the permits back now and says how it went.
@@ -177,7 +184,11 @@ impl Permit {
 
     fn give_back(&self) -> Result<()> {
         let client = &self.sem.client.inner;
-        client.shared.registry.lock().deregister(&self.sem.group, self.id());
+        client
+            .shared
+            .registry
+            .lock()
+            .deregister(&self.sem.group, self.id());
         let mut conn = client.shared.pool.get(Some(client.shared.op_timeout))?;
         let status: i64 = self
             .sem
@@ -188,14 +199,21 @@ impl Permit {
             .map_err(|e| self.sem.error(e))?;
         match status {
             1 => Ok(()),
-            2 => Err(Error::LeaseExpired { id: self.id().to_owned() }),
+            2 => Err(Error::LeaseExpired {
+                id: self.id().to_owned(),
+            }),
             0 => {
-                let reason = self.lost_reason().unwrap_or(if Instant::now() >= self.state.valid_until() {
-                    LostReason::Expired
-                } else {
-                    LostReason::Released
-                });
-                Err(Error::PermitLost { id: self.id().to_owned(), reason })
+                let reason =
+                    self.lost_reason()
+                        .unwrap_or(if Instant::now() >= self.state.valid_until() {
+                            LostReason::Expired
+                        } else {
+                            LostReason::Released
+                        });
+                Err(Error::PermitLost {
+                    id: self.id().to_owned(),
+                    reason,
+                })
             }
             other => Err(Error::reply("release", format!("unknown status {other}"))),
         }

@@ -22,7 +22,9 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        let conn = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
         conn.set_read_timeout(Some(self.op_timeout))?;
         conn.set_write_timeout(Some(self.op_timeout))?;
         Ok(conn)
@@ -83,7 +85,9 @@ impl Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("max_size", &self.max_size()).finish()
+        f.debug_struct("Pool")
+            .field("max_size", &self.max_size())
+            .finish()
     }
 }
 

@@ -45,7 +45,10 @@ pub(crate) struct PermitState {
 }
 
 impl PermitState {
-    pub(crate) fn new(id: String, valid_until: Instant) -> (Arc<PermitState>, Receiver<LostReason>) {
+    pub(crate) fn new(
+        id: String,
+        valid_until: Instant,
+    ) -> (Arc<PermitState>, Receiver<LostReason>) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = PermitState {
             id,
@@ -130,7 +133,11 @@ impl Registry {
         state: Arc<PermitState>,
     ) -> bool {
         let now = Instant::now();
-        let first_due = if key.auto { now + period } else { state.valid_until() };
+        let first_due = if key.auto {
+            now + period
+        } else {
+            state.valid_until()
+        };
         let mut nudge = false;
         let group = self.groups.entry(key).or_insert_with(|| {
             nudge = true;
@@ -251,7 +258,10 @@ fn tick(shared: &Shared) {
             p.1.mark_lost(p.0);
         }
         let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
-        shared.registry.lock().settle(&batch.key, &lost, failed, Instant::now());
+        shared
+            .registry
+            .lock()
+            .settle(&batch.key, &lost, failed, Instant::now());
     }
 }
 
@@ -264,7 +274,10 @@ fn renew(shared: &Shared, batch: &Batch) -> (Vec<(LostReason, Arc<PermitState>)>
     let now = Instant::now();
     match result {
         Ok(Renewal::Reset) => {
-            let lost = batch.permits.iter().map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
+            let lost = batch
+                .permits
+                .iter()
+                .map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
             (lost.collect(), false)
         }
         Ok(Renewal::Lost(gone)) => {
@@ -279,7 +292,10 @@ fn renew(shared: &Shared, batch: &Batch) -> (Vec<(LostReason, Arc<PermitState>)>
             (lost, false)
         }
         Err(e) => {
-            log::warn!("redis-semaphore: refresh of {} permits failed: {e}", ids.len());
+            log::warn!(
+                "redis-semaphore: refresh of {} permits failed: {e}",
+                ids.len()
+            );
             let lost = batch
                 .permits
                 .iter()
@@ -321,11 +337,17 @@ pub(crate) fn call_refresh(
                 .map(|v| match v {
                     redis::Value::BulkString(b) => String::from_utf8(b)
                         .map_err(|_| crate::Error::reply("refresh", "permit id is not UTF-8")),
-                    other => Err(crate::Error::reply("refresh", format!("unexpected element {other:?}"))),
+                    other => Err(crate::Error::reply(
+                        "refresh",
+                        format!("unexpected element {other:?}"),
+                    )),
                 })
                 .collect::<crate::Result<Vec<_>>>()?;
             Ok(Renewal::Lost(gone))
         }
-        other => Err(crate::Error::reply("refresh", format!("unexpected status {other:?}"))),
+        other => Err(crate::Error::reply(
+            "refresh",
+            format!("unexpected status {other:?}"),
+        )),
     }
 }

@@ -340,7 +340,11 @@ impl Semaphore {
     pub fn holders(&self) -> Result<Vec<Holder>> {
         let reply = self.inspect("holders")?;
         let (_, _, rest) = split_counts(&reply)?;
-        let now = rest.first().map(int).transpose()?.ok_or_else(|| bad("holders: no time"))?;
+        let now = rest
+            .first()
+            .map(int)
+            .transpose()?
+            .ok_or_else(|| bad("holders: no time"))?;
         let rest = &rest[1..];
         if rest.len() % 3 != 0 {
             return Err(bad("holders: ragged list"));
@@ -383,7 +387,11 @@ impl Semaphore {
     }
 
     fn too_many(&self, requested: u32, limit: u32) -> Error {
-        Error::PermitsExceedLimit { name: self.inner.name.clone(), requested, limit }
+        Error::PermitsExceedLimit {
+            name: self.inner.name.clone(),
+            requested,
+            limit,
+        }
     }
 
     fn conn(&self) -> Result<crate::pool::Conn> {
@@ -452,9 +460,17 @@ impl Semaphore {
                     .map(|&s| u32::try_from(s).map_err(|_| bad("acquire: slot out of range")))
                     .collect::<Result<Vec<u32>>>()?;
                 let token = u64::try_from(*token).map_err(|_| bad("acquire: negative token"))?;
-                Ok(Attempt::Granted(self.permit(id.to_owned(), token, slots, n, sent)))
+                Ok(Attempt::Granted(self.permit(
+                    id.to_owned(),
+                    token,
+                    slots,
+                    n,
+                    sent,
+                )))
             }
-            [0, retry] => Ok(Attempt::Busy(u64::try_from(*retry).ok().map(Duration::from_millis))),
+            [0, retry] => Ok(Attempt::Busy(
+                u64::try_from(*retry).ok().map(Duration::from_millis),
+            )),
             [-1, limit] => Err(self.too_many(n, u32::try_from(*limit).unwrap_or(u32::MAX))),
             other => Err(Error::reply("acquire", format!("{other:?}"))),
         }
@@ -474,7 +490,11 @@ impl Semaphore {
         if nudge {
             client.nudge();
         }
-        log::debug!("redis-semaphore: {} granted {n} permit(s) to {}", sem.name, state.id);
+        log::debug!(
+            "redis-semaphore: {} granted {n} permit(s) to {}",
+            sem.name,
+            state.id
+        );
         Permit {
             sem: Arc::clone(&self.inner),
             state,
@@ -489,16 +509,21 @@ impl Semaphore {
     /// Best-effort release of an id whose acquire ended in doubt.
     fn release_quietly(&self, id: &str) {
         let shared = &self.inner.client.inner.shared;
-        let result = shared.pool.get(Some(shared.op_timeout)).and_then(|mut conn| {
-            self.inner
-                .keys
-                .invoke(&scripts::RELEASE)
-                .arg(id)
-                .invoke::<i64>(&mut *conn)
-                .map_err(Error::Redis)
-        });
+        let result = shared
+            .pool
+            .get(Some(shared.op_timeout))
+            .and_then(|mut conn| {
+                self.inner
+                    .keys
+                    .invoke(&scripts::RELEASE)
+                    .arg(id)
+                    .invoke::<i64>(&mut *conn)
+                    .map_err(Error::Redis)
+            });
         if let Err(e) = result {
-            log::warn!("redis-semaphore: could not give back permit {id} after a failed acquire: {e}");
+            log::warn!(
+                "redis-semaphore: could not give back permit {id} after a failed acquire: {e}"
+            );
         }
     }
 
@@ -576,11 +601,16 @@ fn parse_holder(id: String, record: &str, deadline: i64, now: i64) -> Result<Hol
     if f.len() < 6 {
         return Err(bad("holder record has too few fields"));
     }
-    let num = |s: &str| s.parse::<u64>().map_err(|_| bad("holder record has a bad number"));
+    let num = |s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| bad("holder record has a bad number"))
+    };
     let slots = if f[2].is_empty() {
         Vec::new()
     } else {
-        f[2].split(',').map(|s| num(s).map(|v| v as u32)).collect::<Result<_>>()?
+        f[2].split(',')
+            .map(|s| num(s).map(|v| v as u32))
+            .collect::<Result<_>>()?
     };
     Ok(Holder {
         id,
@@ -600,7 +630,13 @@ mod tests {
 
     #[test]
     fn holder_records_parse() {
-        let h = parse_holder("id".into(), "2|1763800000000001|0,3|1763800000000|42|box|", 1500, 1000).unwrap();
+        let h = parse_holder(
+            "id".into(),
+            "2|1763800000000001|0,3|1763800000000|42|box|",
+            1500,
+            1000,
+        )
+        .unwrap();
         assert_eq!(h.permits, 2);
         assert_eq!(h.slots, vec![0, 3]);
         assert_eq!(h.pid, 42);

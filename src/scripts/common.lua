@@ -60,6 +60,7 @@ local function init(st)
     redis.call('DEL', H, S)
     redis.call('ZADD', H, END_OF_TIME, '~')
     redis.call('SETBIT', S, 0, 0)
+    redis.call('HSET', I, 'used', 0)
     st.exists, st.exp, st.used, st.mind, st.dirty = true, 0, 0, END_OF_TIME, true
 end
 

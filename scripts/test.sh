@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: `cargo test --all-targets "$@"`, then the doc tests.
+#
+# The tests start their own redis-server processes (from PATH, or $REDIS_SERVER_BIN) on free
+# loopback ports and never touch a server they did not start. This script first makes sure
+# the tools they need are there: redis-server and redis-cli, faketime, and (only when
+# tests/python/requirements.txt exists) the Python packages listed there. As root, missing
+# Debian packages are installed with apt-get; otherwise it says what to install and exits 1.
+#
+# Usage: scripts/test.sh [extra arguments for the first cargo test, e.g. -- --nocapture]
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+echo "==> repository: $(pwd)"
+
+run() {
+    echo "+ $*"
+    "$@"
+}
+
+is_root() {
+    [ "$(id -u)" -eq 0 ]
+}
+
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" -eq 0 ]; then
+        run apt-get update -q
+        apt_updated=1
+    fi
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+# --- which Debian packages are missing --------------------------------------------------
+missing_pkgs=()
+missing_why=()
+need_tool() { # need_tool COMMAND PACKAGE
+    if ! command -v "$1" >/dev/null 2>&1; then
+        missing_pkgs+=("$2")
+        missing_why+=("$1 (Debian package $2)")
+    fi
+}
+
+if [ -n "${REDIS_SERVER_BIN:-}" ]; then
+    if [ ! -x "$REDIS_SERVER_BIN" ] && ! command -v "$REDIS_SERVER_BIN" >/dev/null 2>&1; then
+        echo "error: REDIS_SERVER_BIN=$REDIS_SERVER_BIN is not an executable" >&2
+        exit 1
+    fi
+else
+    need_tool redis-server redis-server
+fi
+need_tool redis-cli redis-tools
+need_tool faketime faketime
+
+python_reqs=tests/python/requirements.txt
+if [ -f "$python_reqs" ]; then
+    need_tool python3 python3
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+        missing_pkgs+=(python3-pip)
+        missing_why+=("pip for python3 (Debian package python3-pip)")
+    fi
+fi
+
+if [ "${#missing_pkgs[@]}" -gt 0 ]; then
+    if is_root; then
+        echo "==> installing missing tools: ${missing_why[*]}"
+        apt_install "${missing_pkgs[@]}"
+    else
+        echo "error: missing tools needed by the tests:" >&2
+        for why in "${missing_why[@]}"; do
+            echo "  - $why" >&2
+        done
+        echo "install them, e.g.: sudo apt-get install ${missing_pkgs[*]}" >&2
+        exit 1
+    fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo not found: install a Rust toolchain (https://rustup.rs)" >&2
+    exit 1
+fi
+
+# --- Python packages for the cross-language tests (only when they exist) ----------------
+if [ -f "$python_reqs" ]; then
+    echo "==> installing Python packages from $python_reqs"
+    export PIP_ROOT_USER_ACTION=ignore
+    if ! run python3 -m pip install --quiet --disable-pip-version-check redis -r "$python_reqs"; then
+        # Debian's system Python refuses pip installs (PEP 668) unless told otherwise.
+        run python3 -m pip install --quiet --disable-pip-version-check \
+            --break-system-packages redis -r "$python_reqs" || {
+            echo "error: could not install the Python packages in $python_reqs" >&2
+            exit 1
+        }
+    fi
+fi
+
+echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_SERVER_BIN:-redis-server}" --version | head -n1)), $(command -v faketime), $(cargo --version)"
+
+# --- the suite --------------------------------------------------------------------------
+echo "==> unit, integration, example and bench targets"
+run cargo test --all-targets "$@"
+echo "==> doc tests"
+run cargo test --doc
+echo "==> all tests passed"

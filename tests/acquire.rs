@@ -1,0 +1,496 @@
+//! The core protocol against a private redis-server: limits, slots, tokens, bad input.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use redis_semaphore::{Client, Error, Permit, Semaphore};
+use support::{RedisServer, wait_until};
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+#[test]
+fn never_over_the_limit_with_32_threads_sharing_one_semaphore() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("shared", 5).unwrap();
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let tokens = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let (sem, inside, most, tokens) =
+                (sem.clone(), inside.clone(), most.clone(), tokens.clone());
+            thread::spawn(move || {
+                for _ in 0..20 {
+                    let p = sem.acquire().unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    assert!(p.slots()[0] < 5);
+                    tokens.lock().push((p.id().to_owned(), p.token()));
+                    thread::yield_now();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    p.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 5, "{most} holders at once");
+    assert!(most >= 2, "the test never had concurrent holders");
+    let tokens = tokens.lock();
+    assert_eq!(tokens.len(), 640);
+    let ids: HashSet<_> = tokens.iter().map(|(id, _)| id).collect();
+    let toks: HashSet<_> = tokens.iter().map(|(_, t)| t).collect();
+    assert_eq!(ids.len(), 640, "two acquires shared a permit id");
+    assert_eq!(toks.len(), 640, "two grants shared a token");
+    assert_eq!(sem.available().unwrap(), 5);
+}
+
+#[test]
+fn tokens_strictly_increase_in_grant_order() {
+    let server = RedisServer::start();
+    let a = client(&server).semaphore("tok", 2).unwrap();
+    let b = client(&server).semaphore("tok", 2).unwrap();
+    let mut last = 0;
+    for i in 0..50 {
+        let sem = if i % 2 == 0 { &a } else { &b };
+        let p = sem.acquire().unwrap();
+        assert!(p.token() > last, "token {} after {last}", p.token());
+        last = p.token();
+    }
+}
+
+#[test]
+fn three_holders_take_slots_0_1_2_and_a_freed_slot_is_reused_first() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("slots", 3).unwrap();
+    let p0 = sem.acquire().unwrap();
+    let p1 = sem.acquire().unwrap();
+    let p2 = sem.acquire().unwrap();
+    assert_eq!([p0.slots(), p1.slots(), p2.slots()], [&[0][..], &[1], &[2]]);
+    assert!(sem.try_acquire().unwrap().is_none());
+    p1.release().unwrap();
+    let again = sem.try_acquire().unwrap().unwrap();
+    assert_eq!(again.slots(), &[1]);
+    drop((p0, p2, again));
+    let many = sem.acquire_many(3).unwrap();
+    assert_eq!(many.slots(), &[0, 1, 2]);
+    assert_eq!(many.permits(), 3);
+}
+
+#[test]
+fn multi_permit_grants_count_against_the_limit() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("many", 5).unwrap();
+    let three = sem.try_acquire_many(3).unwrap().unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    assert!(sem.try_acquire_many(3).unwrap().is_none());
+    let two = sem.try_acquire_many(2).unwrap().unwrap();
+    assert_eq!(sem.available().unwrap(), 0);
+    drop(three);
+    assert_eq!(sem.available().unwrap(), 3);
+    drop(two);
+    assert_eq!(sem.available().unwrap(), 5);
+}
+
+#[test]
+fn acquire_timeout_gives_none_at_its_deadline() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("full", 1).unwrap();
+    let _held = sem.acquire().unwrap();
+    let started = std::time::Instant::now();
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert!(
+        sem.acquire_many_timeout(1, Duration::ZERO)
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn a_blocked_acquire_gets_the_permit_when_it_is_released() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("handoff", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire().map(|p| p.token()))
+    };
+    wait_until(Duration::from_secs(5), "waiter is blocked", || {
+        !waiter.is_finished()
+    });
+    let first = held.token();
+    held.release().unwrap();
+    let token = waiter.join().unwrap().unwrap();
+    assert!(token > first);
+}
+
+#[test]
+fn introspection_reports_holders_and_limits() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("intro", 4).unwrap();
+    assert_eq!(sem.limit().unwrap(), 4);
+    assert_eq!(sem.available().unwrap(), 4);
+    assert!(sem.holders().unwrap().is_empty());
+    let p = sem.acquire_many(2).unwrap();
+    let holders = sem.holders().unwrap();
+    assert_eq!(holders.len(), 1);
+    let h = &holders[0];
+    assert_eq!(h.id, p.id());
+    assert_eq!(h.permits, 2);
+    assert_eq!(h.token, p.token());
+    assert_eq!(h.slots, p.slots());
+    assert_eq!(h.pid, std::process::id());
+    assert!(!h.host.is_empty());
+    assert!(h.lease_left > Duration::from_secs(5) && h.lease_left <= Duration::from_secs(10));
+    let age = std::time::SystemTime::now()
+        .duration_since(h.acquired_at)
+        .unwrap_or_default();
+    assert!(
+        age < Duration::from_secs(60),
+        "acquired_at is off by {age:?}"
+    );
+}
+
+#[test]
+fn a_stored_limit_wins_for_every_client() {
+    let server = RedisServer::start();
+    let a = client(&server).semaphore("lim", 2).unwrap();
+    let b = client(&server).semaphore("lim", 3).unwrap();
+    assert_eq!(a.limit().unwrap(), 2);
+    assert_eq!(b.limit().unwrap(), 3);
+    a.set_limit(1).unwrap();
+    assert_eq!(a.limit().unwrap(), 1);
+    assert_eq!(b.limit().unwrap(), 1);
+    let held = b.acquire().unwrap();
+    assert!(b.try_acquire().unwrap().is_none());
+    assert!(a.try_acquire().unwrap().is_none());
+    b.set_limit(2).unwrap();
+    let second = a.try_acquire().unwrap().unwrap();
+    assert_eq!(second.slots(), &[1]);
+    drop(held);
+    // lowering below what is held takes nothing away, and grants wait until it fits
+    a.set_limit(1).unwrap();
+    let c = b.try_acquire();
+    assert!(c.unwrap().is_none());
+    assert_eq!(a.available().unwrap(), 0);
+    assert!(!second.is_lost());
+}
+
+#[test]
+fn force_release_frees_the_permit_and_release_then_reports_it_lost() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("force", 1).unwrap();
+    let p = sem.acquire().unwrap();
+    assert!(sem.force_release(p.id()).unwrap());
+    assert!(!sem.force_release(p.id()).unwrap());
+    let other = sem.try_acquire().unwrap().unwrap();
+    match p.release() {
+        Err(Error::PermitLost { .. }) => {}
+        other => panic!("expected PermitLost, got {other:?}"),
+    }
+    assert_eq!(sem.holders().unwrap().len(), 1);
+    drop(other);
+}
+
+#[test]
+fn releasing_after_the_lease_ended_says_so() {
+    let server = RedisServer::start();
+    let sem = client(&server)
+        .semaphore_builder("late")
+        .limit(1)
+        .lease(Duration::from_millis(50))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let p = sem.acquire().unwrap();
+    // the holder stays in Redis (nobody purged it) but its deadline has passed
+    wait_until(Duration::from_secs(5), "lease ends", || p.is_lost());
+    match p.release() {
+        Err(Error::LeaseExpired { .. }) | Err(Error::PermitLost { .. }) => {}
+        other => panic!("expected an expired lease, got {other:?}"),
+    }
+    assert_eq!(sem.available().unwrap(), 1);
+}
+
+#[test]
+fn an_expired_holder_is_purged_and_its_slot_reused() {
+    let server = RedisServer::start();
+    let sem = client(&server)
+        .semaphore_builder("expire")
+        .limit(1)
+        .lease(Duration::from_millis(100))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let old = sem.acquire().unwrap();
+    let new = sem
+        .acquire_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.slots(), old.slots());
+    assert!(new.token() > old.token());
+    assert!(matches!(old.release(), Err(Error::PermitLost { .. })));
+}
+
+#[test]
+fn bad_input_is_an_error_before_any_network_call() {
+    // nothing listens on this port: any network call would fail differently
+    let client = Client::builder()
+        .checkout_timeout(Duration::from_millis(200))
+        .build("redis://127.0.0.1:1/")
+        .unwrap();
+    let invalid = |r: Result<Semaphore, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(client.semaphore("", 5)));
+    assert!(invalid(client.semaphore("a{b", 5)));
+    assert!(invalid(client.semaphore("a}b", 5)));
+    assert!(invalid(client.semaphore("jobs", 0)));
+    assert!(invalid(client.semaphore_builder("jobs").build()));
+    assert!(invalid(
+        client
+            .semaphore_builder("jobs")
+            .limit(1)
+            .lease(Duration::ZERO)
+            .build()
+    ));
+    assert!(invalid(
+        client
+            .semaphore_builder("jobs")
+            .limit(1)
+            .lease(Duration::from_micros(10))
+            .build()
+    ));
+    assert!(invalid(
+        client
+            .semaphore_builder("jobs")
+            .limit(1)
+            .lease(Duration::from_secs(1))
+            .refresh_interval(Duration::from_secs(1))
+            .build()
+    ));
+    let sem = client.semaphore("jobs", 5).unwrap();
+    let invalid_permit =
+        |r: Result<Option<Permit>, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid_permit(sem.try_acquire_many(0)));
+    assert!(invalid_permit(
+        sem.acquire_many_timeout(0, Duration::from_secs(1))
+    ));
+    assert!(matches!(
+        sem.acquire_many(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        sem.acquire_many(6),
+        Err(Error::PermitsExceedLimit {
+            requested: 6,
+            limit: 5,
+            ..
+        })
+    ));
+    assert!(matches!(
+        sem.try_acquire_many(6),
+        Err(Error::PermitsExceedLimit { .. })
+    ));
+    assert!(matches!(sem.set_limit(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        sem.force_release(""),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder()
+            .max_connections(0)
+            .build("redis://127.0.0.1/"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder()
+            .operation_timeout(Duration::ZERO)
+            .build("redis://127.0.0.1/"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Client::builder()
+            .connect_timeout(Duration::ZERO)
+            .build("redis://127.0.0.1/"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(Client::open("not a url").is_err());
+}
+
+#[test]
+fn more_permits_than_a_stored_limit_is_an_error_not_a_wait() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("stored", 5).unwrap();
+    sem.set_limit(2).unwrap();
+    assert!(matches!(
+        sem.acquire_many(3),
+        Err(Error::PermitsExceedLimit {
+            requested: 3,
+            limit: 2,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_not_a_panic() {
+    let client = Client::builder()
+        .checkout_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(100))
+        .build("redis://127.0.0.1:1/")
+        .unwrap();
+    let sem = client.semaphore("nowhere", 1).unwrap();
+    assert!(matches!(sem.try_acquire(), Err(Error::Pool(_))));
+    assert!(matches!(sem.acquire(), Err(Error::Pool(_))));
+    assert!(sem.available().is_err());
+}
+
+#[test]
+fn a_key_of_another_type_is_an_error_not_a_panic() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for (suffix, kind) in [("h", "string"), ("i", "list"), ("s", "set")] {
+        let name = format!("typed-{suffix}");
+        let sem = client(&server).semaphore(&name, 2).unwrap();
+        let key = format!("redsem:{{{name}}}:{suffix}");
+        match kind {
+            "string" => redis::cmd("SET")
+                .arg(&key)
+                .arg("x")
+                .exec(&mut conn)
+                .unwrap(),
+            "list" => redis::cmd("RPUSH")
+                .arg(&key)
+                .arg("x")
+                .exec(&mut conn)
+                .unwrap(),
+            _ => redis::cmd("SADD")
+                .arg(&key)
+                .arg("x")
+                .exec(&mut conn)
+                .unwrap(),
+        }
+        if suffix != "i" {
+            // the hash must exist for the other keys to be read
+            redis::cmd("HSET")
+                .arg(format!("redsem:{{{name}}}:i"))
+                .arg("exp")
+                .arg("99999999999999")
+                .exec(&mut conn)
+                .unwrap();
+        }
+        let r = sem.try_acquire();
+        assert!(matches!(r, Err(Error::WrongType { .. })), "{suffix}: {r:?}");
+        if suffix != "s" {
+            assert!(sem.holders().is_err(), "{suffix}");
+        }
+    }
+}
+
+#[test]
+fn every_key_has_a_ttl_and_an_idle_semaphore_leaves_none() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = client(&server)
+        .semaphore_builder("ttl")
+        .limit(3)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let a = sem.acquire().unwrap();
+    let b = sem.acquire_many(2).unwrap();
+    let keys = support::keys(&mut conn, "*");
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap();
+        assert!(ttl > 0, "{key} has no TTL ({ttl})");
+    }
+    drop((a, b));
+    wait_until(Duration::from_secs(5), "keys expire", || {
+        support::keys(&mut conn, "*").is_empty()
+    });
+}
+
+#[test]
+fn acquire_and_release_are_one_command_each_on_the_server() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = client(&server).semaphore("rtt", 5).unwrap();
+    drop(sem.acquire().unwrap()); // loads the scripts, opens the connection
+    for _ in 0..3 {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut conn)
+            .unwrap();
+        let p = sem.try_acquire().unwrap().unwrap();
+        let after_acquire = support::command_calls(&mut conn);
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut conn)
+            .unwrap();
+        p.release().unwrap();
+        let after_release = support::command_calls(&mut conn);
+        for stats in [after_acquire, after_release] {
+            assert_eq!(stats.get("evalsha"), Some(&1), "{stats:?}");
+            for extra in ["ping", "eval", "script", "multi", "exec", "watch"] {
+                assert!(!stats.contains_key(extra), "{extra} was sent: {stats:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let script = redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/acquire.lua")
+    ));
+    let run = |conn: &mut redis::Connection, id: &str| -> Vec<i64> {
+        script
+            .key("redsem:{twice}:h")
+            .key("redsem:{twice}:i")
+            .key("redsem:{twice}:s")
+            .arg(id)
+            .arg(1)
+            .arg(3)
+            .arg(10_000)
+            .arg(1000)
+            .arg("1|test|")
+            .invoke(conn)
+            .unwrap()
+    };
+    let first = run(&mut conn, "aaaaaaaa-0000-4000-8000-000000000001");
+    let second = run(&mut conn, "aaaaaaaa-0000-4000-8000-000000000001");
+    assert_eq!(first[0], 1);
+    assert_eq!(first, second, "the repeat must return the first grant");
+    let sem = client(&server).semaphore("twice", 3).unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    assert_eq!(sem.holders().unwrap().len(), 1);
+}
+
+#[test]
+fn permit_and_handles_have_the_promised_auto_traits() {
+    fn send_static<T: Send + 'static>() {}
+    fn clone_send_sync<T: Clone + Send + Sync + 'static>() {}
+    send_static::<Permit>();
+    clone_send_sync::<Semaphore>();
+    clone_send_sync::<Client>();
+    fn error_is_std<T: std::error::Error + Send + Sync + 'static>() {}
+    error_is_std::<Error>();
+}

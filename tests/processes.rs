@@ -1,0 +1,161 @@
+//! Several processes on one semaphore: clock skew and crashed holders.
+//!
+//! The helper processes are this very test binary, started again with
+//! `REDSEM_HELPER` set: the `helper` test then plays the part it is told.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_semaphore::Client;
+use support::RedisServer;
+
+const LIMIT: u32 = 5;
+
+/// Runs the role named by `REDSEM_HELPER`; does nothing in a normal test run.
+#[test]
+fn helper() {
+    let Ok(role) = std::env::var("REDSEM_HELPER") else {
+        return;
+    };
+    let url = std::env::var("REDSEM_URL").unwrap();
+    let client = Client::open(&url).unwrap();
+    match role.as_str() {
+        // acquires and releases for a while, counting holders in a Redis counter that
+        // is raised after each grant and lowered before each release
+        "contender" => {
+            let sem = client.semaphore("skew", LIMIT).unwrap();
+            let mut conn = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let mut most = 0;
+            let end = Instant::now() + Duration::from_millis(1500);
+            while Instant::now() < end {
+                let Some(p) = sem.acquire_timeout(Duration::from_millis(200)).unwrap() else {
+                    continue;
+                };
+                let inside: i64 = redis::cmd("INCR").arg("inside").query(&mut conn).unwrap();
+                most = most.max(inside);
+                std::thread::sleep(Duration::from_millis(1));
+                let _: i64 = redis::cmd("DECR").arg("inside").query(&mut conn).unwrap();
+                p.release().unwrap();
+            }
+            println!("RESULT most={most}");
+        }
+        // takes the only permit, says so, and waits to be killed
+        "holder" => {
+            let sem = client
+                .semaphore_builder("crash")
+                .limit(1)
+                .lease(Duration::from_millis(500))
+                .build()
+                .unwrap();
+            let p = sem.acquire().unwrap();
+            println!("RESULT held token={}", p.token());
+            std::thread::sleep(Duration::from_secs(60));
+            drop(p);
+        }
+        other => panic!("unknown helper role {other}"),
+    }
+}
+
+fn spawn_helper(role: &str, url: &str, faketime: Option<&str>) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match faketime {
+        Some(offset) => {
+            let mut c = Command::new("faketime");
+            c.arg("-f").arg(offset).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
+        .env("REDSEM_HELPER", role)
+        .env("REDSEM_URL", url)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start helper {role} (faketime {faketime:?}): {e}"))
+}
+
+/// Reads the helper's stdout until its RESULT line.
+fn result_line(child: &mut Child) -> String {
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let line = lines
+        .find_map(|l| {
+            l.ok()
+                .and_then(|l| l.find("RESULT ").map(|at| l[at..].to_owned()))
+        })
+        .unwrap_or_else(|| panic!("helper ended without a RESULT line"));
+    // keep draining in the background so the child never blocks on a full pipe
+    std::thread::spawn(move || lines.for_each(drop));
+    line
+}
+
+#[test]
+fn never_over_the_limit_across_processes_with_clocks_an_hour_apart() {
+    assert!(
+        Command::new("faketime")
+            .arg("-f")
+            .arg("+0")
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success()),
+        "this test needs faketime on PATH (Debian package faketime; scripts/test.sh installs it)"
+    );
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut children: Vec<Child> = [
+        None,
+        Some("+1h"),
+        Some("-1h"),
+        None,
+        Some("+1h"),
+        Some("-1h"),
+    ]
+    .iter()
+    .map(|skew| spawn_helper("contender", &url, *skew))
+    .collect();
+    let mut most_overall = 0;
+    for child in &mut children {
+        let line = result_line(child);
+        let most: i64 = line.trim_start_matches("RESULT most=").parse().unwrap();
+        most_overall = most_overall.max(most);
+        assert!(child.wait().unwrap().success());
+    }
+    assert!(
+        most_overall <= LIMIT as i64,
+        "{most_overall} holders at once, limit {LIMIT}"
+    );
+    assert!(
+        most_overall >= 2,
+        "the processes never overlapped: the test proved nothing"
+    );
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_frees_its_permit_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut holder = spawn_helper("holder", &url, None);
+    let line = result_line(&mut holder);
+    assert!(line.starts_with("RESULT held"), "{line}");
+    let sem = Client::open(&url).unwrap().semaphore("crash", 1).unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    holder.kill().unwrap(); // SIGKILL: no release, no more refresh
+    let killed = Instant::now();
+    holder.wait().unwrap();
+    let p = sem.acquire_timeout(Duration::from_secs(5)).unwrap();
+    let waited = killed.elapsed();
+    assert!(p.is_some(), "the dead holder's permit never came back");
+    // the lease is 500 ms and was renewed at most ~170 ms before the kill
+    assert!(
+        waited <= Duration::from_millis(500 + 400),
+        "took {waited:?}"
+    );
+}

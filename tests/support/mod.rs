@@ -1,0 +1,413 @@
+//! Test harness shared by every `tests/*.rs` (each does `mod support;`).
+//!
+//! Every Redis server used by the suite is started here: a child `redis-server` on a free loopback
+//! port (never 6379) in its own temporary folder, with persistence off. It is killed when the
+//! `RedisServer` is dropped. Nothing here ever talks to a server it did not start.
+//!
+//! Waiting is done with deadlines (`wait_until`, `wait_for`), never with sleeps that must be long
+//! enough.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::env;
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first PING.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+/// Read/write timeouts of the connections handed out by `RedisServer::conn`.
+const CONN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The system Redis of this machine: never used, never chosen.
+const SYSTEM_REDIS_PORT: u16 = 6379;
+/// Offset of the cluster bus port.
+const BUS_OFFSET: u16 = 10000;
+/// How many times `start` tries fresh ports when a server cannot come up on the one it picked.
+const START_ATTEMPTS: usize = 5;
+
+/// Ports handed out in this test process (client ports and their bus twins). Never released,
+/// so two servers of one test binary can never share a port, not even one after the other.
+fn reserved_ports() -> &'static Mutex<HashSet<u16>> {
+    static RESERVED: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    RESERVED.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A free loopback port `p` (not 6379) such that `p + 10000` is free too, reserved for this
+/// process. Freedom is checked by binding, which is racy against other processes; `start`
+/// copes with losing that race by trying another port.
+fn pick_port() -> u16 {
+    let mut reserved = reserved_ports().lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .expect("bind 127.0.0.1:0")
+            .local_addr()
+            .expect("local_addr")
+            .port();
+        if port == SYSTEM_REDIS_PORT || port >= u16::MAX - BUS_OFFSET {
+            continue;
+        }
+        let bus = port + BUS_OFFSET;
+        if reserved.contains(&port) || reserved.contains(&bus) {
+            continue;
+        }
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).is_err() {
+            continue;
+        }
+        reserved.insert(port);
+        reserved.insert(bus);
+        return port;
+    }
+}
+
+/// An inline `PING` over a raw socket: true only when the answer is `+PONG`.
+fn ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+fn read_or_empty(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The servers always run on real time, even when the test binary runs under `faketime`
+/// (libfaketime also crashes redis-server at start-up): `LD_PRELOAD` without libfaketime.
+fn scrubbed_faketime_env() -> Vec<(&'static str, String)> {
+    match env::var("LD_PRELOAD") {
+        Ok(preload) if preload.contains("faketime") => {
+            let kept: Vec<&str> = preload
+                .split([' ', ':'])
+                .filter(|lib| !lib.is_empty() && !lib.contains("faketime"))
+                .collect();
+            vec![("LD_PRELOAD", kept.join(":"))]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Why a spawn attempt did not give a ready server.
+enum StartError {
+    /// The port was taken by another process: worth trying another port.
+    PortTrouble(String),
+    /// Anything else (bad binary, bad arguments, deadline): give up.
+    Fatal(String),
+}
+
+/// A `redis-server` child process owned by the test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    extra_args: Vec<String>,
+    // Declared last: dropped after the child is killed.
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a standalone server with the default arguments.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with `extra_args` appended to the default arguments
+    /// (`--port P --bind 127.0.0.1 --save "" --appendonly no --dir <tmp> --logfile <tmp>/redis.log
+    /// --enable-debug-command yes`). `restart` reuses them.
+    pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("redsem-test-")
+            .tempdir()
+            .expect("create a temporary folder for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            dir,
+        };
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            server.port = pick_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(StartError::PortTrouble(msg)) => failures.push(msg),
+                Err(StartError::Fatal(msg)) => panic!("{msg}"),
+            }
+        }
+        panic!(
+            "redis-server did not start after {START_ATTEMPTS} attempts:\n{}",
+            failures.join("\n---\n")
+        );
+    }
+
+    /// The client port (never 6379; `port() + 10000` was free too when it was picked).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The temporary folder of this server (its `--dir`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id of the running server, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Crash and start again: SIGKILL, wait, then a new server on the same port with the same
+    /// arguments. It comes back empty (nothing is persisted; any dump or AOF is removed first).
+    pub fn restart(&mut self) {
+        self.stop();
+        for name in ["dump.rdb", "appendonly.aof"] {
+            let _ = fs::remove_file(self.dir.path().join(name));
+        }
+        let _ = fs::remove_dir_all(self.dir.path().join("appendonlydir"));
+        // Redis binds with SO_REUSEADDR, so the port is normally free at once; retry briefly in
+        // case a short-lived client socket holds it.
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(StartError::PortTrouble(msg)) if Instant::now() < deadline => {
+                    eprintln!(
+                        "redis-server restart on port {} failed, retrying: {msg}",
+                        self.port
+                    );
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(StartError::PortTrouble(msg) | StartError::Fatal(msg)) => {
+                    panic!("restart on port {}: {msg}", self.port)
+                }
+            }
+        }
+    }
+
+    /// Kills the server (SIGKILL) and reaps it. Does nothing when it is already stopped.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("redis::Client::open")
+    }
+
+    /// A direct connection for assertions, with 5 s connect, read and write timeouts.
+    pub fn conn(&self) -> redis::Connection {
+        let conn = self
+            .client()
+            .get_connection_with_timeout(CONN_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()));
+        conn.set_read_timeout(Some(CONN_TIMEOUT))
+            .expect("set_read_timeout");
+        conn.set_write_timeout(Some(CONN_TIMEOUT))
+            .expect("set_write_timeout");
+        conn
+    }
+
+    /// The server's log file (all runs, after `restart`), plus whatever it wrote to
+    /// stdout/stderr.
+    pub fn log(&self) -> String {
+        let mut log = read_or_empty(&self.dir.path().join("redis.log"));
+        let out = read_or_empty(&self.dir.path().join("stdout.log"));
+        if !out.trim().is_empty() {
+            log.push_str("\n[stdout/stderr]\n");
+            log.push_str(&out);
+        }
+        log
+    }
+
+    fn bin() -> OsString {
+        env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into())
+    }
+
+    /// Spawns the child on `self.port` and waits until it answers PING and is really ours.
+    fn spawn(&mut self) -> Result<(), StartError> {
+        assert!(self.child.is_none(), "spawn while a server runs");
+        assert_ne!(self.port, SYSTEM_REDIS_PORT, "never the system Redis");
+        let dir = self.dir.path();
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("stdout.log"))
+            .expect("open stdout.log");
+        let err = out.try_clone().expect("clone stdout.log handle");
+        let bin = Self::bin();
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .args(["--enable-debug-command", "yes"])
+            .args(&self.extra_args)
+            .envs(scrubbed_faketime_env())
+            .env_remove("FAKETIME")
+            .env_remove("FAKETIME_DONT_FAKE_MONOTONIC")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| {
+                StartError::Fatal(format!(
+                    "cannot run {bin:?} ({e}): install redis-server or set REDIS_SERVER_BIN"
+                ))
+            })?;
+        let pid = child.id();
+        self.child = Some(child);
+
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            let child = self.child.as_mut().expect("child");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                let log = self.log();
+                let msg = format!(
+                    "redis-server on port {} exited with {status}; log:\n{log}",
+                    self.port
+                );
+                // Lost the race for the port (or its bus twin) to another process: worth another
+                // try. Anything else (bad arguments, ...) will not get better.
+                return Err(if log.contains("Address already in use") {
+                    StartError::PortTrouble(msg)
+                } else {
+                    StartError::Fatal(msg)
+                });
+            }
+            if ping(self.port) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                self.stop();
+                return Err(StartError::Fatal(format!(
+                    "redis-server on port {} not ready after {READY_DEADLINE:?}; log:\n{}",
+                    self.port,
+                    self.log()
+                )));
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+
+        // The PONG could come from a foreign process that took the port (another test binary):
+        // make sure it is our child that answers.
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.conn())
+            .map_err(|e| StartError::Fatal(format!("INFO server on port {}: {e}", self.port)))?;
+        let server_pid = info_field(&info, "process_id").and_then(|v| v.parse::<u32>().ok());
+        if server_pid != Some(pid) {
+            self.stop();
+            return Err(StartError::PortTrouble(format!(
+                "port {} is answered by process {server_pid:?}, not by our child {pid}",
+                self.port
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        (k == field).then_some(v.trim())
+    })
+}
+
+/// Polls `cond` about every 2 ms until it returns true; panics naming `what` when `timeout`
+/// passes first.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    wait_for(timeout, what, || cond().then_some(()))
+}
+
+/// Polls `f` about every 2 ms until it returns `Some`, and returns the value; panics naming
+/// `what` when `timeout` passes first.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() >= timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Calls per command from `INFO commandstats`: `cmdstat_evalsha:calls=3,...` gives
+/// `{"evalsha": 3}`. Names are lower case; subcommands stay as Redis writes them
+/// (`client|setname`). Commands run inside scripts are counted too.
+pub fn command_calls(conn: &mut redis::Connection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO commandstats");
+    parse_command_calls(&info)
+}
+
+fn parse_command_calls(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_ascii_lowercase(), calls))
+        })
+        .collect()
+}
+
+/// Every key matching `pattern`, found with `SCAN ... MATCH` (never `KEYS`), sorted and without
+/// duplicates.
+pub fn keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)
+            .expect("SCAN");
+        found.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    found.sort();
+    found.dedup();
+    found
+}
