@@ -7,6 +7,7 @@ use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
 use crate::error::{Error, Result};
+use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
 use crate::refresher::{self, Registry};
 use crate::semaphore::{Semaphore, SemaphoreBuilder};
@@ -46,6 +47,10 @@ pub(crate) struct Shared {
     pub(crate) registry: parking_lot::Mutex<Registry>,
     /// "pid|host", recorded with every grant.
     pub(crate) origin: String,
+    /// Where the wake-up listener opens its own connection (`None` for a user pool:
+    /// it then keeps one of the pool's connections).
+    pub(crate) redis_client: Option<redis::Client>,
+    pub(crate) connect_timeout: Duration,
 }
 
 pub(crate) struct ClientInner {
@@ -53,15 +58,24 @@ pub(crate) struct ClientInner {
     /// The refresher's command channel; dropping it stops the thread.
     wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// The wake-up listener, started by the first blocking wait.
+    listener: parking_lot::Mutex<Option<Listener>>,
 }
 
 impl ClientInner {
-    fn start(pool: Pool, op_timeout: Duration) -> Result<Client> {
+    fn start(
+        pool: Pool,
+        op_timeout: Duration,
+        redis_client: Option<redis::Client>,
+        connect_timeout: Duration,
+    ) -> Result<Client> {
         let shared = Arc::new(Shared {
             pool,
             op_timeout,
             registry: parking_lot::Mutex::new(Registry::default()),
             origin: format!("{}|{}", std::process::id(), host_name()),
+            redis_client,
+            connect_timeout,
         });
         let (wake, rx) = crossbeam_channel::unbounded();
         let thread = {
@@ -78,8 +92,23 @@ impl ClientInner {
                 shared,
                 wake: Some(wake),
                 thread: Some(thread),
+                listener: parking_lot::Mutex::new(None),
             }),
         })
+    }
+
+    /// The wake-up hub of this client, starting the listener thread on first use.
+    pub(crate) fn hub(&self) -> Result<Arc<Hub>> {
+        let mut listener = self.listener.lock();
+        if let Some(l) = listener.as_ref() {
+            return Ok(Arc::clone(&l.hub));
+        }
+        let l = Listener::start(Arc::clone(&self.shared)).map_err(|e| {
+            Error::InvalidArgument(format!("cannot start the listener thread: {e}"))
+        })?;
+        let hub = Arc::clone(&l.hub);
+        *listener = Some(l);
+        Ok(hub)
     }
 
     /// Tells the refresher that its schedule changed.
@@ -130,8 +159,9 @@ impl Client {
     ///
     /// Only if the background thread cannot be started.
     pub fn from_pool(pool: r2d2::Pool<redis::Client>) -> Result<Client> {
-        let op = ClientBuilder::default().operation_timeout;
-        ClientInner::start(Pool::User(pool, op), op)
+        let defaults = ClientBuilder::default();
+        let op = defaults.operation_timeout;
+        ClientInner::start(Pool::User(pool, op), op, None, defaults.connect_timeout)
     }
 
     /// A semaphore named `name` allowing `limit` permits at once, with the default
@@ -247,7 +277,7 @@ impl ClientBuilder {
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let client = redis::Client::open(info).map_err(Error::Redis)?;
         let manager = Manager {
-            client,
+            client: client.clone(),
             connect_timeout: self.connect_timeout,
             op_timeout: self.operation_timeout,
         };
@@ -257,7 +287,12 @@ impl ClientBuilder {
             .test_on_check_out(false)
             .connection_timeout(self.checkout_timeout)
             .build_unchecked(manager);
-        ClientInner::start(Pool::Own(pool), self.operation_timeout)
+        ClientInner::start(
+            Pool::Own(pool),
+            self.operation_timeout,
+            Some(client),
+            self.connect_timeout,
+        )
     }
 }
 

@@ -40,6 +40,7 @@
 
 mod client;
 mod error;
+mod listener;
 mod permit;
 mod pool;
 mod refresher;

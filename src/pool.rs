@@ -74,7 +74,7 @@ impl Pool {
         }
     }
 
-    /// The `redis::Client` new connections are made from.
+    /// The most connections the pool holds.
     pub(crate) fn max_size(&self) -> u32 {
         match self {
             Pool::Own(p) => p.max_size(),

@@ -82,7 +82,9 @@ impl PermitState {
             if let Some(tx) = tx {
                 let _ = tx.try_send(reason);
             }
-            log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
+            if !self.id.starts_with("w:") {
+                log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
+            }
         }
     }
 

@@ -1,16 +1,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crossbeam_channel::{Receiver, select};
 use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::permit::Permit;
+use crate::listener::{Hub, Wake};
+use crate::permit::{LostReason, Permit};
 use crate::refresher::{GroupKey, PermitState};
 use crate::scripts::{self, Keys};
 
-/// Longest pause between two tries of a blocking acquire.
-const MAX_BACKOFF: Duration = Duration::from_millis(50);
+/// How often a waiter looks again while the wake-up listener is not subscribed.
+const NO_PUSH_POLL: Duration = Duration::from_millis(50);
 /// How long a limit stored by [`Semaphore::set_limit`] outlives the last use.
 const LIMIT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
@@ -50,7 +52,10 @@ pub(crate) struct SemInner {
     pub(crate) refresh_every: Duration,
     pub(crate) fair: bool,
     pub(crate) auto_refresh: bool,
+    /// The refresher group of this handle's permits.
     pub(crate) group: GroupKey,
+    /// The refresher group of this handle's waiter heartbeats (always renewed).
+    pub(crate) wait_group: GroupKey,
 }
 
 impl SemInner {
@@ -190,6 +195,10 @@ impl SemaphoreBuilder {
             lease_ms: self.lease.as_millis() as u64,
             auto: self.auto_refresh,
         };
+        let wait_group = GroupKey {
+            auto: true,
+            ..group.clone()
+        };
         Ok(Semaphore {
             inner: Arc::new(SemInner {
                 client: self.client,
@@ -201,6 +210,7 @@ impl SemaphoreBuilder {
                 fair: self.fair,
                 auto_refresh: self.auto_refresh,
                 group,
+                wait_group,
             }),
         })
     }
@@ -209,7 +219,79 @@ impl SemaphoreBuilder {
 /// What one acquire attempt gave.
 enum Attempt {
     Granted(Permit),
-    Busy(Option<Duration>),
+    Busy {
+        retry_after: Option<Duration>,
+        head: bool,
+    },
+}
+
+/// Whether an attempt may queue the caller.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Never queued: `try_acquire`, and the first look of a blocking acquire.
+    Try,
+    /// Queued when not granted, with a heartbeat of one lease.
+    Wait,
+}
+
+/// A blocked acquire's registrations: its wake-up channel with the listener and its
+/// heartbeat with the refresher. Dropped without [`finish`](Waiter::finish) (an error
+/// on the way), it also takes itself out of the queue, best effort.
+struct Waiter<'a> {
+    sem: &'a Semaphore,
+    hub: Arc<Hub>,
+    id: String,
+    wake: Receiver<Wake>,
+    heartbeat: Arc<PermitState>,
+    heartbeat_lost: Receiver<LostReason>,
+    armed: bool,
+}
+
+impl<'a> Waiter<'a> {
+    fn new(sem: &'a Semaphore, hub: Arc<Hub>, id: String) -> Waiter<'a> {
+        let wake = hub.register(&id);
+        let (heartbeat, heartbeat_lost) = sem.register_heartbeat(&id);
+        Waiter {
+            sem,
+            hub,
+            id,
+            wake,
+            heartbeat,
+            heartbeat_lost,
+            armed: true,
+        }
+    }
+
+    /// The heartbeat was found gone (the queue dropped us): a new one goes with the
+    /// next look, which queues the waiter again.
+    fn renew_heartbeat(&mut self) {
+        self.sem.deregister_heartbeat(&self.heartbeat.id);
+        let (heartbeat, lost) = self.sem.register_heartbeat(&self.id);
+        self.heartbeat = heartbeat;
+        self.heartbeat_lost = lost;
+    }
+
+    fn finish(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.hub.deregister(&self.id);
+            self.sem.deregister_heartbeat(&self.heartbeat.id);
+        }
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.finish();
+            if let Err(e) = self.sem.run_cancel(&self.id) {
+                log::warn!(
+                    "redis-semaphore: could not leave the queue of {}: {e}",
+                    self.sem.name()
+                );
+            }
+        }
+    }
 }
 
 impl Semaphore {
@@ -246,9 +328,9 @@ impl Semaphore {
     /// is above the limit; Redis and pool errors.
     pub fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
         self.check_permits(n)?;
-        match self.attempt(&new_id(), n)? {
+        match self.attempt(&new_id(), n, Mode::Try, "")? {
             Attempt::Granted(p) => Ok(Some(p)),
-            Attempt::Busy(_) => Ok(None),
+            Attempt::Busy { .. } => Ok(None),
         }
     }
 
@@ -273,7 +355,7 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] for `n == 0`; [`Error::PermitsExceedLimit`] at once
     /// when `n` is above the limit (it could never be granted); Redis and pool errors.
     pub fn acquire_many(&self, n: u32) -> Result<Permit> {
-        match self.wait_for(n, None)? {
+        match self.wait_for(n, None, &crossbeam_channel::never::<()>())? {
             Some(p) => Ok(p),
             None => unreachable!("a wait without deadline returns only with a permit or an error"),
         }
@@ -296,13 +378,58 @@ impl Semaphore {
     /// As [`acquire_many`](Semaphore::acquire_many).
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Permit>> {
         let deadline = Instant::now().checked_add(timeout);
-        self.wait_for(n, Some(deadline.unwrap_or_else(far_future)))
+        self.wait_for(
+            n,
+            Some(deadline.unwrap_or_else(far_future)),
+            &crossbeam_channel::never::<()>(),
+        )
+    }
+
+    /// Takes one permit, waiting until it is granted or `cancel` receives a message or
+    /// is disconnected (`Ok(None)`). For shutdown: drop the `Sender` (or send on it)
+    /// from another thread to wake every acquire that waits on its receiver. A
+    /// `crossbeam_channel::after(d)` receiver makes it a timeout.
+    ///
+    /// ```no_run
+    /// # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
+    /// # let sem = client.semaphore("jobs", 1)?;
+    /// let (shutdown, cancel) = crossbeam_channel::bounded::<()>(0);
+    /// let waiter = std::thread::spawn(move || sem.acquire_cancellable(&cancel));
+    /// drop(shutdown); // the waiter gives up and leaves the queue
+    /// assert!(waiter.join().unwrap()?.is_none());
+    /// # Ok::<(), redis_semaphore::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn acquire_cancellable<T>(&self, cancel: &Receiver<T>) -> Result<Option<Permit>> {
+        self.acquire_many_cancellable(1, cancel)
+    }
+
+    /// Takes `n` permits at once, waiting until they are granted or `cancel` fires; see
+    /// [`acquire_cancellable`](Semaphore::acquire_cancellable).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Semaphore::acquire_many).
+    pub fn acquire_many_cancellable<T>(
+        &self,
+        n: u32,
+        cancel: &Receiver<T>,
+    ) -> Result<Option<Permit>> {
+        self.wait_for(n, None, cancel)
+    }
+
+    /// How many acquires are queued, waiting, across all clients.
+    pub fn queue_len(&self) -> Result<u32> {
+        Ok(self.counts()?.2)
     }
 
     /// Permits free now: the limit minus the permits of unexpired holders (0 when a
     /// lowered limit is still exceeded).
     pub fn available(&self) -> Result<u32> {
-        let (limit, used) = self.counts()?;
+        let (limit, used, _) = self.counts()?;
         Ok(limit.saturating_sub(used))
     }
 
@@ -341,11 +468,11 @@ impl Semaphore {
         let reply = self.inspect("holders")?;
         let (_, _, rest) = split_counts(&reply)?;
         let now = rest
-            .first()
+            .get(1)
             .map(int)
             .transpose()?
             .ok_or_else(|| bad("holders: no time"))?;
-        let rest = &rest[1..];
+        let rest = &rest[2..];
         if rest.len() % 3 != 0 {
             return Err(bad("holders: ragged list"));
         }
@@ -398,35 +525,130 @@ impl Semaphore {
         self.inner.client.inner.shared.pool.get(None)
     }
 
-    /// Blocking acquire: tries, then waits with a short capped back-off (never past a
-    /// lease that the server says ends sooner) until granted or `deadline`.
-    fn wait_for(&self, n: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
+    /// Blocking acquire. One try first; then the waiter queues itself (after the
+    /// client's wake-up listener is subscribed) and sleeps until Redis pushes its grant,
+    /// it heads the queue and the earliest lease ends, the listener asks everyone to
+    /// look again, or a bounded timer runs out (covers a lost message). Every look is
+    /// the same acquire script with the same id, so a grant made while the waiter was
+    /// not listening is found, never made twice.
+    fn wait_for<T>(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: &Receiver<T>,
+    ) -> Result<Option<Permit>> {
         self.check_permits(n)?;
         let id = new_id();
-        let mut backoff = Duration::from_millis(1);
+        if let Attempt::Granted(p) = self.attempt(&id, n, Mode::Try, "")? {
+            return Ok(Some(p));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let client = &self.inner.client.inner;
+        let hub = client.hub()?;
+        let ready_by = Instant::now() + client.shared.op_timeout;
+        hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
+        let mut waiter = Waiter::new(self, hub, id);
+        let fallback = self
+            .inner
+            .lease
+            .clamp(Duration::from_millis(250), Duration::from_secs(5));
         loop {
-            let retry_after = match self.attempt(&id, n)? {
-                Attempt::Granted(p) => return Ok(Some(p)),
-                Attempt::Busy(r) => r,
-            };
-            let mut pause = backoff;
-            if let Some(r) = retry_after {
-                pause = pause.min(r.max(Duration::from_millis(1)));
+            let (retry_after, head) =
+                match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
+                    Attempt::Granted(p) => {
+                        waiter.finish();
+                        return Ok(Some(p));
+                    }
+                    Attempt::Busy { retry_after, head } => (retry_after, head),
+                };
+            let now = Instant::now();
+            let mut look_at = now
+                + if waiter.hub.is_ready() {
+                    fallback
+                } else {
+                    NO_PUSH_POLL
+                };
+            if head && let Some(r) = retry_after {
+                look_at = look_at.min(now + r + Duration::from_millis(1));
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            if let Some(d) = deadline {
-                let now = Instant::now();
-                if now >= d {
-                    return Ok(None);
+            loop {
+                let until = deadline.map_or(look_at, |d| d.min(look_at));
+                select! {
+                    recv(waiter.wake) -> wake => match wake {
+                        Ok(Wake::Granted { token, slots }) if slots.len() == n as usize => {
+                            waiter.finish();
+                            return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, Instant::now())));
+                        }
+                        Ok(Wake::Refused { limit }) => {
+                            waiter.finish();
+                            return Err(self.too_many(n, limit));
+                        }
+                        Ok(Wake::Head { retry_after }) => {
+                            if let Some(r) = retry_after {
+                                look_at = look_at.min(Instant::now() + r + Duration::from_millis(1));
+                            }
+                        }
+                        Ok(_) | Err(_) => break,
+                    },
+                    recv(waiter.heartbeat_lost) -> _ => {
+                        waiter.renew_heartbeat();
+                        break;
+                    }
+                    recv(cancel) -> _ => return self.give_up(waiter, false),
+                    recv(crossbeam_channel::at(until)) -> _ => {
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            return self.give_up(waiter, true);
+                        }
+                        break;
+                    }
                 }
-                pause = pause.min(d - now);
             }
-            std::thread::sleep(pause);
+        }
+    }
+
+    /// Leaves the queue. A grant that raced the cancellation is kept when `keep` (a
+    /// timeout at the very moment of the hand-off), else given back.
+    fn give_up(&self, mut waiter: Waiter<'_>, keep: bool) -> Result<Option<Permit>> {
+        let reply = self.run_cancel(&waiter.id);
+        waiter.finish();
+        match reply? {
+            Some((token, slots)) => {
+                let n = slots.len() as u32;
+                let p = self.permit(waiter.id.clone(), token, slots, n, Instant::now());
+                if keep {
+                    return Ok(Some(p));
+                }
+                drop(p);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Runs the cancel script; `Some` when the waiter had been granted meanwhile.
+    fn run_cancel(&self, id: &str) -> Result<Option<(u64, Vec<u32>)>> {
+        let mut conn = self.conn()?;
+        let reply: Vec<i64> = self
+            .inner
+            .keys
+            .invoke(&scripts::CANCEL)
+            .arg(id)
+            .invoke(&mut *conn)
+            .map_err(|e| self.inner.error(e))?;
+        match reply.as_slice() {
+            [0] => Ok(None),
+            [1, token, slots @ ..] => Ok(Some((
+                u64::try_from(*token).map_err(|_| Error::reply("cancel", "negative token"))?,
+                slots.iter().map(|&s| s as u32).collect(),
+            ))),
+            other => Err(Error::reply("cancel", format!("{other:?}"))),
         }
     }
 
     /// One run of the acquire script for permit id `id`.
-    fn attempt(&self, id: &str, n: u32) -> Result<Attempt> {
+    fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str) -> Result<Attempt> {
         let sem = &self.inner;
         let shared = &sem.client.inner.shared;
         let lease_ms = sem.group.lease_ms;
@@ -441,6 +663,12 @@ impl Semaphore {
             .arg(lease_ms)
             .arg(scripts::pad_ms(lease_ms))
             .arg(format!("{}|", shared.origin))
+            .arg(match mode {
+                Mode::Try => "t",
+                Mode::Wait => "w",
+            })
+            .arg(if sem.fair { "1" } else { "0" })
+            .arg(channel)
             .invoke(&mut *conn);
         drop(conn);
         let reply = match reply {
@@ -468,9 +696,10 @@ impl Semaphore {
                     sent,
                 )))
             }
-            [0, retry] => Ok(Attempt::Busy(
-                u64::try_from(*retry).ok().map(Duration::from_millis),
-            )),
+            [0, retry, head] => Ok(Attempt::Busy {
+                retry_after: u64::try_from(*retry).ok().map(Duration::from_millis),
+                head: *head == 1,
+            }),
             [-1, limit] => Err(self.too_many(n, u32::try_from(*limit).unwrap_or(u32::MAX))),
             other => Err(Error::reply("acquire", format!("{other:?}"))),
         }
@@ -506,6 +735,35 @@ impl Semaphore {
         }
     }
 
+    /// Registers a waiter's heartbeat ("w:" + id) with the refresher, which renews it
+    /// with the permits of the same semaphore and lease.
+    fn register_heartbeat(&self, id: &str) -> (Arc<PermitState>, Receiver<LostReason>) {
+        let sem = &self.inner;
+        let client = &sem.client.inner;
+        let (state, lost) = PermitState::new(format!("w:{id}"), Instant::now() + sem.lease);
+        let nudge = client.shared.registry.lock().register(
+            sem.wait_group.clone(),
+            &sem.keys,
+            sem.lease,
+            sem.refresh_every,
+            Arc::clone(&state),
+        );
+        if nudge {
+            client.nudge();
+        }
+        (state, lost)
+    }
+
+    fn deregister_heartbeat(&self, member: &str) {
+        let sem = &self.inner;
+        sem.client
+            .inner
+            .shared
+            .registry
+            .lock()
+            .deregister(&sem.wait_group, member);
+    }
+
     /// Best-effort release of an id whose acquire ended in doubt.
     fn release_quietly(&self, id: &str) {
         let shared = &self.inner.client.inner.shared;
@@ -538,10 +796,15 @@ impl Semaphore {
             .map_err(|e| self.inner.error(e))
     }
 
-    fn counts(&self) -> Result<(u32, u32)> {
+    fn counts(&self) -> Result<(u32, u32, u32)> {
         let reply = self.inspect("count")?;
-        let (limit, used, _) = split_counts(&reply)?;
-        Ok((limit, used))
+        let (limit, used, rest) = split_counts(&reply)?;
+        let queued = rest.first().map(int).transpose()?.unwrap_or(0);
+        Ok((
+            limit,
+            used,
+            u32::try_from(queued).map_err(|_| bad("queue length out of range"))?,
+        ))
     }
 }
 

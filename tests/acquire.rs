@@ -414,7 +414,7 @@ fn every_key_has_a_ttl_and_an_idle_semaphore_leaves_none() {
     let a = sem.acquire().unwrap();
     let b = sem.acquire_many(2).unwrap();
     let keys = support::keys(&mut conn, "*");
-    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert_eq!(keys.len(), 4, "{keys:?}");
     for key in &keys {
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap();
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
@@ -466,12 +466,16 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
             .key("redsem:{twice}:h")
             .key("redsem:{twice}:i")
             .key("redsem:{twice}:s")
+            .key("redsem:{twice}:q")
             .arg(id)
             .arg(1)
             .arg(3)
             .arg(10_000)
             .arg(1000)
             .arg("1|test|")
+            .arg("t")
+            .arg("1")
+            .arg("")
             .invoke(conn)
             .unwrap()
     };

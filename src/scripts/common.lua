@@ -4,31 +4,43 @@
 -- Key layout of semaphore NAME (every key carries the hash tag {NAME}, so a script
 -- touches a single hash slot and runs unchanged on Redis Cluster):
 --
---   KEYS[1]  redsem:{NAME}:h  zset    permit id -> lease deadline (server ms), plus the
---                                      member '~' scored END_OF_TIME, so the zset never
---                                      empties and never loses its TTL
+--   KEYS[1]  redsem:{NAME}:h  zset    permit id -> lease deadline (server ms), and
+--                                      'w:'..waiter id -> heartbeat deadline of a waiter
 --   KEYS[2]  redsem:{NAME}:i  hash    'used'  permits held by the holders in h
 --                                      'ctr'   last fencing token granted
 --                                      'limit' limit stored by set_limit (absent: the
 --                                              caller's limit is used)
---                                      'exp'   expiry time (server ms) of all three keys
---                                      'mind'  lower bound of the earliest holder deadline
+--                                      'exp'   expiry time (server ms) of all four keys
+--                                      'mind'  lower bound of the earliest deadline in h
+--                                      'qn'    number of queued waiters
+--                                      'qseq'  last arrival ticket of the queue
 --                                      <id>    holder record, see below
+--                                      'w:'..<id>  waiter record, see below
 --   KEYS[3]  redsem:{NAME}:s  string  bitmap: bit k is 1 while slot k is occupied
+--   KEYS[4]  redsem:{NAME}:q  zset    waiter id -> arrival ticket: the FIFO queue
+--
+-- h and q also hold the member '~' scored END_OF_TIME, so they never empty and never
+-- lose their TTL; it sorts after every real member.
 --
 -- Holder record: "permits|token|slot,slot,...|acquired_ms|pid|host|label".
+-- Waiter record: "permits|limit|lease_ms|pad_ms|channel|pid|host|label".
 --
--- Invariants every script keeps (each script repeats the ones it relies on):
---   K1  The three keys exist together and expire together at 'exp'; 'exp' is at or
---       after every holder's deadline (no key without a TTL, none outlives its use by
+-- Invariants every script keeps:
+--   K1  The four keys exist together and expire together at 'exp'; 'exp' is at or
+--       after every deadline in h (no key without a TTL, none outlives its use by
 --       more than the padding).
 --   K2  'used' = sum of the permits of the holders in h = number of 1 bits in s.
---   K3  'mind' <= the earliest holder deadline; a purge makes it exact.
---   K4  Time is read once, from TIME, at the top of the script; nothing uses the
---       client's clock. A holder is live while now < deadline.
---   K5  Numbers handed to Redis go through int(): Lua would print 1.7e+15 otherwise.
+--   K3  'mind' <= the earliest deadline in h; a purge makes it exact.
+--   K4  'qn' = number of waiters in q = number of waiter records = number of 'w:'
+--       members in h.
+--   K5  Never over the limit: a grant happens only when used + n <= limit.
+--   K6  Fair order: while q is not empty, grants go to its head first (serve); a
+--       caller that is not the head is granted only on an unfair semaphore.
+--   K7  Time is read once, from TIME, at the top of the script; nothing uses the
+--       client's clock. A holder or waiter is live while now < its deadline.
+--   K8  Numbers handed to Redis go through int(): Lua would print 1.7e+15 otherwise.
 
-local H, I, S = KEYS[1], KEYS[2], KEYS[3]
+local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local END_OF_TIME = 9000000000000000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,9 +50,15 @@ local function int(x)
     return string.format('%.0f', x)
 end
 
--- Reads the semaphore's state with one HMGET; `field` (a permit id) is read along.
-local function load(field)
-    local v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', field or 'exp')
+-- Reads the semaphore's state with one HMGET; the holder and waiter records of `id`
+-- are read along when it is given.
+local function load(id)
+    local v
+    if id then
+        v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq', id, 'w:' .. id)
+    else
+        v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq')
+    end
     return {
         exists = v[1] ~= false,
         exp = tonumber(v[1]) or 0,
@@ -48,20 +66,36 @@ local function load(field)
         mind = tonumber(v[3]) or END_OF_TIME,
         ctr = tonumber(v[4]) or 0,
         limit = tonumber(v[5]),
-        rec = field and v[6] or false,
+        qn = tonumber(v[6]) or 0,
+        qseq = tonumber(v[7]) or 0,
+        rec = v[8] or false,
+        wrec = v[9] or false,
         dirty = false,
+        put = {},
+        del = {},
+        moved = false,
     }
 end
 
+-- Writes back what changed, in one HDEL and one HSET.
+local function save(st)
+    if #st.del > 0 then redis.call('HDEL', I, unpack(st.del)) end
+    if not st.dirty and #st.put == 0 then return end
+    redis.call('HSET', I, 'used', st.used, 'ctr', int(st.ctr), 'mind', int(st.mind),
+        'exp', int(st.exp), 'qn', st.qn, 'qseq', int(st.qseq), unpack(st.put))
+end
+
 -- Creates the keys of a semaphore that has none. Leftovers of a partial loss (a key
--- evicted or deleted by hand) are dropped first so that K1 and K2 hold again.
+-- evicted or deleted by hand) are dropped first so that K1, K2 and K4 hold again.
 local function init(st)
     if st.exists then return end
-    redis.call('DEL', H, S)
+    redis.call('DEL', H, S, Q)
     redis.call('ZADD', H, END_OF_TIME, '~')
+    redis.call('ZADD', Q, END_OF_TIME, '~')
     redis.call('SETBIT', S, 0, 0)
     redis.call('HSET', I, 'used', 0)
-    st.exists, st.exp, st.used, st.mind, st.dirty = true, 0, 0, END_OF_TIME, true
+    st.exists, st.exp, st.used, st.mind, st.qn, st.dirty = true, 0, 0, END_OF_TIME, 0, true
+    st.rec, st.wrec = false, false
 end
 
 -- Keeps K1 when a deadline is added: when 'exp' would fall before `deadline`, push it
@@ -73,6 +107,7 @@ local function extend(st, deadline, pad)
     redis.call('PEXPIREAT', H, e)
     redis.call('PEXPIREAT', I, e)
     redis.call('PEXPIREAT', S, e)
+    redis.call('PEXPIREAT', Q, e)
     st.dirty = true
 end
 
@@ -85,8 +120,8 @@ local function free_slots(rec)
     return tonumber(p) or 0
 end
 
--- Removes every holder whose deadline has passed (K2, K3). Costs nothing but a
--- comparison while now < 'mind'.
+-- Removes every holder and waiter whose deadline has passed (K2, K3, K4). Costs
+-- nothing but a comparison while now < 'mind'.
 local function purge(st)
     if not st.exists or now < st.mind then return end
     while true do
@@ -94,22 +129,113 @@ local function purge(st)
         if #ids == 0 then break end
         local recs = redis.call('HMGET', I, unpack(ids))
         for k = 1, #ids do
-            if recs[k] then st.used = st.used - free_slots(recs[k]) end
+            if string.sub(ids[k], 1, 2) == 'w:' then
+                redis.call('ZREM', Q, string.sub(ids[k], 3))
+                if recs[k] then st.qn = st.qn - 1 end
+                st.moved = true
+            elseif recs[k] then
+                st.used = st.used - free_slots(recs[k])
+            end
         end
         redis.call('HDEL', I, unpack(ids))
         redis.call('ZREM', H, unpack(ids))
     end
     if st.used < 0 then st.used = 0 end
+    if st.qn < 0 then st.qn = 0 end
     local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
     st.mind = tonumber(first[2]) or END_OF_TIME
     st.dirty = true
 end
 
--- Parses "permits|token|slots|..." into the reply shape {permits, token, slot...}.
+-- Grants n permits to `id` (the caller checked K5). Returns the reply
+-- {1, token, slot...}.
+local function grant(st, id, n, lease, pad, origin)
+    local reply = {1, 0}
+    local slots = {}
+    for k = 1, n do
+        local b = redis.call('BITPOS', S, 0)
+        redis.call('SETBIT', S, b, 1)
+        slots[k] = b
+        reply[k + 2] = b
+    end
+    local token = math.max(st.ctr + 1, now_us)
+    st.ctr = token
+    reply[2] = token
+    local deadline = now + lease
+    redis.call('ZADD', H, int(deadline), id)
+    if deadline < st.mind then st.mind = deadline end
+    extend(st, deadline, pad)
+    st.used = st.used + n
+    st.put[#st.put + 1] = id
+    st.put[#st.put + 1] = n .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin
+    st.dirty = true
+    st.rec = false
+    return reply
+end
+
+-- Takes waiter `id` out of the queue (K4).
+local function dequeue(st, id)
+    redis.call('ZREM', Q, id)
+    redis.call('ZREM', H, 'w:' .. id)
+    st.del[#st.del + 1] = 'w:' .. id
+    st.qn = st.qn - 1
+    if st.qn < 0 then st.qn = 0 end
+    st.moved = true
+    st.dirty = true
+end
+
+-- Parses "permits|token|slots|..." into the reply shape {1, token, slot...}.
 local function grant_reply(rec)
     local p, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
     local out = {1, tonumber(tok)}
     for slot in string.gmatch(slots, '%d+') do out[#out + 1] = tonumber(slot) end
     return out
+end
+
+-- Serves the queue in order (K6): grants to the head while it fits, tells each served
+-- waiter's client on its channel ("G id token slots"), and drops a head that asks for
+-- more than the limit ("F id limit"). When the queue moved and its new head must still
+-- wait, that head is told when to look again ("H id retry_ms"), so that a lease that
+-- ends without a release wakes it at that moment. Returns the granted ids as a set.
+local function serve(st)
+    local served = {}
+    while st.qn > 0 do
+        local head = redis.call('ZRANGE', Q, 0, 0)[1]
+        if not head or head == '~' then
+            st.qn = 0
+            st.dirty = true
+            break
+        end
+        local wrec = redis.call('HGET', I, 'w:' .. head)
+        if not wrec then
+            dequeue(st, head)
+        else
+            local n, wlimit, lease, pad, chan, origin =
+                string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+            n = tonumber(n)
+            local limit = st.limit or tonumber(wlimit)
+            if n > limit then
+                dequeue(st, head)
+                if chan ~= '' then redis.call('PUBLISH', chan, 'F ' .. head .. ' ' .. limit) end
+            elseif st.used + n > limit then
+                if st.moved and chan ~= '' then
+                    local retry = -1
+                    if st.mind < END_OF_TIME then retry = st.mind - now end
+                    redis.call('PUBLISH', chan, 'H ' .. head .. ' ' .. int(retry))
+                end
+                break
+            else
+                local reply = grant(st, head, n, tonumber(lease), tonumber(pad), origin)
+                dequeue(st, head)
+                served[head] = reply
+                if chan ~= '' then
+                    local msg = 'G ' .. head .. ' ' .. int(reply[2]) .. ' '
+                    msg = msg .. table.concat(reply, ',', 3)
+                    redis.call('PUBLISH', chan, msg)
+                end
+            end
+        end
+    end
+    return served
 end
 

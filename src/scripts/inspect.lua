@@ -1,27 +1,27 @@
--- inspect: read the state of a semaphore, after purging expired holders.
+-- inspect: read the state of a semaphore, after purging expired holders and waiters.
 --
 -- ARGV: 1 caller's limit, 2 what: 'count' or 'holders'
--- Reply: {limit, used}                                   for 'count'
---        {limit, used, now, id, record, deadline, ...}   for 'holders'
+-- Reply: {limit, used, queued}                                   for 'count'
+--        {limit, used, queued, now, id, record, deadline, ...}   for 'holders'
 --
--- Keeps: changes nothing but the purge of expired holders (K2, K3); a semaphore with
--- no keys is reported empty and no key is created.
+-- Keeps: changes nothing but the purge and the serving of the queue it allows (K2,
+-- K3, K4, K6); a semaphore with no keys is reported empty and no key is created.
 
 local st = load()
 purge(st)
-if st.dirty then
-    redis.call('HSET', I, 'used', st.used, 'mind', int(st.mind))
-end
+if st.qn > 0 then serve(st) end
+if st.exists then save(st) end
 local limit = st.limit or tonumber(ARGV[1])
-if ARGV[2] ~= 'holders' then return {limit, st.used} end
-local out = {limit, st.used, now}
+if ARGV[2] ~= 'holders' then return {limit, st.used, st.qn} end
+local out = {limit, st.used, st.qn, now}
 if not st.exists then return out end
 local all = redis.call('ZRANGE', H, 0, -1, 'WITHSCORES')
 for k = 1, #all, 2 do
-    if all[k] ~= '~' then
-        local rec = redis.call('HGET', I, all[k])
+    local member = all[k]
+    if member ~= '~' and string.sub(member, 1, 2) ~= 'w:' then
+        local rec = redis.call('HGET', I, member)
         if rec then
-            out[#out + 1] = all[k]
+            out[#out + 1] = member
             out[#out + 1] = rec
             out[#out + 1] = tonumber(all[k + 1])
         end

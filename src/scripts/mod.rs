@@ -22,6 +22,8 @@ pub(crate) static RELEASE: LazyLock<Script> = script!("release.lua");
 pub(crate) static REFRESH: LazyLock<Script> = script!("refresh.lua");
 /// Reads limit, permits in use and holders.
 pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
+/// Takes a waiter out of the queue.
+pub(crate) static CANCEL: LazyLock<Script> = script!("cancel.lua");
 /// Stores a limit for every client.
 pub(crate) static SET_LIMIT: LazyLock<Script> = script!("set_limit.lua");
 
@@ -31,6 +33,7 @@ pub(crate) struct Keys {
     pub(crate) holders: String,
     pub(crate) info: String,
     pub(crate) slots: String,
+    pub(crate) queue: String,
 }
 
 impl Keys {
@@ -40,13 +43,17 @@ impl Keys {
             holders: format!("redsem:{{{name}}}:h"),
             info: format!("redsem:{{{name}}}:i"),
             slots: format!("redsem:{{{name}}}:s"),
+            queue: format!("redsem:{{{name}}}:q"),
         }
     }
 
     /// Starts an invocation of `script` with the keys in place.
     pub(crate) fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
-        inv.key(&self.holders).key(&self.info).key(&self.slots);
+        inv.key(&self.holders)
+            .key(&self.info)
+            .key(&self.slots)
+            .key(&self.queue);
         inv
     }
 }
@@ -64,14 +71,14 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag() {
         let k = Keys::new("market:acct:42");
-        for key in [&k.holders, &k.info, &k.slots] {
+        for key in [&k.holders, &k.info, &k.slots, &k.queue] {
             assert!(key.starts_with("redsem:{market:acct:42}:"), "{key}");
         }
     }
 
     #[test]
     fn scripts_start_with_the_prelude_and_have_no_shebang() {
-        for s in [&ACQUIRE, &RELEASE, &REFRESH, &INSPECT, &SET_LIMIT] {
+        for s in [&ACQUIRE, &RELEASE, &REFRESH, &INSPECT, &SET_LIMIT, &CANCEL] {
             assert_eq!(s.get_hash().len(), 40);
         }
         assert!(!include_str!("common.lua").starts_with("#!"));

@@ -5,11 +5,18 @@
 --
 -- Keeps: K1 (the keys are created with a TTL, and kept for at least the retention
 -- so that the stored limit outlives idle moments); holders above a lowered limit
--- keep their permits, and no grant is made until used + n fits the new limit.
+-- keep their permits, and no grant is made until used + n fits the new limit (K5);
+-- a raised limit serves the queue at once (K6).
 
 local st = load()
 local previous = st.limit or -1
 init(st)
+st.limit = tonumber(ARGV[1])
+st.moved = true
 extend(st, now + tonumber(ARGV[2]), 0)
-redis.call('HSET', I, 'limit', ARGV[1], 'used', st.used, 'mind', int(st.mind), 'exp', int(st.exp))
+purge(st)
+serve(st)
+st.put[#st.put + 1] = 'limit'
+st.put[#st.put + 1] = ARGV[1]
+save(st)
 return previous

@@ -1,0 +1,336 @@
+//! The wake-up thread of a [`Client`](crate::Client): one pub/sub connection per
+//! client, subscribed to the client's own channel, on which the scripts tell a blocked
+//! waiter of this client that it was granted its permits (or must look again).
+//!
+//! Why pub/sub to a per-client channel: the release script hands the freed permits
+//! straight to the head of the queue and publishes the grant, so a hand-off costs the
+//! waiter no round trip of its own; the channel names the client, not the semaphore,
+//! so one subscription made when the thread starts serves every waiter of every
+//! semaphore, and nothing is subscribed or unsubscribed per wait. A blocking list pop
+//! per waiter would need a connection per waiter (or a shared key per client, and a
+//! read timeout longer than the pop, or a popped grant is lost).
+//!
+//! Invariants it keeps:
+//!
+//! - **A lost message is never fatal.** The grant itself lives in Redis; the waiter's
+//!   next look (its acquire script, run again with the same id) returns it. After every
+//!   (re)subscription the thread tells every waiter to look again, since messages
+//!   published while it was away are gone; waiters also look again on a bounded timer.
+//! - **Subscribed before queued.** A waiter queues itself only after
+//!   [`Listener::wait_ready`] (or gives up on push and looks on its timer).
+//! - **It never keeps the client alive and never dies of an error.** It holds the pool
+//!   (through [`Shared`]) and its own state; connection errors lead to a reconnect with
+//!   back-off; it ends when the client's last handle drops the stop channel.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use parking_lot::{Condvar, Mutex};
+
+use crate::client::Shared;
+use crate::pool::Pool;
+
+/// How long one read of the subscription may block: bounds how late the thread sees
+/// that it must stop.
+const POLL: Duration = Duration::from_millis(100);
+/// A PING after this much silence finds a half-open connection.
+const HEARTBEAT: Duration = Duration::from_secs(3);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What a waiter is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Its permits were granted with this token and these slots.
+    Granted { token: u64, slots: Vec<u32> },
+    /// It asked for more permits than the limit now in force.
+    Refused { limit: u32 },
+    /// It heads the queue: look again after this long (`None`: no lease will end).
+    Head { retry_after: Option<Duration> },
+    /// Messages may have been lost: look again now.
+    LookAgain,
+}
+
+/// State shared by the thread and the waiters.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    pub(crate) channel: String,
+    waiters: Mutex<HashMap<String, Sender<Wake>>>,
+    ready: Mutex<bool>,
+    ready_cv: Condvar,
+    stopping: AtomicBool,
+}
+
+impl Hub {
+    /// Registers waiter `id`; its wake-ups arrive on the returned receiver.
+    pub(crate) fn register(&self, id: &str) -> Receiver<Wake> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        self.waiters.lock().insert(id.to_owned(), tx);
+        rx
+    }
+
+    pub(crate) fn deregister(&self, id: &str) {
+        self.waiters.lock().remove(id);
+    }
+
+    /// Waits until the subscription is confirmed, at most until `deadline`.
+    pub(crate) fn wait_ready(&self, deadline: Instant) -> bool {
+        let mut ready = self.ready.lock();
+        while !*ready && !self.stopping.load(Ordering::Relaxed) {
+            if self.ready_cv.wait_until(&mut ready, deadline).timed_out() {
+                break;
+            }
+        }
+        *ready
+    }
+
+    /// Whether the subscription is up now.
+    pub(crate) fn is_ready(&self) -> bool {
+        *self.ready.lock()
+    }
+
+    fn set_ready(&self, on: bool) {
+        *self.ready.lock() = on;
+        if on {
+            self.ready_cv.notify_all();
+        }
+    }
+
+    /// Delivers one message "G id token slots", "F id limit" or "H id retry_ms".
+    fn dispatch(&self, payload: &str) {
+        let Some((id, wake)) = parse(payload) else {
+            log::warn!("redis-semaphore: ignoring malformed wake-up {payload:?}");
+            return;
+        };
+        let tx = self.waiters.lock().get(id).cloned();
+        if let Some(tx) = tx {
+            let _ = tx.send(wake);
+        }
+    }
+
+    fn tell_all(&self, wake: Wake) {
+        let all: Vec<Sender<Wake>> = self.waiters.lock().values().cloned().collect();
+        for tx in all {
+            let _ = tx.send(wake.clone());
+        }
+    }
+}
+
+fn parse(payload: &str) -> Option<(&str, Wake)> {
+    let mut f = payload.split(' ');
+    let kind = f.next()?;
+    let id = f.next()?;
+    let wake = match kind {
+        "G" => {
+            let token = f.next()?.parse().ok()?;
+            let slots = match f.next() {
+                None | Some("") => Vec::new(),
+                Some(s) => s
+                    .split(',')
+                    .map(|x| x.parse().ok())
+                    .collect::<Option<Vec<u32>>>()?,
+            };
+            Wake::Granted { token, slots }
+        }
+        "F" => Wake::Refused {
+            limit: f.next()?.parse().ok()?,
+        },
+        "H" => {
+            let ms: i64 = f.next()?.parse().ok()?;
+            Wake::Head {
+                retry_after: u64::try_from(ms).ok().map(Duration::from_millis),
+            }
+        }
+        _ => return None,
+    };
+    Some((id, wake))
+}
+
+/// The thread and its stop switch, owned by the client.
+pub(crate) struct Listener {
+    pub(crate) hub: Arc<Hub>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("channel", &self.hub.channel)
+            .finish()
+    }
+}
+
+impl Listener {
+    pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<Listener> {
+        let hub = Arc::new(Hub {
+            channel: format!("redsem:c:{}", uuid::Uuid::new_v4().simple()),
+            waiters: Mutex::new(HashMap::new()),
+            ready: Mutex::new(false),
+            ready_cv: Condvar::new(),
+            stopping: AtomicBool::new(false),
+        });
+        let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let thread = {
+            let hub = Arc::clone(&hub);
+            std::thread::Builder::new()
+                .name("redsem-listen".into())
+                .spawn(move || run(&shared, &hub, &stop_rx))?
+        };
+        Ok(Listener {
+            hub,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.hub.stopping.store(true, Ordering::Relaxed);
+        self.hub.ready_cv.notify_all();
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+            && t.join().is_err()
+        {
+            log::error!("redis-semaphore: the listener thread panicked");
+        }
+    }
+}
+
+fn stopped(stop: &Receiver<()>) -> bool {
+    matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
+}
+
+/// A connection for the subscription: a dedicated one when the client built its own
+/// pool, else one taken from the user's pool for as long as the thread needs it.
+enum SubConn {
+    Own(redis::Connection),
+    Pooled(crate::pool::Conn),
+}
+
+impl SubConn {
+    fn get(&mut self) -> &mut redis::Connection {
+        match self {
+            SubConn::Own(c) => c,
+            SubConn::Pooled(c) => c,
+        }
+    }
+}
+
+fn connect(shared: &Shared) -> crate::Result<SubConn> {
+    match (&shared.pool, &shared.redis_client) {
+        (Pool::Own(_), Some(client)) => client
+            .get_connection_with_timeout(shared.connect_timeout)
+            .map(SubConn::Own)
+            .map_err(crate::Error::Redis),
+        _ => shared
+            .pool
+            .get(Some(shared.op_timeout))
+            .map(SubConn::Pooled),
+    }
+}
+
+fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        if stopped(stop) {
+            return;
+        }
+        let mut conn = match connect(shared) {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("redis-semaphore: wake-up listener cannot connect: {e}");
+                if stop
+                    .recv_timeout(backoff)
+                    .is_err_and(|e| e.is_disconnected())
+                {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        match listen(conn.get(), hub, stop) {
+            Ok(()) => return,
+            Err(e) => {
+                hub.set_ready(false);
+                log::warn!("redis-semaphore: wake-up listener lost its connection: {e}");
+                backoff = Duration::from_millis(10);
+            }
+        }
+    }
+}
+
+/// Subscribes and delivers messages until told to stop (`Ok`) or the connection fails.
+fn listen(conn: &mut redis::Connection, hub: &Hub, stop: &Receiver<()>) -> redis::RedisResult<()> {
+    let mut ps = conn.as_pubsub();
+    ps.set_read_timeout(Some(POLL))?;
+    ps.subscribe(&hub.channel)?;
+    hub.set_ready(true);
+    log::debug!("redis-semaphore: listening for wake-ups on {}", hub.channel);
+    // anything published while we were not subscribed is gone: everyone looks again
+    hub.tell_all(Wake::LookAgain);
+    let mut last_heard = Instant::now();
+    loop {
+        if stopped(stop) {
+            hub.set_ready(false);
+            return Ok(());
+        }
+        match ps.get_message() {
+            Ok(msg) => {
+                last_heard = Instant::now();
+                match msg.get_payload::<String>() {
+                    Ok(payload) => hub.dispatch(&payload),
+                    Err(e) => log::warn!("redis-semaphore: unreadable wake-up: {e}"),
+                }
+            }
+            Err(e) if e.is_timeout() => {
+                if last_heard.elapsed() >= HEARTBEAT {
+                    ps.ping::<redis::Value>()?;
+                    last_heard = Instant::now();
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_up_messages_parse() {
+        assert_eq!(
+            parse("G abc 17 0,3"),
+            Some((
+                "abc",
+                Wake::Granted {
+                    token: 17,
+                    slots: vec![0, 3]
+                }
+            ))
+        );
+        assert_eq!(parse("F abc 5"), Some(("abc", Wake::Refused { limit: 5 })));
+        assert_eq!(
+            parse("H abc 250"),
+            Some((
+                "abc",
+                Wake::Head {
+                    retry_after: Some(Duration::from_millis(250))
+                }
+            ))
+        );
+        assert_eq!(
+            parse("H abc -1"),
+            Some(("abc", Wake::Head { retry_after: None }))
+        );
+        assert_eq!(parse("X abc"), None);
+        assert_eq!(parse("G abc notanumber 1"), None);
+    }
+}

@@ -1,0 +1,21 @@
+-- cancel: take waiter ARGV[1] out of the queue (its acquire timed out or was
+-- cancelled).
+--
+-- Reply: {1, token, slot...}   too late: it had been granted (the caller decides to
+--                              keep or release the permit)
+--        {0}                   removed from the queue, or not in it
+--
+-- Keeps: no queue entry is left behind (K4); the waiters behind it are served at once
+-- if it was blocking them (K6).
+
+local id = ARGV[1]
+local st = load(id)
+if st.rec then
+    local dl = tonumber(redis.call('ZSCORE', H, id))
+    if dl and dl > now then return grant_reply(st.rec) end
+end
+if st.wrec then dequeue(st, id) end
+purge(st)
+serve(st)
+save(st)
+return {0}

@@ -1,0 +1,378 @@
+//! Blocking acquire: FIFO order across clients, multi-permit heads, dead waiters,
+//! timeouts, cancellation and wake-ups pushed by Redis.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis_semaphore::{Client, Semaphore};
+use support::{RedisServer, wait_until};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn sem(server: &RedisServer, name: &str, limit: u32) -> Semaphore {
+    Client::open(&server.url())
+        .unwrap()
+        .semaphore(name, limit)
+        .unwrap()
+}
+
+fn queue_reaches(sem: &Semaphore, n: u32) {
+    wait_until(WAIT, &format!("queue length {n}"), || {
+        sem.queue_len().unwrap() == n
+    });
+}
+
+/// Runs the role named by `REDSEM_HELPER`; does nothing in a normal test run.
+#[test]
+fn helper() {
+    let Ok(role) = std::env::var("REDSEM_HELPER") else {
+        return;
+    };
+    let client = Client::open(&std::env::var("REDSEM_URL").unwrap()).unwrap();
+    let sem = client
+        .semaphore_builder(&std::env::var("REDSEM_NAME").unwrap())
+        .limit(1)
+        .lease(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    match role.as_str() {
+        "waiter" => {
+            println!("RESULT waiting");
+            let p = sem.acquire().unwrap();
+            println!("RESULT acquired {}", p.token());
+            thread::sleep(Duration::from_secs(60));
+        }
+        "holder" => {
+            let p = sem.acquire().unwrap();
+            println!("RESULT held {}", p.token());
+            thread::sleep(Duration::from_secs(60));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn spawn_helper(role: &str, server: &RedisServer, name: &str) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["helper", "--exact", "--nocapture", "--test-threads=1"])
+        .env("REDSEM_HELPER", role)
+        .env("REDSEM_URL", server.url())
+        .env("REDSEM_NAME", name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    lines
+        .find(|l| l.as_ref().is_ok_and(|l| l.contains("RESULT ")))
+        .expect("helper said nothing")
+        .unwrap();
+    thread::spawn(move || lines.for_each(drop));
+    child
+}
+
+#[test]
+fn five_waiters_in_separate_clients_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let holder = sem(&server, "fifo", 1);
+    let held = holder.acquire().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let s = sem(&server, "fifo", 1);
+        let order = Arc::clone(&order);
+        waiters.push(thread::spawn(move || {
+            let p = s.acquire().unwrap();
+            order.lock().push(i);
+            p.release().unwrap();
+        }));
+        queue_reaches(&holder, i + 1);
+    }
+    held.release().unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(holder.queue_len().unwrap(), 0);
+}
+
+#[test]
+fn a_three_permit_waiter_at_the_head_is_served_before_later_one_permit_waiters() {
+    let server = RedisServer::start();
+    let s = sem(&server, "multi", 3);
+    let held: Vec<_> = (0..3).map(|_| s.acquire().unwrap()).collect();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |name: &'static str, n: u32| {
+        let s = sem(&server, "multi", 3);
+        let order = Arc::clone(&order);
+        thread::spawn(move || {
+            let p = s.acquire_many(n).unwrap();
+            order.lock().push(name);
+            thread::sleep(Duration::from_millis(5));
+            p.release().unwrap();
+        })
+    };
+    let big = spawn("three", 3);
+    queue_reaches(&s, 1);
+    let small: Vec<_> = (0..3)
+        .map(|i| {
+            let t = spawn(["one-a", "one-b", "one-c"][i], 1);
+            queue_reaches(&s, i as u32 + 2);
+            t
+        })
+        .collect();
+    let mut held = held.into_iter();
+    held.next().unwrap().release().unwrap();
+    // one permit is free, but the head needs three: nobody behind it may take it
+    assert_eq!(s.available().unwrap(), 1);
+    assert_eq!(s.queue_len().unwrap(), 4);
+    assert!(
+        s.try_acquire().unwrap().is_none(),
+        "a try jumped the fair queue"
+    );
+    assert!(order.lock().is_empty());
+    for p in held {
+        p.release().unwrap();
+    }
+    big.join().unwrap();
+    for t in small {
+        t.join().unwrap();
+    }
+    let order = order.lock();
+    assert_eq!(order[0], "three", "{order:?}");
+    assert_eq!(order.len(), 4);
+}
+
+#[test]
+fn an_unfair_semaphore_lets_a_try_jump_the_queue() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let s = client
+        .semaphore_builder("unfair")
+        .limit(2)
+        .fair(false)
+        .build()
+        .unwrap();
+    let a = s.acquire().unwrap();
+    let b = s.acquire().unwrap();
+    let w = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire_many(2).map(|p| p.permits()))
+    };
+    queue_reaches(&s, 1);
+    drop(a);
+    let jumped = s.try_acquire().unwrap();
+    assert!(
+        jumped.is_some(),
+        "an unfair try should take the free permit"
+    );
+    drop((b, jumped));
+    assert_eq!(w.join().unwrap().unwrap(), 2);
+}
+
+#[test]
+fn a_timed_out_waiter_leaves_no_queue_entry() {
+    let server = RedisServer::start();
+    let s = sem(&server, "timeout", 1);
+    let _held = s.acquire().unwrap();
+    let started = Instant::now();
+    assert!(
+        s.acquire_timeout(Duration::from_millis(200))
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(s.queue_len().unwrap(), 0);
+    assert!(
+        s.acquire_many_timeout(1, Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.queue_len().unwrap(), 0);
+}
+
+#[test]
+fn a_cancelled_acquire_returns_none_and_leaves_the_queue() {
+    let server = RedisServer::start();
+    let s = sem(&server, "cancel", 1);
+    let held = s.acquire().unwrap();
+    let (shutdown, cancel) = crossbeam_channel::bounded::<()>(0);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (s, cancel) = (s.clone(), cancel.clone());
+            thread::spawn(move || s.acquire_cancellable(&cancel).unwrap().map(|p| p.token()))
+        })
+        .collect();
+    queue_reaches(&s, 3);
+    drop(shutdown);
+    for w in waiters {
+        assert_eq!(w.join().unwrap(), None);
+    }
+    assert_eq!(s.queue_len().unwrap(), 0);
+    held.release().unwrap();
+    assert_eq!(
+        s.available().unwrap(),
+        1,
+        "a cancelled waiter kept a permit"
+    );
+}
+
+#[test]
+fn raising_the_limit_wakes_a_waiter_promptly() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    // a long lease makes the waiter's fallback look 5 s away: only a push is prompt
+    let s = client
+        .semaphore_builder("raise")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let _held = s.acquire().unwrap();
+    let waiter = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire().map(|p| (Instant::now(), p.slots().to_vec())))
+    };
+    queue_reaches(&s, 1);
+    let raised = Instant::now();
+    s.set_limit(2).unwrap();
+    let (acquired, slots) = waiter.join().unwrap().unwrap();
+    assert!(
+        acquired.duration_since(raised) < Duration::from_secs(2),
+        "woken after {:?}",
+        acquired - raised
+    );
+    assert_eq!(slots, vec![1]);
+}
+
+#[test]
+fn a_release_hands_the_permit_to_the_waiter_in_one_push() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let s = client
+        .semaphore_builder("push")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let other = Client::open(&server.url()).unwrap();
+    let waiting = other
+        .semaphore_builder("push")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let held = s.acquire().unwrap();
+        let w = {
+            let waiting = waiting.clone();
+            thread::spawn(move || waiting.acquire().map(|p| (Instant::now(), p.token())))
+        };
+        queue_reaches(&s, 1);
+        let token = held.token();
+        let released = Instant::now();
+        held.release().unwrap();
+        let (acquired, next) = w.join().unwrap().unwrap();
+        assert!(next > token);
+        assert!(acquired.duration_since(released) < Duration::from_secs(2));
+    }
+}
+
+#[test]
+fn a_crashed_holders_permit_goes_to_the_waiter_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let mut holder = spawn_helper("holder", &server, "crashed");
+    let s = Client::open(&server.url())
+        .unwrap()
+        .semaphore_builder("crashed")
+        .limit(1)
+        .lease(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let waiter = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire().map(|_| Instant::now()))
+    };
+    queue_reaches(&s, 1);
+    holder.kill().unwrap();
+    let killed = Instant::now();
+    holder.wait().unwrap();
+    let acquired = waiter.join().unwrap().unwrap();
+    // the lease had at most 500 ms left; the waiter looks again when it ends
+    let after = acquired.duration_since(killed);
+    assert!(after < Duration::from_millis(500 + 300), "took {after:?}");
+}
+
+#[test]
+fn a_waiter_killed_while_queued_stops_blocking_the_queue_within_its_heartbeat() {
+    let server = RedisServer::start();
+    let s = Client::open(&server.url())
+        .unwrap()
+        .semaphore_builder("deadwaiter")
+        .limit(1)
+        .lease(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let held = s.acquire().unwrap();
+    let mut dead = spawn_helper("waiter", &server, "deadwaiter");
+    queue_reaches(&s, 1);
+    let behind = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire().map(|p| p.token()))
+    };
+    queue_reaches(&s, 2);
+    dead.kill().unwrap();
+    let killed = Instant::now();
+    dead.wait().unwrap();
+    queue_reaches(&s, 1);
+    let gone = killed.elapsed();
+    assert!(
+        gone < Duration::from_millis(500 + 500),
+        "the dead waiter stayed {gone:?}"
+    );
+    let token = held.token();
+    held.release().unwrap();
+    assert!(behind.join().unwrap().unwrap() > token);
+}
+
+#[test]
+fn a_thousand_waiters_in_one_process_use_the_pool_and_one_more_connection() {
+    let server = RedisServer::start();
+    let pool_size = 8;
+    let client = Client::builder()
+        .max_connections(pool_size)
+        .build(&server.url())
+        .unwrap();
+    let s = client.semaphore("crowd", 10).unwrap();
+    let held: Vec<_> = (0..10).map(|_| s.acquire().unwrap()).collect();
+    let waiters: Vec<_> = (0..1000)
+        .map(|_| {
+            let s = s.clone();
+            thread::Builder::new()
+                .stack_size(128 * 1024)
+                .spawn(move || s.acquire().map(|p| p.release()))
+                .unwrap()
+        })
+        .collect();
+    wait_until(Duration::from_secs(60), "1000 waiters queued", || {
+        s.queue_len().unwrap() == 1000
+    });
+    let mut conn = server.conn();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    let connections = list.lines().count() - 1; // minus the one asking
+    assert!(
+        connections <= pool_size as usize + 1,
+        "{connections} connections for 1000 waiters:\n{list}"
+    );
+    drop(held);
+    for w in waiters {
+        w.join().unwrap().unwrap().unwrap();
+    }
+    assert_eq!(s.queue_len().unwrap(), 0);
+    assert_eq!(s.available().unwrap(), 10);
+}
