@@ -99,7 +99,8 @@ impl Hub {
         }
     }
 
-    /// Delivers one message "G id token slots", "F id limit" or "H id retry_ms".
+    /// Delivers one message "G id token slots", "F id limit", "H id retry_ms" or
+    /// "L id" (look again).
     fn dispatch(&self, payload: &str) {
         let Some((id, wake)) = parse(payload) else {
             log::warn!("redis-semaphore: ignoring malformed wake-up {payload:?}");
@@ -138,6 +139,7 @@ fn parse(payload: &str) -> Option<(&str, Wake)> {
         "F" => Wake::Refused {
             limit: f.next()?.parse().ok()?,
         },
+        "L" => Wake::LookAgain,
         "H" => {
             let ms: i64 = f.next()?.parse().ok()?;
             Wake::Head {
@@ -330,6 +332,7 @@ mod tests {
             parse("H abc -1"),
             Some(("abc", Wake::Head { retry_after: None }))
         );
+        assert_eq!(parse("L abc"), Some(("abc", Wake::LookAgain)));
         assert_eq!(parse("X abc"), None);
         assert_eq!(parse("G abc notanumber 1"), None);
     }

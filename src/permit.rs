@@ -59,7 +59,7 @@ impl std::fmt::Display for LostReason {
 #[must_use = "dropping the Permit releases it immediately"]
 #[clippy::has_significant_drop]
 pub struct Permit {
-    pub(crate) sem: Arc<SemInner>,
+    pub(crate) grantor: Arc<dyn Grantor>,
     pub(crate) state: Arc<PermitState>,
     pub(crate) lost_rx: Receiver<LostReason>,
     pub(crate) token: u64,
@@ -96,7 +96,7 @@ impl Permit {
 
     /// The name of the semaphore this permit belongs to.
     pub fn semaphore_name(&self) -> &str {
-        &self.sem.name
+        self.grantor.name()
     }
 
     /// Whether the lease is known to be gone. See [Lost leases](#lost-leases).
@@ -144,27 +144,7 @@ impl Permit {
                 reason,
             });
         }
-        let shared = &self.sem.client.inner.shared;
-        let sent = Instant::now();
-        let renewal =
-            refresher::call_refresh(shared, &self.sem.keys, self.sem.lease, &[self.id()])?;
-        let now = Instant::now();
-        let reason = match renewal {
-            Renewal::Lost(gone) if gone.is_empty() => {
-                self.state.renewed(sent + self.sem.lease);
-                return Ok(());
-            }
-            Renewal::Lost(_) if now >= self.state.valid_until() => LostReason::Expired,
-            Renewal::Lost(_) => LostReason::Released,
-            Renewal::Reset if now >= self.state.valid_until() => LostReason::Expired,
-            Renewal::Reset => LostReason::Reset,
-        };
-        self.state.mark_lost(reason);
-        let reason = self.lost_reason().unwrap_or(reason);
-        Err(Error::PermitLost {
-            id: self.id().to_owned(),
-            reason,
-        })
+        self.grantor.refresh(&self.state)
     }
 
     /// Gives the permits back now and says how it went.
@@ -179,39 +159,75 @@ impl Permit {
     /// In every case the permit is no longer held afterwards.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
-        self.give_back()
+        self.grantor.release(&self.state)
+    }
+}
+
+/// What a [`Permit`] needs from the semaphore that granted it: the leased semaphore of
+/// this crate, or one of the wire-compatible variants.
+pub(crate) trait Grantor: Send + Sync + 'static {
+    /// The semaphore's name.
+    fn name(&self) -> &str;
+    /// Gives the permit back; called once, by `release` or `Drop`.
+    fn release(&self, permit: &PermitState) -> Result<()>;
+    /// Renews the permit's lease; marks it lost when it is gone.
+    fn refresh(&self, permit: &PermitState) -> Result<()>;
+}
+
+impl Grantor for SemInner {
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    fn give_back(&self) -> Result<()> {
-        let client = &self.sem.client.inner;
-        client
-            .shared
-            .registry
-            .lock()
-            .deregister(&self.sem.group, self.id());
-        let mut conn = client.shared.pool.get(Some(client.shared.op_timeout))?;
+    fn refresh(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        let sent = Instant::now();
+        let renewal = refresher::call_refresh(shared, &self.keys, self.lease, &[&permit.id])?;
+        let now = Instant::now();
+        let reason = match renewal {
+            Renewal::Lost(gone) if gone.is_empty() => {
+                permit.renewed(sent + self.lease);
+                return Ok(());
+            }
+            Renewal::Lost(_) if now >= permit.valid_until() => LostReason::Expired,
+            Renewal::Lost(_) => LostReason::Released,
+            Renewal::Reset if now >= permit.valid_until() => LostReason::Expired,
+            Renewal::Reset => LostReason::Reset,
+        };
+        permit.mark_lost(reason);
+        let reason = permit.lost_reason().unwrap_or(reason);
+        Err(Error::PermitLost {
+            id: permit.id.clone(),
+            reason,
+        })
+    }
+
+    fn release(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        shared.registry.lock().deregister(&self.group, &permit.id);
+        let mut conn = shared.pool.get(Some(shared.op_timeout))?;
         let status: i64 = self
-            .sem
             .keys
             .invoke(&scripts::RELEASE)
-            .arg(self.id())
+            .arg(&permit.id)
             .invoke(&mut *conn)
-            .map_err(|e| self.sem.error(e))?;
+            .map_err(|e| self.error(e))?;
         match status {
             1 => Ok(()),
             2 => Err(Error::LeaseExpired {
-                id: self.id().to_owned(),
+                id: permit.id.clone(),
             }),
             0 => {
                 let reason =
-                    self.lost_reason()
-                        .unwrap_or(if Instant::now() >= self.state.valid_until() {
+                    permit
+                        .lost_reason()
+                        .unwrap_or(if Instant::now() >= permit.valid_until() {
                             LostReason::Expired
                         } else {
                             LostReason::Released
                         });
                 Err(Error::PermitLost {
-                    id: self.id().to_owned(),
+                    id: permit.id.clone(),
                     reason,
                 })
             }
@@ -226,7 +242,7 @@ impl Drop for Permit {
             return;
         }
         self.released = true;
-        match self.give_back() {
+        match self.grantor.release(&self.state) {
             Ok(()) => {}
             Err(e @ Error::PermitLost { .. }) if self.is_lost() => {
                 log::debug!("redis-semaphore: dropped a permit already known lost: {e}")
@@ -239,7 +255,7 @@ impl Drop for Permit {
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
-            .field("semaphore", &self.sem.name)
+            .field("semaphore", &self.grantor.name())
             .field("id", &self.id())
             .field("token", &self.token)
             .field("slots", &self.slots)

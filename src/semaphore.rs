@@ -725,7 +725,7 @@ impl Semaphore {
             state.id
         );
         Permit {
-            sem: Arc::clone(&self.inner),
+            grantor: Arc::clone(&self.inner) as Arc<dyn crate::permit::Grantor>,
             state,
             lost_rx,
             token,
