@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: `cargo test --all-targets "$@"`, then the doc tests.
+# Runs the whole test suite: `cargo test --all-targets --features cli "$@"`, then the doc tests.
 #
 # The tests start their own redis-server processes (from PATH, or $REDIS_SERVER_BIN) on free
 # loopback ports and never touch a server they did not start. This script first makes sure
@@ -98,7 +98,7 @@ echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_S
 
 # --- the suite --------------------------------------------------------------------------
 echo "==> unit, integration, example and bench targets"
-run cargo test --all-targets "$@"
+run cargo test --all-targets --features cli "$@"
 echo "==> doc tests"
-run cargo test --doc
+run cargo test --doc --features cli
 echo "==> all tests passed"

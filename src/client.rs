@@ -11,6 +11,7 @@ use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
 use crate::refresher::{self, Registry};
 use crate::semaphore::{Semaphore, SemaphoreBuilder};
+use crate::stats::{Counters, Stats};
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
 /// the leases of this client's permits alive.
@@ -51,6 +52,7 @@ pub(crate) struct Shared {
     /// it then keeps one of the pool's connections).
     pub(crate) redis_client: Option<redis::Client>,
     pub(crate) connect_timeout: Duration,
+    pub(crate) stats: Counters,
 }
 
 pub(crate) struct ClientInner {
@@ -76,6 +78,7 @@ impl ClientInner {
             origin: format!("{}|{}", std::process::id(), host_name()),
             redis_client,
             connect_timeout,
+            stats: Counters::default(),
         });
         let (wake, rx) = crossbeam_channel::unbounded();
         let thread = {
@@ -178,6 +181,48 @@ impl Client {
     /// A builder for semaphore `name`, to set its lease, fairness and refresh.
     pub fn semaphore_builder(&self, name: &str) -> SemaphoreBuilder {
         SemaphoreBuilder::new(self.clone(), name)
+    }
+
+    /// A snapshot of this client's counters: acquires, failed tries, waits and their
+    /// latency, refresh calls and losses, errors. Counting is always on; it costs a
+    /// relaxed atomic add per event.
+    pub fn stats(&self) -> Stats {
+        self.inner.shared.stats.snapshot()
+    }
+
+    /// The names of the semaphores that have keys in Redis now, found with `SCAN`;
+    /// `pattern` is a glob on the name (`*` for all).
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
+        let shared = &self.inner.shared;
+        let mut conn = shared.pool.get(None)?;
+        let mut cursor: u64 = 0;
+        let mut names = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("redsem:{{{pattern}}}:i"))
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut *conn)
+                .map_err(Error::Redis)?;
+            names.extend(
+                keys.iter()
+                    .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix("}:i"))
+                    .map(str::to_owned),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 }
 

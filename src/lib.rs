@@ -46,11 +46,13 @@ mod pool;
 mod refresher;
 mod scripts;
 mod semaphore;
+mod stats;
 
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
-pub use semaphore::{Holder, Semaphore, SemaphoreBuilder};
+pub use semaphore::{Holder, Semaphore, SemaphoreBuilder, Status};
+pub use stats::Stats;
 
 /// The README's examples, compiled as doc-tests.
 #[cfg(doctest)]

@@ -33,6 +33,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::client::Shared;
 use crate::pool::Pool;
+use crate::stats::Counters;
 
 /// How long one read of the subscription may block: bounds how late the thread sees
 /// that it must stop.
@@ -239,6 +240,7 @@ fn connect(shared: &Shared) -> crate::Result<SubConn> {
 
 fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
     let mut backoff = Duration::from_millis(10);
+    let mut failed_before = false;
     loop {
         if stopped(stop) {
             return;
@@ -246,6 +248,7 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
         let mut conn = match connect(shared) {
             Ok(c) => c,
             Err(e) => {
+                failed_before = true;
                 log::warn!("redis-semaphore: wake-up listener cannot connect: {e}");
                 if stop
                     .recv_timeout(backoff)
@@ -257,9 +260,14 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
                 continue;
             }
         };
+        if failed_before {
+            Counters::bump(&shared.stats.reconnects);
+            log::info!("redis-semaphore: wake-up listener reconnected");
+        }
         match listen(conn.get(), hub, stop) {
             Ok(()) => return,
             Err(e) => {
+                failed_before = true;
                 hub.set_ready(false);
                 log::warn!("redis-semaphore: wake-up listener lost its connection: {e}");
                 backoff = Duration::from_millis(10);

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::refresher::{self, PermitState, Renewal};
 use crate::scripts;
 use crate::semaphore::SemInner;
+use crate::stats::Counters;
 
 /// Why a permit's lease is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,6 +162,17 @@ impl Permit {
         self.released = true;
         self.grantor.release(&self.state)
     }
+
+    /// The time left before the lease is known to end, by this process's monotonic
+    /// clock: a lower bound of what the server holds (zero once lost).
+    pub fn lease_left(&self) -> std::time::Duration {
+        if self.is_lost() {
+            return std::time::Duration::ZERO;
+        }
+        self.state
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    }
 }
 
 /// What a [`Permit`] needs from the semaphore that granted it: the leased semaphore of
@@ -194,6 +206,9 @@ impl Grantor for SemInner {
             Renewal::Reset if now >= permit.valid_until() => LostReason::Expired,
             Renewal::Reset => LostReason::Reset,
         };
+        if permit.lost_reason().is_none() {
+            Counters::bump(&shared.stats.lost);
+        }
         permit.mark_lost(reason);
         let reason = permit.lost_reason().unwrap_or(reason);
         Err(Error::PermitLost {
@@ -203,6 +218,26 @@ impl Grantor for SemInner {
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        let result = self.give_back(permit);
+        match &result {
+            Ok(()) => {
+                Counters::bump(&shared.stats.released);
+                log::debug!("redis-semaphore: {} released {}", self.name, permit.id);
+            }
+            Err(e) => {
+                Counters::bump(&shared.stats.release_failed);
+                if matches!(e, Error::Redis(_) | Error::Pool(_)) {
+                    Counters::bump(&shared.stats.errors);
+                }
+            }
+        }
+        result
+    }
+}
+
+impl SemInner {
+    fn give_back(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);
         let mut conn = shared.pool.get(Some(shared.op_timeout))?;

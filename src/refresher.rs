@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use crate::client::Shared;
 use crate::permit::LostReason;
 use crate::scripts::{self, Keys};
+use crate::stats::Counters;
 
 /// How soon a failed renewal is tried again (bounded by the group's period).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
@@ -252,11 +253,17 @@ fn tick(shared: &Shared) {
     let now = Instant::now();
     let (batches, expired) = shared.registry.lock().take_due(now);
     for p in expired {
+        count_loss(shared, &p);
         p.mark_lost(LostReason::Expired);
     }
     for batch in batches {
+        Counters::bump(&shared.stats.refresh_calls);
         let (lost, failed) = renew(shared, &batch);
+        if failed {
+            Counters::bump(&shared.stats.refresh_failed);
+        }
         for p in &lost {
+            count_loss(shared, &p.1);
             p.1.mark_lost(p.0);
         }
         let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
@@ -264,6 +271,13 @@ fn tick(shared: &Shared) {
             .registry
             .lock()
             .settle(&batch.key, &lost, failed, Instant::now());
+    }
+}
+
+/// Counts the loss of a permit (not of a waiter's heartbeat), once.
+fn count_loss(shared: &Shared, p: &PermitState) {
+    if p.lost_reason().is_none() && !p.id.starts_with("w:") {
+        Counters::bump(&shared.stats.lost);
     }
 }
 

@@ -10,6 +10,7 @@ use crate::listener::{Hub, Wake};
 use crate::permit::{LostReason, Permit};
 use crate::refresher::{GroupKey, PermitState};
 use crate::scripts::{self, Keys};
+use crate::stats::Counters;
 
 /// How often a waiter looks again while the wake-up listener is not subscribed.
 const NO_PUSH_POLL: Duration = Duration::from_millis(50);
@@ -56,6 +57,8 @@ pub(crate) struct SemInner {
     pub(crate) group: GroupKey,
     /// The refresher group of this handle's waiter heartbeats (always renewed).
     pub(crate) wait_group: GroupKey,
+    /// "pid|host|label", recorded with every grant.
+    pub(crate) origin: String,
 }
 
 impl SemInner {
@@ -84,6 +87,29 @@ pub struct Holder {
     pub acquired_at: SystemTime,
     /// How much of its lease is left, by the Redis server's clock.
     pub lease_left: Duration,
+    /// The label the holder's semaphore handle carried, if any
+    /// ([`SemaphoreBuilder::label`]).
+    pub label: Option<String>,
+}
+
+/// The state of a semaphore, as [`Semaphore::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Status {
+    /// The limit in force: the stored one, else the asking handle's.
+    pub limit: u32,
+    /// The limit stored by [`Semaphore::set_limit`], if any.
+    pub stored_limit: Option<u32>,
+    /// The limit the last acquiring client passed, if known.
+    pub client_limit: Option<u32>,
+    /// Permits held by unexpired holders.
+    pub held: u32,
+    /// Permits free now (0 while a lowered limit is still exceeded).
+    pub available: u32,
+    /// Acquires queued, waiting.
+    pub queued: u32,
+    /// Whether the semaphore has keys in Redis (it is or was recently in use).
+    pub exists: bool,
 }
 
 /// Settings of a [`Semaphore`], from [`Client::semaphore_builder`].
@@ -107,6 +133,7 @@ pub struct SemaphoreBuilder {
     refresh_every: Option<Duration>,
     fair: bool,
     auto_refresh: bool,
+    label: String,
 }
 
 impl SemaphoreBuilder {
@@ -119,7 +146,17 @@ impl SemaphoreBuilder {
             refresh_every: None,
             fair: true,
             auto_refresh: true,
+            label: String::new(),
         }
+    }
+
+    /// A short label recorded with every permit granted through this handle, for
+    /// operators: [`Semaphore::holders`] and the `redis-semaphore status` command show
+    /// it (for example a job id or a service name). At most 100 bytes, no line breaks.
+    /// Defaults to none. See also [`Semaphore::with_label`].
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
     }
 
     /// How many permits may be held at once. Required.
@@ -189,6 +226,8 @@ impl SemaphoreBuilder {
         if refresh_every.is_zero() || refresh_every >= self.lease {
             return invalid("refresh interval must be above zero and shorter than the lease");
         }
+        check_label(&self.label)?;
+        let origin = format!("{}|{}", self.client.inner.shared.origin, self.label);
         let keys = Arc::new(Keys::new(&self.name));
         let group = GroupKey {
             name: Arc::from(self.name.as_str()),
@@ -211,6 +250,7 @@ impl SemaphoreBuilder {
                 auto_refresh: self.auto_refresh,
                 group,
                 wait_group,
+                origin,
             }),
         })
     }
@@ -298,6 +338,32 @@ impl Semaphore {
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// A handle to the same semaphore whose permits carry `label` (see
+    /// [`SemaphoreBuilder::label`]); this handle is unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a label over 100 bytes or with a line break.
+    pub fn with_label(&self, label: &str) -> Result<Semaphore> {
+        check_label(label)?;
+        let inner = &self.inner;
+        Ok(Semaphore {
+            inner: Arc::new(SemInner {
+                client: inner.client.clone(),
+                name: inner.name.clone(),
+                keys: Arc::clone(&inner.keys),
+                limit: inner.limit,
+                lease: inner.lease,
+                refresh_every: inner.refresh_every,
+                fair: inner.fair,
+                auto_refresh: inner.auto_refresh,
+                group: inner.group.clone(),
+                wait_group: inner.wait_group.clone(),
+                origin: format!("{}|{label}", inner.client.inner.shared.origin),
+            }),
+        })
     }
 
     /// The lease of permits granted through this handle.
@@ -421,6 +487,16 @@ impl Semaphore {
         self.wait_for(n, None, cancel)
     }
 
+    /// Limit, permits held and free, queue length, in one round trip.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
+    pub fn status(&self) -> Result<Status> {
+        let reply = self.inspect("count")?;
+        Ok(parse_status(&reply)?.0)
+    }
+
     /// How many acquires are queued, waiting, across all clients.
     pub fn queue_len(&self) -> Result<u32> {
         Ok(self.counts()?.2)
@@ -466,13 +542,13 @@ impl Semaphore {
     /// Every unexpired holder, ordered by lease deadline (soonest first).
     pub fn holders(&self) -> Result<Vec<Holder>> {
         let reply = self.inspect("holders")?;
-        let (_, _, rest) = split_counts(&reply)?;
+        let (_, rest) = parse_status(&reply)?;
         let now = rest
-            .get(1)
+            .first()
             .map(int)
             .transpose()?
             .ok_or_else(|| bad("holders: no time"))?;
-        let rest = &rest[2..];
+        let rest = &rest[1..];
         if rest.len() % 3 != 0 {
             return Err(bad("holders: ragged list"));
         }
@@ -550,6 +626,26 @@ impl Semaphore {
         let ready_by = Instant::now() + client.shared.op_timeout;
         hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
         let mut waiter = Waiter::new(self, hub, id);
+        let stats = &client.shared.stats;
+        Counters::bump(&stats.waits);
+        let started = Instant::now();
+        let result = self.wait_queued(n, deadline, cancel, &mut waiter);
+        match &result {
+            Ok(Some(_)) => stats.waited(started.elapsed()),
+            Ok(None) => Counters::bump(&stats.wait_gave_up),
+            Err(_) => Counters::bump(&stats.errors),
+        }
+        result
+    }
+
+    /// The queued part of [`wait_for`](Semaphore::wait_for).
+    fn wait_queued<T>(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: &Receiver<T>,
+        waiter: &mut Waiter<'_>,
+    ) -> Result<Option<Permit>> {
         let fallback = self
             .inner
             .lease
@@ -610,7 +706,7 @@ impl Semaphore {
 
     /// Leaves the queue. A grant that raced the cancellation is kept when `keep` (a
     /// timeout at the very moment of the hand-off), else given back.
-    fn give_up(&self, mut waiter: Waiter<'_>, keep: bool) -> Result<Option<Permit>> {
+    fn give_up(&self, waiter: &mut Waiter<'_>, keep: bool) -> Result<Option<Permit>> {
         let reply = self.run_cancel(&waiter.id);
         waiter.finish();
         match reply? {
@@ -650,7 +746,6 @@ impl Semaphore {
     /// One run of the acquire script for permit id `id`.
     fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str) -> Result<Attempt> {
         let sem = &self.inner;
-        let shared = &sem.client.inner.shared;
         let lease_ms = sem.group.lease_ms;
         let mut conn = self.conn()?;
         let sent = Instant::now();
@@ -662,7 +757,7 @@ impl Semaphore {
             .arg(sem.limit)
             .arg(lease_ms)
             .arg(scripts::pad_ms(lease_ms))
-            .arg(format!("{}|", shared.origin))
+            .arg(&sem.origin)
             .arg(match mode {
                 Mode::Try => "t",
                 Mode::Wait => "w",
@@ -674,6 +769,7 @@ impl Semaphore {
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
+                Counters::bump(&sem.client.inner.shared.stats.errors);
                 if e.is_timeout() || e.is_connection_dropped() {
                     // The script may have run: give back whatever it granted.
                     self.release_quietly(id);
@@ -681,6 +777,9 @@ impl Semaphore {
                 return Err(sem.error(e));
             }
         };
+        if matches!(mode, Mode::Try) && reply.first() == Some(&0) {
+            Counters::bump(&sem.client.inner.shared.stats.try_failed);
+        }
         match reply.as_slice() {
             [1, token, slots @ ..] if slots.len() == n as usize => {
                 let slots = slots
@@ -719,6 +818,7 @@ impl Semaphore {
         if nudge {
             client.nudge();
         }
+        Counters::bump(&client.shared.stats.acquired);
         log::debug!(
             "redis-semaphore: {} granted {n} permit(s) to {}",
             sem.name,
@@ -797,14 +897,8 @@ impl Semaphore {
     }
 
     fn counts(&self) -> Result<(u32, u32, u32)> {
-        let reply = self.inspect("count")?;
-        let (limit, used, rest) = split_counts(&reply)?;
-        let queued = rest.first().map(int).transpose()?.unwrap_or(0);
-        Ok((
-            limit,
-            used,
-            u32::try_from(queued).map_err(|_| bad("queue length out of range"))?,
-        ))
+        let s = self.status()?;
+        Ok((s.limit, s.held, s.queued))
     }
 }
 
@@ -818,6 +912,15 @@ impl std::fmt::Debug for Semaphore {
             .field("auto_refresh", &self.inner.auto_refresh)
             .finish()
     }
+}
+
+fn check_label(label: &str) -> Result<()> {
+    if label.len() > 100 || label.contains(['\n', '\r']) {
+        return Err(Error::InvalidArgument(
+            "a label is at most 100 bytes, without line breaks".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn new_id() -> String {
@@ -847,15 +950,29 @@ fn text(v: &Value) -> Result<String> {
     }
 }
 
-fn split_counts(reply: &[Value]) -> Result<(u32, u32, &[Value])> {
-    match reply {
-        [limit, used, rest @ ..] => {
-            let limit = u32::try_from(int(limit)?).map_err(|_| bad("limit out of range"))?;
-            let used = u32::try_from(int(used)?).map_err(|_| bad("used out of range"))?;
-            Ok((limit, used, rest))
-        }
-        _ => Err(bad("short reply")),
-    }
+/// Parses the header {limit, used, queued, stored, client, exists} of an inspect reply.
+fn parse_status(reply: &[Value]) -> Result<(Status, &[Value])> {
+    let [limit, used, queued, stored, client, exists, rest @ ..] = reply else {
+        return Err(bad("short reply"));
+    };
+    let count = |v: &Value, what: &str| -> Result<u32> {
+        u32::try_from(int(v)?).map_err(|_| bad(&format!("{what} out of range")))
+    };
+    let optional = |v: &Value| -> Result<Option<u32>> { Ok(u32::try_from(int(v)?).ok()) };
+    let limit = count(limit, "limit")?;
+    let held = count(used, "used")?;
+    Ok((
+        Status {
+            limit,
+            stored_limit: optional(stored)?,
+            client_limit: optional(client)?,
+            held,
+            available: limit.saturating_sub(held),
+            queued: count(queued, "queue length")?,
+            exists: int(exists)? == 1,
+        },
+        rest,
+    ))
 }
 
 /// Parses a holder record "permits|token|slots|acquired_ms|pid|host|label".
@@ -883,6 +1000,7 @@ fn parse_holder(id: String, record: &str, deadline: i64, now: i64) -> Result<Hol
         acquired_at: UNIX_EPOCH + Duration::from_millis(num(f[3])?),
         pid: num(f[4])? as u32,
         host: f[5].to_owned(),
+        label: f.get(6).filter(|l| !l.is_empty()).map(|l| (*l).to_owned()),
         lease_left: Duration::from_millis(deadline.saturating_sub(now).max(0) as u64),
     })
 }

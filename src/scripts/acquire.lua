@@ -23,6 +23,7 @@ local id, n, lease, pad = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4]), tonumbe
 local origin, mode, fair, chan = ARGV[6], ARGV[7], ARGV[8] == '1', ARGV[9]
 local st = load(id)
 local limit = st.limit or tonumber(ARGV[3])
+st.climit = ARGV[3]
 
 if st.rec then
     local dl = tonumber(redis.call('ZSCORE', H, id))

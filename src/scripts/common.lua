@@ -14,6 +14,8 @@
 --                                      'mind'  lower bound of the earliest deadline in h
 --                                      'qn'    number of queued waiters
 --                                      'qseq'  last arrival ticket of the queue
+--                                      'cl'    the limit the last acquiring client
+--                                              passed (shown to operators)
 --                                      <id>    holder record, see below
 --                                      'w:'..<id>  waiter record, see below
 --   KEYS[3]  redsem:{NAME}:s  string  bitmap: bit k is 1 while slot k is occupied
@@ -81,6 +83,10 @@ end
 local function save(st)
     if #st.del > 0 then redis.call('HDEL', I, unpack(st.del)) end
     if not st.dirty and #st.put == 0 then return end
+    if st.climit then
+        st.put[#st.put + 1] = 'cl'
+        st.put[#st.put + 1] = st.climit
+    end
     redis.call('HSET', I, 'used', st.used, 'ctr', int(st.ctr), 'mind', int(st.mind),
         'exp', int(st.exp), 'qn', st.qn, 'qseq', int(st.qseq), unpack(st.put))
 end

@@ -1,0 +1,273 @@
+//! `redis-semaphore`: see and act on semaphores without writing code.
+//!
+//! ```text
+//! redis-semaphore [--url URL] [--json] status NAME
+//! redis-semaphore [--url URL] [--json] list [PATTERN]
+//! redis-semaphore [--url URL] set-limit NAME N
+//! redis-semaphore [--url URL] release NAME ID
+//! redis-semaphore [--url URL] watch NAME
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand};
+use redis_semaphore::{Client, Error, Holder, Semaphore, Status};
+use serde_json::{Value, json};
+
+/// Inspect and operate redis-semaphore semaphores.
+#[derive(Parser, Debug)]
+#[command(
+    name = "redis-semaphore",
+    version,
+    about = "Inspect and operate redis-semaphore semaphores"
+)]
+struct Cli {
+    /// Redis URL (redis://host:port/db, rediss://, unix://).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    url: String,
+    /// Print JSON instead of text, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Limit, permits held and free, queue length, and every holder.
+    Status {
+        /// The semaphore's name.
+        name: String,
+    },
+    /// The semaphores that have keys in Redis, found with SCAN.
+    List {
+        /// A glob on the names.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Store a limit that every client of the semaphore obeys.
+    SetLimit {
+        /// The semaphore's name.
+        name: String,
+        /// The new limit (at least 1).
+        limit: u32,
+    },
+    /// Release a holder's permit, whoever holds it.
+    Release {
+        /// The semaphore's name.
+        name: String,
+        /// The permit id (from `status`).
+        id: String,
+    },
+    /// Redraw the status every second until Ctrl-C.
+    Watch {
+        /// The semaphore's name.
+        name: String,
+        /// Stop after this many screens (default: never).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("redis-semaphore: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, String> {
+    let client = Client::builder()
+        .max_connections(2)
+        .connect_timeout(Duration::from_secs(2))
+        .checkout_timeout(Duration::from_secs(3))
+        .build(&cli.url)
+        .map_err(|e| format!("bad URL {:?}: {e}", cli.url))?;
+    let reach = |e: Error| match e {
+        Error::Pool(_) | Error::Redis(_) => format!("cannot talk to Redis at {}: {e}", cli.url),
+        other => other.to_string(),
+    };
+    let open = |name: &str| client.semaphore(name, 1).map_err(|e| e.to_string());
+    match &cli.command {
+        Command::Status { name } => {
+            let sem = open(name)?;
+            let (status, holders) = snapshot(&sem).map_err(reach)?;
+            if !status.exists {
+                return Err(format!(
+                    "no semaphore {name:?} at {} (it has no keys in Redis)",
+                    cli.url
+                ));
+            }
+            if cli.json {
+                println!("{}", status_json(name, &status, &holders));
+            } else {
+                print!("{}", status_text(name, &status, &holders));
+            }
+        }
+        Command::List { pattern } => {
+            let names = client.list_semaphores(pattern).map_err(reach)?;
+            let mut rows = Vec::new();
+            for name in &names {
+                let status = open(name)?.status().map_err(reach)?;
+                rows.push((name, status));
+            }
+            if cli.json {
+                let list: Vec<Value> = rows
+                    .iter()
+                    .map(|(name, s)| {
+                        json!({"name": name, "limit": limit_of(s), "held": s.held, "queued": s.queued})
+                    })
+                    .collect();
+                println!("{}", Value::Array(list));
+            } else if rows.is_empty() {
+                println!("no semaphores match {pattern:?}");
+            } else {
+                println!(
+                    "{:<40} {:>6} {:>6} {:>6}",
+                    "NAME", "HELD", "LIMIT", "QUEUED"
+                );
+                for (name, s) in &rows {
+                    println!(
+                        "{name:<40} {:>6} {:>6} {:>6}",
+                        s.held,
+                        show(limit_of(s)),
+                        s.queued
+                    );
+                }
+            }
+        }
+        Command::SetLimit { name, limit } => {
+            open(name)?.set_limit(*limit).map_err(reach)?;
+            if cli.json {
+                println!("{}", json!({"name": name, "limit": limit}));
+            } else {
+                println!("limit of {name} set to {limit}");
+            }
+        }
+        Command::Release { name, id } => {
+            let released = open(name)?.force_release(id).map_err(reach)?;
+            if cli.json {
+                println!("{}", json!({"name": name, "id": id, "released": released}));
+            }
+            if !released {
+                if !cli.json {
+                    eprintln!("redis-semaphore: {name} has no holder {id}");
+                }
+                return Ok(ExitCode::from(1));
+            }
+            if !cli.json {
+                println!("released {id} from {name}");
+            }
+        }
+        Command::Watch { name, count } => {
+            let sem = open(name)?;
+            let mut shown = 0;
+            loop {
+                let (status, holders) = snapshot(&sem).map_err(reach)?;
+                if cli.json {
+                    println!("{}", status_json(name, &status, &holders));
+                } else {
+                    // clear the screen, cursor home
+                    print!("\x1b[2J\x1b[H{}", status_text(name, &status, &holders));
+                    println!("\n(refreshing every second; Ctrl-C to quit)");
+                }
+                shown += 1;
+                if count.is_some_and(|c| shown >= c) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn snapshot(sem: &Semaphore) -> Result<(Status, Vec<Holder>), Error> {
+    let holders = sem.holders()?;
+    let status = sem.status()?;
+    Ok((status, holders))
+}
+
+/// The limit clients use: the stored one, else the one the last acquiring client passed.
+fn limit_of(s: &Status) -> Option<u32> {
+    s.stored_limit.or(s.client_limit)
+}
+
+fn show(v: Option<u32>) -> String {
+    v.map_or_else(|| "?".into(), |v| v.to_string())
+}
+
+fn age(h: &Holder) -> Duration {
+    SystemTime::now()
+        .duration_since(h.acquired_at)
+        .unwrap_or_default()
+}
+
+fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
+    let limit = limit_of(s);
+    let source = match (s.stored_limit, s.client_limit) {
+        (Some(_), _) => "stored with set-limit",
+        (None, Some(_)) => "passed by the clients",
+        (None, None) => "unknown: no client has acquired yet",
+    };
+    let available = limit.map(|l| l.saturating_sub(s.held));
+    let mut out = format!(
+        "semaphore {name}\n  limit      {} ({source})\n  held       {}\n  available  {}\n  queued     {}\n",
+        show(limit),
+        s.held,
+        show(available),
+        s.queued
+    );
+    if holders.is_empty() {
+        out.push_str("  no holders\n");
+        return out;
+    }
+    out.push_str(&format!(
+        "\n  {:<36}  {:>7}  {:>17}  {:<8}  {:>9}  {:>10}  {:<20}  {}\n",
+        "ID", "PERMITS", "TOKEN", "SLOTS", "AGE", "LEASE LEFT", "HOST/PID", "LABEL"
+    ));
+    for h in holders {
+        let slots: Vec<String> = h.slots.iter().map(u32::to_string).collect();
+        out.push_str(&format!(
+            "  {:<36}  {:>7}  {:>17}  {:<8}  {:>8.1}s  {:>9.1}s  {:<20}  {}\n",
+            h.id,
+            h.permits,
+            h.token,
+            slots.join(","),
+            age(h).as_secs_f64(),
+            h.lease_left.as_secs_f64(),
+            format!("{}/{}", h.host, h.pid),
+            h.label.as_deref().unwrap_or("-"),
+        ));
+    }
+    out
+}
+
+fn status_json(name: &str, s: &Status, holders: &[Holder]) -> Value {
+    let limit = limit_of(s);
+    json!({
+        "name": name,
+        "limit": limit,
+        "stored_limit": s.stored_limit,
+        "client_limit": s.client_limit,
+        "held": s.held,
+        "available": limit.map(|l| l.saturating_sub(s.held)),
+        "queued": s.queued,
+        "holders": holders.iter().map(|h| json!({
+            "id": h.id,
+            "permits": h.permits,
+            "token": h.token,
+            "slots": h.slots,
+            "host": h.host,
+            "pid": h.pid,
+            "label": h.label,
+            "age_ms": age(h).as_millis() as u64,
+            "lease_left_ms": h.lease_left.as_millis() as u64,
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,151 @@
+//! The `redis-semaphore` command against a private redis-server (needs `--features cli`).
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use redis_semaphore::Client;
+use support::RedisServer;
+
+fn cli(server: &RedisServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .arg("--url")
+        .arg(server.url())
+        .args(args)
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn status_shows_the_holders_the_library_created() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("acct:42")
+        .limit(5)
+        .label("job-17")
+        .build()
+        .unwrap();
+    let one = sem.acquire().unwrap();
+    let two = sem.acquire_many(2).unwrap();
+    let text = stdout(&cli(&server, &["status", "acct:42"]));
+    assert!(text.contains("limit      5"), "{text}");
+    assert!(text.contains("held       3"), "{text}");
+    assert!(text.contains("available  2"), "{text}");
+    for p in [&one, &two] {
+        assert!(text.contains(p.id()), "{text}");
+        assert!(text.contains(&p.token().to_string()), "{text}");
+    }
+    assert!(text.contains("job-17"), "{text}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&server, &["--json", "status", "acct:42"]))).unwrap();
+    assert_eq!(json["limit"], 5);
+    assert_eq!(json["held"], 3);
+    assert_eq!(json["queued"], 0);
+    let holders = json["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 2);
+    let h = holders.iter().find(|h| h["id"] == two.id()).unwrap();
+    assert_eq!(h["permits"], 2);
+    assert_eq!(h["token"], two.token());
+    assert_eq!(h["slots"], serde_json::json!([1, 2]));
+    assert_eq!(h["pid"], std::process::id());
+    assert_eq!(h["label"], "job-17");
+    assert!(h["lease_left_ms"].as_u64().unwrap() > 5_000);
+}
+
+#[test]
+fn release_frees_a_holder_and_the_library_sees_it() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client.semaphore("rel", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    let out = stdout(&cli(&server, &["release", "rel", held.id()]));
+    assert!(out.contains(held.id()), "{out}");
+    assert!(sem.try_acquire().unwrap().is_some());
+    let again = cli(&server, &["release", "rel", held.id()]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no holder"));
+}
+
+#[test]
+fn set_limit_changes_what_the_library_sees() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client.semaphore("lim", 1).unwrap();
+    let _held = sem.acquire().unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    stdout(&cli(&server, &["set-limit", "lim", "3"]));
+    assert_eq!(sem.limit().unwrap(), 3);
+    assert!(sem.try_acquire().unwrap().is_some());
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&server, &["--json", "status", "lim"]))).unwrap();
+    assert_eq!(json["stored_limit"], 3);
+}
+
+#[test]
+fn list_and_watch_find_the_semaphores() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let a = client.semaphore("jobs:a", 2).unwrap();
+    let b = client.semaphore("jobs:b", 4).unwrap();
+    let _pa = a.acquire().unwrap();
+    let _pb = b.acquire().unwrap();
+    let text = stdout(&cli(&server, &["list"]));
+    assert!(text.contains("jobs:a") && text.contains("jobs:b"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&server, &["--json", "list", "jobs:*"]))).unwrap();
+    let names: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["jobs:a", "jobs:b"]);
+    let watched = stdout(&cli(&server, &["watch", "jobs:b", "--count", "2"]));
+    assert_eq!(watched.matches("semaphore jobs:b").count(), 2, "{watched}");
+}
+
+#[test]
+fn a_wrong_url_or_an_unknown_semaphore_is_a_clear_message_and_a_failure() {
+    let server = RedisServer::start();
+    let unknown = cli(&server, &["status", "nobody"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no semaphore \"nobody\""));
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again: nothing listens there
+    let started = std::time::Instant::now();
+    let down = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args([
+            "--url",
+            &format!("redis://127.0.0.1:{port}/"),
+            "status",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(down.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&down.stderr).contains("cannot talk to Redis"));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let bad = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args(["--url", "not a url", "status", "x"])
+        .output()
+        .unwrap();
+    assert_ne!(bad.status.code(), Some(0));
+}
