@@ -19,18 +19,111 @@
 //! # Ok::<(), redis_semaphore::Error>(())
 //! ```
 //!
+//! # Blocking, timeouts and cancellation
+//!
+//! [`try_acquire`](Semaphore::try_acquire) makes one round trip and never waits:
+//! `Ok(None)` means no permit is free. [`acquire`](Semaphore::acquire) waits as long as
+//! it takes, [`acquire_timeout`](Semaphore::acquire_timeout) at most a given time, and
+//! [`acquire_cancellable`](Semaphore::acquire_cancellable) until a crossbeam receiver
+//! fires (for shutdown). The `_many` forms take several permits at once; asking for
+//! more than the limit is an error at once, never an endless wait.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
+//! let sem = client.semaphore("reports", 3)?;
+//! match sem.acquire_many_timeout(2, Duration::from_millis(500))? {
+//!     Some(permit) => assert_eq!(permit.permits(), 2),
+//!     None => eprintln!("busy, try later"),
+//! }
+//! # Ok::<(), redis_semaphore::Error>(())
+//! ```
+//!
+//! # Fairness and wake-ups
+//!
+//! Blocked acquires queue in arrival order across every client and process
+//! (`fair(true)`, the default); a `try_acquire` does not jump ahead of them, and a
+//! waiter for several permits at the head of the queue keeps what frees up until it has
+//! enough, so a stream of small acquires cannot starve it. With `fair(false)` a
+//! `try_acquire` takes a free permit even while others wait.
+//!
+//! Waiters do not poll. A release (or a raised limit, or the purge of an expired
+//! holder) hands the permits to the head of the queue inside the same script and
+//! publishes the grant on the waiting client's channel; one listener thread and
+//! connection per client serves all its waiters. The head waiter also looks again at
+//! the moment the earliest lease ends, so a crashed holder's permit goes to it then.
+//! A queued waiter has a heartbeat of one lease, renewed by the client's background
+//! thread: a waiter whose process dies leaves the queue within about one lease.
+//!
+//! # Leases and refresh
+//!
+//! A permit is a lease (10 s by default, [`SemaphoreBuilder::lease`]). While the
+//! [`Permit`] lives, the client's background thread renews it every third of the lease,
+//! with one script call per semaphore for all of the client's permits. With
+//! [`auto_refresh(false)`](SemaphoreBuilder::auto_refresh) the lease ends `lease` after
+//! the grant unless [`Permit::refresh`] is called, as in the book's semaphores.
+//!
+//! # Lost leases and fencing
+//!
+//! A lease can end while its `Permit` is still held: the process stalled for longer
+//! than the lease, Redis was unreachable, an operator force-released it, or the server
+//! lost its data. [`Permit::lost`] then fires (usable in `crossbeam_channel::select!`)
+//! and [`Permit::is_lost`] turns true:
+//!
+//! - when Redis says the permit is gone (force release, server reset): at the next
+//!   renewal, within one refresh interval (a third of the lease by default);
+//! - when Redis cannot be reached: once the lease must have run out by this process's
+//!   monotonic clock, counted from when the last successful renewal was *sent*, which
+//!   is never later than the server's own deadline.
+//!
+//! Between the real end of a lease and that moment, another holder may already have
+//! the slot. Work that must never overlap is fenced downstream: each grant carries a
+//! [`token`](Permit::token), strictly increasing per semaphore, and the
+//! [`slots`](Permit::slots) it occupies. A resource that remembers the highest token
+//! it has accepted *per slot* and refuses lower ones is safe from a holder whose lease
+//! ran out (a single global token cannot fence N concurrent holders; per slot it can).
+//!
+//! ```no_run
+//! # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
+//! # let sem = client.semaphore("stream:orders", 1)?;
+//! let permit = sem.acquire()?;
+//! let ticks = crossbeam_channel::tick(std::time::Duration::from_millis(100));
+//! loop {
+//!     crossbeam_channel::select! {
+//!         recv(permit.lost()) -> reason => { eprintln!("lease lost: {reason:?}"); break }
+//!         recv(ticks) -> _ => { /* write with (permit.slots()[0], permit.token()) */ }
+//!     }
+//! }
+//! # Ok::<(), redis_semaphore::Error>(())
+//! ```
+//!
+//! # Operating it
+//!
+//! [`Semaphore::holders`] lists who holds what (id, permits, token, slots, host, pid,
+//! label, age, lease left), [`Semaphore::status`] the counts,
+//! [`Semaphore::force_release`] and [`Semaphore::set_limit`] act, and
+//! [`Client::stats`] counts what the client did. The `redis-semaphore` command (feature
+//! `cli`) does the same from a shell.
+//!
 //! # How it works
 //!
 //! Every operation is one Lua script, one round trip: an acquire purges expired
 //! holders, checks the limit and records the grant atomically, with the lease deadline
 //! computed from the Redis server's `TIME`, never the client's clock. All keys of a
 //! semaphore share the hash tag `{name}` (Redis Cluster ready) and carry a TTL past the
-//! last lease. Each grant gets a fencing [`token`](Permit::token), strictly increasing
-//! per semaphore, and the [`slots`](Permit::slots) it occupies (lowest free first).
+//! last lease. Each script is safe to run twice for the same permit id (a timed-out
+//! command may have run; a resent one must not take a second permit or free someone
+//! else's).
+//!
+//! # Feature flags
+//!
+//! - `cli`: builds the `redis-semaphore` command-line inspector (pulls in `clap` and
+//!   `serde_json`). Off by default.
 //!
 //! # Requirements
 //!
-//! Redis 6.2 or later (the scripts use `ZMSCORE`).
+//! Redis 6.2 or later (the scripts use `ZMSCORE`), without an evicting
+//! `maxmemory-policy` for the semaphore's keys (an evicted key would drop holders).
 #![warn(
     missing_docs,
     missing_debug_implementations,
