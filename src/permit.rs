@@ -146,8 +146,13 @@ impl Permit {
         }
         let shared = &self.sem.client.inner.shared;
         let sent = Instant::now();
-        let renewal =
-            refresher::call_refresh(shared, &self.sem.keys, self.sem.lease, &[self.id()])?;
+        let renewal = refresher::call_refresh(
+            shared,
+            &self.sem.keys,
+            self.sem.lease,
+            &[self.id()],
+            shared.op_timeout,
+        )?;
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
