@@ -16,9 +16,9 @@
 //! - **Loss is declared on time, also when Redis hangs or refuses connections.** The
 //!   thread wakes at the earliest such deadline of any permit, and it never waits on
 //!   Redis (pool checkout, command read or write) past the earliest deadline still ahead
-//!   when a tick starts (nor longer than the operation timeout, nor less than
-//!   [`MIN_WAIT`]). So `lost()` fires at the deadline, give or take `MIN_WAIT`, not when
-//!   a dead server's timeouts run out.
+//!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
+//!   that passes during a call is declared right after that call. So `lost()` fires at
+//!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops
@@ -290,7 +290,7 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
 
 fn tick(shared: &Shared) {
     let now = Instant::now();
-    let (batches, expired, horizon) = {
+    let (batches, expired, mut horizon) = {
         let mut registry = shared.registry.lock();
         // First the permits already past their deadline, so none of them is renewed.
         let mut expired = registry.take_expired(now);
@@ -319,10 +319,19 @@ fn tick(shared: &Shared) {
             .registry
             .lock()
             .settle(&batch.key, &lost, failed, Instant::now());
-    }
-    let expired = shared.registry.lock().take_expired(Instant::now());
-    for p in expired {
-        p.mark_lost(LostReason::Expired);
+        // A deadline passed while this batch waited: declare those losses now, not after
+        // the tick's other batches, and give the next batches the next deadline.
+        let now = Instant::now();
+        if horizon.is_some_and(|t| now >= t) {
+            let expired = {
+                let mut registry = shared.registry.lock();
+                horizon = registry.earliest_deadline_after(now);
+                registry.take_expired(now)
+            };
+            for p in expired {
+                p.mark_lost(LostReason::Expired);
+            }
+        }
     }
 }
 
