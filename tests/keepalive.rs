@@ -451,13 +451,14 @@ fn an_unreachable_server_fires_lost_by_the_clients_clock_and_the_refresher_survi
     again.release().unwrap();
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`) to the server process.
+/// Sends `signal` (`-STOP`, `-CONT`) to the server process, with the shell's own `kill`
+/// (no procps needed).
 fn signal(server: &RedisServer, signal: &str) {
     let pid = server.pid().expect("the server runs").to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
+    let status = std::process::Command::new("sh")
+        .args(["-c", &format!("kill {signal} {pid}")])
         .status()
-        .expect("run kill");
+        .expect("run sh -c kill");
     assert!(status.success(), "kill {signal} {pid}");
 }
 
