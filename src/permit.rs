@@ -194,7 +194,13 @@ impl Grantor for SemInner {
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
         let sent = Instant::now();
-        let renewal = refresher::call_refresh(shared, &self.keys, self.lease, &[&permit.id])?;
+        let renewal = refresher::call_refresh(
+            shared,
+            &self.keys,
+            self.lease,
+            &[&permit.id],
+            shared.op_timeout,
+        )?;
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {

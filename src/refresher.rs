@@ -13,6 +13,12 @@
 //!   its id is gone, or when, by this process's monotonic clock, its lease must have run
 //!   out since the last renewal that succeeded (measured from when that renewal was
 //!   *sent*, so the client's idea of the deadline is never later than the server's).
+//! - **Loss is declared on time, also when Redis hangs or refuses connections.** The
+//!   thread wakes at the earliest such deadline of any permit, and it never waits on
+//!   Redis (pool checkout, command read or write) past the earliest deadline still ahead
+//!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
+//!   that passes during a call is declared right after that call. So `lost()` fires at
+//!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops
@@ -34,6 +40,9 @@ use crate::stats::Counters;
 
 /// How soon a failed renewal is tried again (bounded by the group's period).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+/// The shortest time a renewal may wait on Redis, even when some permit's deadline is
+/// nearer: a healthy call is not cut short because another lease is about to end.
+const MIN_WAIT: Duration = Duration::from_millis(5);
 
 /// The part of a permit the refresher and the permit share.
 #[derive(Debug)]
@@ -169,8 +178,41 @@ impl Registry {
         }
     }
 
-    fn next_due(&self) -> Option<Instant> {
-        self.groups.values().map(|g| g.next_due).min()
+    /// When the thread must wake: the next group due, or the next lease that may end by
+    /// this process's clock, whichever comes first.
+    fn next_wake(&self) -> Option<Instant> {
+        let due = self.groups.values().map(|g| g.next_due).min();
+        let ends = self.deadlines().min();
+        due.into_iter().chain(ends).min()
+    }
+
+    /// The client-side deadline of every permit still registered.
+    fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.groups
+            .values()
+            .flat_map(|g| g.permits.values().map(|p| p.valid_until()))
+    }
+
+    /// The earliest client-side deadline after `now`: how long the thread may wait on
+    /// Redis without missing one.
+    fn earliest_deadline_after(&self, now: Instant) -> Option<Instant> {
+        self.deadlines().filter(|&t| t > now).min()
+    }
+
+    /// Takes the permits, of any group, whose lease may have run out by `now` by this
+    /// process's clock: they are lost, whatever their group's schedule.
+    fn take_expired(&mut self, now: Instant) -> Vec<Arc<PermitState>> {
+        let mut expired = Vec::new();
+        for g in self.groups.values_mut() {
+            g.permits.retain(|_, p| {
+                let live = p.valid_until() > now;
+                if !live {
+                    expired.push(Arc::clone(p));
+                }
+                live
+            });
+        }
+        expired
     }
 
     /// Takes the work that is due: batches to renew, and manual permits whose lease
@@ -237,7 +279,7 @@ struct Batch {
 /// and returns when every client handle is gone (the channel disconnects).
 pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
     loop {
-        let next = shared.registry.lock().next_due();
+        let next = shared.registry.lock().next_wake();
         let woke = match next {
             Some(t) => wake.recv_deadline(t),
             None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -251,14 +293,29 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
 
 fn tick(shared: &Shared) {
     let now = Instant::now();
-    let (batches, expired) = shared.registry.lock().take_due(now);
+    let (batches, expired, mut horizon) = {
+        let mut registry = shared.registry.lock();
+        // First the permits already past their deadline, so none of them is renewed.
+        let mut expired = registry.take_expired(now);
+        let (batches, more) = registry.take_due(now);
+        expired.extend(more);
+        (batches, expired, registry.earliest_deadline_after(now))
+    };
     for p in expired {
         count_loss(shared, &p);
         p.mark_lost(LostReason::Expired);
     }
     for batch in batches {
         Counters::bump(&shared.stats.refresh_calls);
-        let (lost, failed) = renew(shared, &batch);
+        // Never wait on Redis past the next deadline: a refused connect or a hung server
+        // would otherwise hold every loss back for the whole operation timeout.
+        let wait = horizon
+            .map_or(shared.op_timeout, |t| {
+                t.saturating_duration_since(Instant::now())
+            })
+            .max(MIN_WAIT)
+            .min(shared.op_timeout);
+        let (lost, failed) = renew(shared, &batch, wait);
         if failed {
             Counters::bump(&shared.stats.refresh_failed);
         }
@@ -271,6 +328,19 @@ fn tick(shared: &Shared) {
             .registry
             .lock()
             .settle(&batch.key, &lost, failed, Instant::now());
+        // A deadline passed while this batch waited: declare those losses now, not after
+        // the tick's other batches, and give the next batches the next deadline.
+        let now = Instant::now();
+        if horizon.is_some_and(|t| now >= t) {
+            let expired = {
+                let mut registry = shared.registry.lock();
+                horizon = registry.earliest_deadline_after(now);
+                registry.take_expired(now)
+            };
+            for p in expired {
+                p.mark_lost(LostReason::Expired);
+            }
+        }
     }
 }
 
@@ -281,12 +351,16 @@ fn count_loss(shared: &Shared, p: &PermitState) {
     }
 }
 
-/// Renews one batch; returns the permits found lost (with why) and whether the call
-/// failed.
-fn renew(shared: &Shared, batch: &Batch) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
+/// Renews one batch, waiting on Redis at most `wait`; returns the permits found lost
+/// (with why) and whether the call failed.
+fn renew(
+    shared: &Shared,
+    batch: &Batch,
+    wait: Duration,
+) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
     let sent = Instant::now();
     let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
-    let result = call_refresh(shared, &batch.keys, batch.lease, &ids);
+    let result = call_refresh(shared, &batch.keys, batch.lease, &ids, wait);
     let now = Instant::now();
     match result {
         Ok(Renewal::Reset) => {
@@ -330,12 +404,15 @@ pub(crate) enum Renewal {
     Lost(Vec<String>),
 }
 
-/// One call of the `refresh` script for `ids`.
+/// One call of the `refresh` script for `ids`, waiting at most `wait` for a connection
+/// and at most `wait` for each read and write (`shared.op_timeout` when `wait` is not
+/// shorter).
 pub(crate) fn call_refresh(
     shared: &Shared,
     keys: &Keys,
     lease: Duration,
     ids: &[&str],
+    wait: Duration,
 ) -> crate::Result<Renewal> {
     let lease_ms = lease.as_millis() as u64;
     let mut inv = keys.invoke(&scripts::REFRESH);
@@ -343,8 +420,26 @@ pub(crate) fn call_refresh(
     for id in ids {
         inv.arg(*id);
     }
-    let mut conn = shared.pool.get(Some(shared.op_timeout))?;
-    let reply: Vec<redis::Value> = inv.invoke(&mut *conn).map_err(crate::Error::Redis)?;
+    let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
+    let mut conn = shared.pool.get(Some(wait))?;
+    let reply = if wait < shared.op_timeout {
+        // A shorter timeout for this call only; the connection goes back to the pool
+        // with the operation timeout. A reply that comes after the timeout is skipped
+        // by the connection, so the next user does not read it.
+        let _ = conn.set_read_timeout(Some(wait));
+        let _ = conn.set_write_timeout(Some(wait));
+        let reply = inv.invoke::<Vec<redis::Value>>(&mut *conn);
+        let restored = conn
+            .set_read_timeout(Some(shared.op_timeout))
+            .and_then(|()| conn.set_write_timeout(Some(shared.op_timeout)));
+        if let Err(e) = restored {
+            log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
+        }
+        reply
+    } else {
+        inv.invoke::<Vec<redis::Value>>(&mut *conn)
+    };
+    let reply = reply.map_err(crate::Error::Redis)?;
     let mut it = reply.into_iter();
     match it.next() {
         Some(redis::Value::Int(-1)) => Ok(Renewal::Reset),
@@ -365,5 +460,55 @@ pub(crate) fn call_refresh(
             "refresh",
             format!("unexpected status {other:?}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(reg: &mut Registry, name: &str, auto: bool, id: &str, valid_for: Duration) {
+        let key = GroupKey {
+            name: Arc::from(name),
+            lease_ms: 300,
+            auto,
+        };
+        let keys = Arc::new(Keys::new(name));
+        let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
+        let period = Duration::from_millis(100);
+        reg.register(key, &keys, Duration::from_millis(300), period, state);
+    }
+
+    #[test]
+    fn the_thread_wakes_at_a_deadline_before_the_next_tick() {
+        let mut reg = Registry::default();
+        register(&mut reg, "a", true, "late", Duration::from_secs(10));
+        register(&mut reg, "b", true, "soon", Duration::from_millis(20));
+        let wake = reg.next_wake().unwrap();
+        assert!(wake <= Instant::now() + Duration::from_millis(20));
+        let now = Instant::now();
+        assert_eq!(
+            reg.earliest_deadline_after(now).map(|t| t > now),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn expired_permits_leave_every_group_and_live_ones_stay() {
+        let mut reg = Registry::default();
+        register(&mut reg, "a", true, "live", Duration::from_secs(10));
+        register(&mut reg, "a", true, "gone", Duration::ZERO);
+        register(&mut reg, "m", false, "manual-gone", Duration::ZERO);
+        let gone: Vec<String> = reg
+            .take_expired(Instant::now())
+            .into_iter()
+            .map(|p| p.id.clone())
+            .collect();
+        assert_eq!(gone.len(), 2, "{gone:?}");
+        assert!(gone.contains(&"gone".to_string()));
+        assert!(gone.contains(&"manual-gone".to_string()));
+        let left: Vec<&String> = reg.groups.values().flat_map(|g| g.permits.keys()).collect();
+        assert_eq!(left, vec!["live"]);
+        assert!(reg.take_expired(Instant::now()).is_empty());
     }
 }

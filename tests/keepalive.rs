@@ -1,0 +1,505 @@
+//! Keepalive of long holders (issue 3): the client's background thread renews leases in
+//! batches, tells a permit the moment its lease is gone, and survives a server that
+//! restarts or cannot be reached.
+//!
+//! Every wait for a condition has a deadline (`wait_until`, `wait_for`, `recv_timeout`);
+//! a plain sleep appears only where the test is about time passing ("hold for five
+//! leases", "let three ticks go by").
+
+mod support;
+
+use std::collections::HashSet;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_semaphore::{Client, Error, LostReason, Permit, Semaphore};
+use support::{RedisServer, command_calls, keys, wait_for, wait_until};
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+fn sem(client: &Client, name: &str, limit: u32, lease_ms: u64) -> Semaphore {
+    client
+        .semaphore_builder(name)
+        .limit(limit)
+        .lease(Duration::from_millis(lease_ms))
+        .build()
+        .unwrap()
+}
+
+fn manual_sem(client: &Client, name: &str, lease_ms: u64) -> Semaphore {
+    client
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(Duration::from_millis(lease_ms))
+        .auto_refresh(false)
+        .build()
+        .unwrap()
+}
+
+fn reset_stats(server: &RedisServer) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut server.conn())
+        .unwrap();
+}
+
+fn calls(server: &RedisServer, cmd: &str) -> u64 {
+    command_calls(&mut server.conn())
+        .get(cmd)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Asserts the permit has not been told of a loss.
+fn assert_held(p: &Permit) {
+    assert!(!p.is_lost(), "permit lost: {:?}", p.lost_reason());
+    assert!(p.lost().is_empty(), "lost() fired: {:?}", p.lost_reason());
+}
+
+#[test]
+fn a_permit_held_for_five_leases_stays_valid_and_exclusive() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(200);
+    let mine = sem(&client(&server), "long", 1, 200);
+    let other = sem(&client(&server), "long", 1, 200);
+
+    let p = mine.acquire().unwrap();
+    let start = Instant::now();
+    let mut checks = 0;
+    // The test is about time passing: hold for five lease lengths, looking every 20 ms.
+    while start.elapsed() < lease * 5 {
+        assert_held(&p);
+        assert!(
+            other.try_acquire().unwrap().is_none(),
+            "another client got the permit {:?} after the grant",
+            start.elapsed()
+        );
+        checks += 1;
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(checks >= 20, "only {checks} checks in five leases");
+    let holders = other.holders().unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].id, p.id());
+    assert_eq!(holders[0].token, p.token());
+    assert_eq!(holders[0].slots, p.slots());
+    assert!(holders[0].lease_left > Duration::ZERO);
+    assert!(holders[0].lease_left <= lease);
+    assert_held(&p);
+    p.release().unwrap();
+    assert!(other.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn force_release_by_another_client_fires_lost_within_about_one_tick() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(300); // a tick is 100 ms
+    let mine = sem(&client(&server), "forced", 1, 300);
+    let operator = sem(&client(&server), "forced", 1, 300);
+
+    let p = mine.acquire().unwrap();
+    assert!(operator.force_release(p.id()).unwrap());
+    let told = Instant::now();
+    let reason = p
+        .lost()
+        .recv_timeout(lease)
+        .unwrap_or_else(|e| panic!("lost() did not fire within a lease after force_release: {e}"));
+    let late = told.elapsed();
+    assert_eq!(reason, LostReason::Released);
+    assert!(p.is_lost());
+    assert_eq!(p.lost_reason(), Some(LostReason::Released));
+    // fires once, then stays disconnected
+    assert!(p.lost().recv_timeout(Duration::from_millis(1)).is_err());
+    eprintln!("force_release noticed after {late:?}");
+    match p.release() {
+        Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::Released),
+        other => panic!("release of a force-released permit gave {other:?}"),
+    }
+}
+
+#[test]
+fn a_server_restart_fires_lost_and_the_same_client_serves_again() {
+    let mut server = RedisServer::start();
+    let client = client(&server);
+    let s = sem(&client, "restart", 1, 300);
+    let p = s.acquire().unwrap();
+    let token = p.token();
+
+    server.restart();
+    // Reset when the first refresh after the restart reaches the new, empty server while
+    // the client still counts the lease as running; Expired when the lease ran out by
+    // the client's clock first (the server was down, or reconnecting, for longer than
+    // what was left of the lease). Either way the permit is gone, and both are true.
+    let reason = p
+        .lost()
+        .recv_timeout(Duration::from_secs(5))
+        .expect("lost() did not fire after the server restarted empty");
+    assert!(
+        matches!(reason, LostReason::Reset | LostReason::Expired),
+        "{reason:?}"
+    );
+    assert!(p.is_lost());
+    drop(p);
+
+    // The same client (pool and refresher thread) serves new acquires once the server
+    // is back; errors are allowed while connections are re-made.
+    let again = wait_for(Duration::from_secs(5), "an acquire after restart", || {
+        s.try_acquire().ok().flatten()
+    });
+    assert_ne!(again.id(), "");
+    // A restart loses the token counter, but tokens restart above TIME in microseconds.
+    assert!(again.token() > token, "{} after {token}", again.token());
+    // ...and the refresher keeps the new permit alive: let three leases pass.
+    thread::sleep(Duration::from_millis(900));
+    assert_held(&again);
+    assert_eq!(s.holders().unwrap().len(), 1);
+    again.release().unwrap();
+}
+
+#[test]
+fn manual_refresh_lease_runs_out_without_refresh_and_lost_fires_expired() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(200);
+    let mine = manual_sem(&client(&server), "manual-expire", 200);
+    let other = sem(&client(&server), "manual-expire", 1, 200);
+
+    let before = Instant::now();
+    let p = mine.acquire().unwrap();
+    assert_held(&p);
+    let reason = p
+        .lost()
+        .recv_timeout(lease * 5)
+        .expect("lost() did not fire after the lease ran out");
+    assert_eq!(reason, LostReason::Expired);
+    let fired = before.elapsed();
+    // Never before the lease could have ended: measured from before the acquire was
+    // sent, the client's clock cannot run ahead of the server's deadline.
+    assert!(fired >= lease, "lost() fired after only {fired:?}");
+
+    let q = wait_for(lease * 5, "another client to get the permit", || {
+        other.try_acquire().unwrap()
+    });
+    let got = before.elapsed();
+    assert!(got >= lease, "another client got the permit after {got:?}");
+
+    match p.refresh() {
+        Err(Error::PermitLost { id, reason }) => {
+            assert_eq!(id, p.id());
+            assert_eq!(reason, LostReason::Expired);
+        }
+        other => panic!("refresh of an expired permit gave {other:?}"),
+    }
+    drop(p); // must not release q's permit
+    assert_eq!(other.holders().unwrap()[0].id, q.id());
+    q.release().unwrap();
+}
+
+#[test]
+fn manual_refresh_extends_the_lease_and_keeps_it_exclusive() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(300);
+    let mine = manual_sem(&client(&server), "manual-keep", 300);
+    let other = sem(&client(&server), "manual-keep", 1, 300);
+
+    let p = mine.acquire().unwrap();
+    let start = Instant::now();
+    let mut refreshes = 0;
+    // The test is about time passing: three leases, refreshing every third of one.
+    while start.elapsed() < lease * 3 {
+        thread::sleep(lease / 3);
+        p.refresh().unwrap();
+        refreshes += 1;
+        assert_held(&p);
+        assert!(
+            other.try_acquire().unwrap().is_none(),
+            "another client got a refreshed permit after {:?}",
+            start.elapsed()
+        );
+    }
+    assert!(refreshes >= 5, "{refreshes}");
+    let h = other.holders().unwrap();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].id, p.id());
+    // A refresh renews to a full lease from now.
+    assert!(h[0].lease_left > lease / 2, "{:?}", h[0].lease_left);
+    p.release().unwrap();
+}
+
+#[test]
+fn manual_refresh_of_a_force_released_permit_is_permit_lost() {
+    let server = RedisServer::start();
+    let mine = manual_sem(&client(&server), "manual-gone", 5_000);
+    let operator = sem(&client(&server), "manual-gone", 1, 5_000);
+
+    let p = mine.acquire().unwrap();
+    p.refresh().unwrap();
+    assert!(operator.force_release(p.id()).unwrap());
+    match p.refresh() {
+        Err(Error::PermitLost { id, reason }) => {
+            assert_eq!(id, p.id());
+            assert_eq!(reason, LostReason::Released);
+        }
+        other => panic!("refresh of a force-released permit gave {other:?}"),
+    }
+    // the refresh that found it gone also fires lost(), once
+    assert_eq!(p.lost().try_recv(), Ok(LostReason::Released));
+    assert!(p.is_lost());
+    // and a second refresh says the same without a round trip
+    assert!(matches!(
+        p.refresh(),
+        Err(Error::PermitLost {
+            reason: LostReason::Released,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_thousand_permits_cost_one_refresh_call_per_semaphore_per_tick() {
+    const SEMS: u32 = 10;
+    const EACH: u32 = 100;
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lease = Duration::from_millis(600);
+    let period = lease / 3;
+    let sems: Vec<Semaphore> = (0..SEMS)
+        .map(|i| sem(&client, &format!("bulk:{i}"), EACH, 600))
+        .collect();
+    let mut held = Vec::new();
+    for s in &sems {
+        for _ in 0..EACH {
+            held.push(s.try_acquire().unwrap().expect("a free permit"));
+        }
+    }
+    for s in &sems {
+        assert_eq!(s.available().unwrap(), 0);
+    }
+
+    reset_stats(&server);
+    let start = Instant::now();
+    // The test is about time passing: let about three ticks go by.
+    thread::sleep(period * 3);
+    let stats = command_calls(&mut server.conn());
+    let elapsed = start.elapsed();
+    let ticks = elapsed.as_secs_f64() / period.as_secs_f64();
+    let evalsha = stats.get("evalsha").copied().unwrap_or(0);
+    let low = (SEMS as f64 * (ticks.floor() - 1.0)).max(SEMS as f64) as u64;
+    let high = (SEMS as f64 * (ticks.ceil() + 2.0)) as u64;
+    eprintln!("{ticks:.2} ticks, {evalsha} evalsha, stats {stats:?}");
+    assert!(
+        (low..=high).contains(&evalsha),
+        "{evalsha} script calls in {ticks:.2} ticks for {SEMS} semaphores, expected {low}..={high}"
+    );
+    // Inside the script, one ZMSCORE and one ZADD per 500 ids: here one of each per call,
+    // not one per permit (that would be 1,000 per tick).
+    for inner in ["zmscore", "zadd"] {
+        let n = stats.get(inner).copied().unwrap_or(0);
+        assert!(
+            n <= evalsha,
+            "{n} {inner} calls for {evalsha} refresh calls: {stats:?}"
+        );
+    }
+    for p in &held {
+        assert_held(p);
+    }
+    for s in &sems {
+        assert_eq!(s.available().unwrap(), 0);
+    }
+}
+
+/// The arguments of every `EVALSHA` in the slow log (which records every command when
+/// `slowlog-log-slower-than` is 0), oldest first. Redis keeps at most 32 arguments of
+/// a command; the last one then says how many more there were.
+fn logged_evalshas(server: &RedisServer) -> Vec<Vec<String>> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut server.conn())
+        .unwrap();
+    let mut out: Vec<Vec<String>> = entries
+        .into_iter()
+        .filter_map(|e| {
+            let redis::Value::Array(fields) = e else {
+                return None;
+            };
+            let args: Vec<String> = redis::from_redis_value(fields.get(3)?.clone()).ok()?;
+            args[0].eq_ignore_ascii_case("evalsha").then_some(args)
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+fn slowlog_reset(server: &RedisServer) {
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .exec(&mut server.conn())
+        .unwrap();
+}
+
+#[test]
+fn dropped_permits_are_never_refreshed_again() {
+    let server = RedisServer::start_with(&[
+        "--slowlog-log-slower-than",
+        "0",
+        "--slowlog-max-len",
+        "100000",
+    ]);
+    let client = client(&server);
+    let lease = Duration::from_millis(300);
+    let period = lease / 3;
+    let s = sem(&client, "drops", 60, 300);
+    let mut held: Vec<Permit> = (0..60).map(|_| s.try_acquire().unwrap().unwrap()).collect();
+    let kept: Vec<Permit> = held.drain(..10).collect();
+    let kept_ids: HashSet<String> = kept.iter().map(|p| p.id().to_owned()).collect();
+    let dropped_ids: HashSet<String> = held.iter().map(|p| p.id().to_owned()).collect();
+
+    // Drop 50 while the refresher runs: spread over more than a tick, so that some drops
+    // fall between a tick's snapshot of the group and its script call.
+    let start = Instant::now();
+    for p in held {
+        drop(p);
+        thread::sleep(Duration::from_millis(3));
+    }
+    assert!(start.elapsed() > period, "the drops took less than a tick");
+    assert_eq!(s.available().unwrap(), 50);
+
+    // At most one refresh taken before the last drop can still be on its way; once a
+    // refresh call has been seen after the drops, every later one carries exactly the
+    // ten kept ids.
+    slowlog_reset(&server);
+    wait_until(lease * 3, "a refresh after the drops", || {
+        !logged_evalshas(&server).is_empty()
+    });
+    slowlog_reset(&server);
+    let refreshes = wait_for(lease * 5, "three refresh calls", || {
+        let calls = logged_evalshas(&server);
+        (calls.len() >= 3).then_some(calls)
+    });
+    for args in &refreshes {
+        // EVALSHA sha 4 k1 k2 k3 k4 lease pad id...
+        assert_eq!(args.len(), 9 + kept.len(), "{args:?}");
+        let ids: HashSet<String> = args[9..].iter().cloned().collect();
+        assert_eq!(
+            ids, kept_ids,
+            "a refresh call sent other ids than the held ones"
+        );
+        assert!(ids.is_disjoint(&dropped_ids));
+    }
+    let holders: HashSet<String> = s.holders().unwrap().into_iter().map(|h| h.id).collect();
+    assert_eq!(holders, kept_ids);
+
+    // Drop the rest: the group empties and the refresher sends nothing more.
+    drop(kept);
+    assert!(s.holders().unwrap().is_empty());
+    // Let a possible in-flight tick land (time passing), then watch four quiet ticks.
+    thread::sleep(period * 2);
+    reset_stats(&server);
+    thread::sleep(period * 4);
+    assert_eq!(calls(&server, "evalsha"), 0, "refresh calls for no permit");
+    assert!(s.holders().unwrap().is_empty());
+    // Nothing renews the keys any more, so they expire (lease plus at most 1 s padding).
+    let mut conn = server.conn();
+    wait_until(
+        Duration::from_secs(3),
+        "the semaphore's keys to expire",
+        || keys(&mut conn, "redsem:{drops}:*").is_empty(),
+    );
+}
+
+#[test]
+fn an_unreachable_server_fires_lost_by_the_clients_clock_and_the_refresher_survives() {
+    let mut server = RedisServer::start();
+    let client = client(&server);
+    let lease = Duration::from_millis(300);
+    let period = lease / 3;
+    let s = sem(&client, "down", 1, 300);
+    let p = s.acquire().unwrap();
+    // let a renewal or two succeed first
+    thread::sleep(period * 2);
+    assert_held(&p);
+
+    server.stop();
+    let stopped = Instant::now();
+    // The last successful renewal was sent before the stop, so by the client's clock the
+    // lease ends at most one lease after it; the refresher notices at its next tick.
+    let reason = p
+        .lost()
+        .recv_timeout(lease + period + Duration::from_millis(100))
+        .unwrap_or_else(|e| {
+            panic!(
+                "lost() did not fire within a lease and a tick of the stop ({:?}): {e}",
+                stopped.elapsed()
+            )
+        });
+    let late = stopped.elapsed();
+    eprintln!("unreachable server: lost after {late:?}");
+    assert_eq!(reason, LostReason::Expired);
+    assert!(p.is_lost());
+    assert!(p.release().is_err(), "release with the server down");
+
+    // The refresher thread lives on: after a restart the same client acquires, and keeps
+    // the new permit alive.
+    server.restart();
+    let again = wait_for(Duration::from_secs(8), "an acquire after restart", || {
+        s.try_acquire().ok().flatten()
+    });
+    thread::sleep(lease * 2);
+    assert_held(&again);
+    again.release().unwrap();
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the server process, with the shell's own `kill`
+/// (no procps needed).
+fn signal(server: &RedisServer, signal: &str) {
+    let pid = server.pid().expect("the server runs").to_string();
+    let status = std::process::Command::new("sh")
+        .args(["-c", &format!("kill {signal} {pid}")])
+        .status()
+        .expect("run sh -c kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[test]
+fn a_hung_server_fires_lost_on_time_and_its_late_replies_are_not_misread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lease = Duration::from_millis(300);
+    let period = lease / 3;
+    let s = sem(&client, "hung", 1, 300);
+    let p = s.acquire().unwrap();
+    thread::sleep(period * 2);
+    assert_held(&p);
+
+    // A stopped server keeps its sockets: connects and writes succeed, reads hang. The
+    // refresher must not wait for the 2 s operation timeout before declaring the loss.
+    signal(&server, "-STOP");
+    let stopped = Instant::now();
+    let reason = p
+        .lost()
+        .recv_timeout(lease + period + Duration::from_millis(100));
+    let late = stopped.elapsed();
+    signal(&server, "-CONT");
+    let reason = reason.unwrap_or_else(|e| {
+        panic!("lost() did not fire within a lease and a tick of the hang ({late:?}): {e}")
+    });
+    eprintln!("hung server: lost after {late:?}");
+    assert_eq!(reason, LostReason::Expired);
+
+    // Once the server runs again, the renewals it answers late are skipped by the
+    // connections that sent them: the same client works, with replies in step.
+    let again = wait_for(Duration::from_secs(5), "an acquire after the hang", || {
+        s.try_acquire().ok().flatten()
+    });
+    assert_ne!(again.id(), p.id());
+    thread::sleep(lease * 2);
+    assert_held(&again);
+    let holders = s.holders().unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].id, again.id());
+    assert_eq!(s.available().unwrap(), 0);
+    again.release().unwrap();
+    assert_eq!(s.available().unwrap(), 1);
+}
