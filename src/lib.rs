@@ -105,6 +105,14 @@
 //! [`Client::stats`] counts what the client did. The `redis-semaphore` command (feature
 //! `cli`) does the same from a shell.
 //!
+//! # Choosing a semaphore
+//!
+//! The leased [`Semaphore`] is the one to use unless you must share a semaphore with
+//! code that runs the "Redis in Action" algorithms, or need ownerless P/V signalling:
+//! [`guide::which_semaphore`] compares every variant (guarantees, clocks, crash
+//! recovery, round trips), and [`guide::keepalive`] states the keepalive's timing
+//! guarantees.
+//!
 //! # How it works
 //!
 //! Every operation is one Lua script, one round trip: an acquire purges expired
@@ -146,6 +154,15 @@ pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
 pub use semaphore::{Holder, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
+
+/// Longer pages: choosing a variant, and the timing guarantees of the keepalive.
+pub mod guide {
+    #[doc = include_str!("../docs/which-semaphore.md")]
+    pub mod which_semaphore {}
+
+    #[doc = include_str!("../docs/keepalive.md")]
+    pub mod keepalive {}
+}
 
 /// The README's examples, compiled as doc-tests.
 #[cfg(doctest)]
