@@ -1,4 +1,5 @@
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -6,6 +7,7 @@ use crossbeam_channel::Sender;
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
+use crate::combine::Combiner;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
@@ -62,6 +64,9 @@ pub(crate) struct ClientInner {
     thread: Option<JoinHandle<()>>,
     /// The wake-up listener, started by the first blocking wait.
     listener: parking_lot::Mutex<Option<Listener>>,
+    /// One combiner per semaphore name, shared by every handle of this client, so that
+    /// concurrent try-acquires and releases of one semaphore share script calls.
+    combiners: parking_lot::Mutex<HashMap<String, Weak<Combiner>>>,
 }
 
 impl ClientInner {
@@ -96,6 +101,7 @@ impl ClientInner {
                 wake: Some(wake),
                 thread: Some(thread),
                 listener: parking_lot::Mutex::new(None),
+                combiners: parking_lot::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -115,6 +121,21 @@ impl ClientInner {
     }
 
     /// Tells the refresher that its schedule changed.
+    /// The combiner of semaphore `name`, shared with every live handle of it.
+    pub(crate) fn combiner(&self, name: &str) -> Arc<Combiner> {
+        let mut map = self.combiners.lock();
+        if let Some(c) = map.get(name).and_then(Weak::upgrade) {
+            return c;
+        }
+        // forget dropped semaphores now and then (amortised: at powers of two)
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, c| c.strong_count() > 0);
+        }
+        let c = Arc::new(Combiner::default());
+        map.insert(name.to_owned(), Arc::downgrade(&c));
+        c
+    }
+
     pub(crate) fn nudge(&self) {
         if let Some(w) = &self.wake {
             let _ = w.send(());

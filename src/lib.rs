@@ -140,6 +140,7 @@
 )]
 
 mod client;
+mod combine;
 mod error;
 mod listener;
 mod permit;

@@ -3,9 +3,9 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
+use crate::combine::Op;
 use crate::error::{Error, Result};
 use crate::refresher::{self, PermitState, Renewal};
-use crate::scripts;
 use crate::semaphore::SemInner;
 use crate::stats::Counters;
 
@@ -246,13 +246,20 @@ impl SemInner {
     fn give_back(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);
-        let mut conn = shared.pool.get(Some(shared.op_timeout))?;
-        let status: i64 = self
-            .keys
-            .invoke(&scripts::RELEASE)
-            .arg(&permit.id)
-            .invoke(&mut *conn)
-            .map_err(|e| self.error(e))?;
+        let reply = self
+            .combiner
+            .run(
+                Op::Release {
+                    id: permit.id.clone(),
+                },
+                &|ops| self.exec(ops),
+            )
+            .map_err(|e| match e {
+                Error::Redis(e) => self.error(e),
+                other => other,
+            })?;
+        let status: i64 =
+            redis::from_redis_value(reply).map_err(|e| Error::reply("release", e.to_string()))?;
         match status {
             1 => Ok(()),
             2 => Err(Error::LeaseExpired {

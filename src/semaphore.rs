@@ -2,9 +2,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, select};
-use redis::Value;
+use redis::{ScriptInvocation, Value};
 
 use crate::client::Client;
+use crate::combine::{Combiner, Op};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::permit::{LostReason, Permit};
@@ -58,12 +59,88 @@ pub(crate) struct SemInner {
     /// The refresher group of this handle's waiter heartbeats (always renewed).
     pub(crate) wait_group: GroupKey,
     /// "pid|host|label", recorded with every grant.
-    pub(crate) origin: String,
+    pub(crate) origin: Arc<str>,
+    /// Shared by every handle of this semaphore in this client (see `combine.rs`).
+    pub(crate) combiner: Arc<Combiner>,
 }
 
 impl SemInner {
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
         Error::redis(&self.name, e)
+    }
+
+    /// Sends hot-path operations in one script call: the operation's own script for
+    /// one, the batch script for several (the combiner's [`Exec`](crate::combine::Exec)).
+    /// Redis errors come back unsorted, as [`Error::Redis`].
+    pub(crate) fn exec(&self, ops: &[&Op]) -> Result<Vec<Value>> {
+        let shared = &self.client.inner.shared;
+        // a release (maybe from Drop) waits for a connection at most the operation
+        // timeout; a try-acquire as long as the pool's own checkout timeout
+        let wait = ops
+            .iter()
+            .any(|op| matches!(op, Op::Release { .. }))
+            .then_some(shared.op_timeout);
+        let mut conn = shared.pool.get(wait)?;
+        let single = |op: &Op| -> ScriptInvocation<'static> {
+            match op {
+                Op::Acquire {
+                    id,
+                    n,
+                    limit,
+                    lease_ms,
+                    origin,
+                    fair,
+                } => {
+                    let mut inv = self.keys.invoke(&scripts::ACQUIRE);
+                    inv.arg(id)
+                        .arg(n)
+                        .arg(limit)
+                        .arg(lease_ms)
+                        .arg(scripts::pad_ms(*lease_ms))
+                        .arg(&**origin)
+                        .arg("t")
+                        .arg(if *fair { "1" } else { "0" })
+                        .arg("");
+                    inv
+                }
+                Op::Release { id } => {
+                    let mut inv = self.keys.invoke(&scripts::RELEASE);
+                    inv.arg(id);
+                    inv
+                }
+            }
+        };
+        if let [op] = ops {
+            let reply: Value = single(op).invoke(&mut *conn).map_err(Error::Redis)?;
+            return Ok(vec![reply]);
+        }
+        let mut inv = self.keys.invoke(&scripts::BATCH);
+        for op in ops {
+            match op {
+                Op::Acquire {
+                    id,
+                    n,
+                    limit,
+                    lease_ms,
+                    origin,
+                    fair,
+                } => {
+                    inv.arg("a")
+                        .arg(id)
+                        .arg(n)
+                        .arg(limit)
+                        .arg(lease_ms)
+                        .arg(scripts::pad_ms(*lease_ms))
+                        .arg(&**origin)
+                        .arg(if *fair { "1" } else { "0" })
+                        .arg("");
+                }
+                Op::Release { id } => {
+                    inv.arg("r").arg(id);
+                }
+            }
+        }
+        inv.invoke(&mut *conn).map_err(Error::Redis)
     }
 }
 
@@ -227,7 +304,11 @@ impl SemaphoreBuilder {
             return invalid("refresh interval must be above zero and shorter than the lease");
         }
         check_label(&self.label)?;
-        let origin = format!("{}|{}", self.client.inner.shared.origin, self.label);
+        let origin = Arc::from(format!(
+            "{}|{}",
+            self.client.inner.shared.origin, self.label
+        ));
+        let combiner = self.client.inner.combiner(&self.name);
         let keys = Arc::new(Keys::new(&self.name));
         let group = GroupKey {
             name: Arc::from(self.name.as_str()),
@@ -251,6 +332,7 @@ impl SemaphoreBuilder {
                 group,
                 wait_group,
                 origin,
+                combiner,
             }),
         })
     }
@@ -361,7 +443,8 @@ impl Semaphore {
                 auto_refresh: inner.auto_refresh,
                 group: inner.group.clone(),
                 wait_group: inner.wait_group.clone(),
-                origin: format!("{}|{label}", inner.client.inner.shared.origin),
+                origin: Arc::from(format!("{}|{label}", inner.client.inner.shared.origin)),
+                combiner: Arc::clone(&inner.combiner),
             }),
         })
     }
@@ -743,40 +826,65 @@ impl Semaphore {
         }
     }
 
-    /// One run of the acquire script for permit id `id`.
+    /// One run of the acquire script for permit id `id`. A try goes through the
+    /// combiner (it may share a script call with other threads' tries and releases);
+    /// a waiter's look goes alone.
     fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str) -> Result<Attempt> {
         let sem = &self.inner;
         let lease_ms = sem.group.lease_ms;
-        let mut conn = self.conn()?;
+        // the lease is counted from before the call was sent (never later than the
+        // server's deadline), also when the call waited for a turn in the combiner
         let sent = Instant::now();
-        let reply: redis::RedisResult<Vec<i64>> = sem
-            .keys
-            .invoke(&scripts::ACQUIRE)
-            .arg(id)
-            .arg(n)
-            .arg(sem.limit)
-            .arg(lease_ms)
-            .arg(scripts::pad_ms(lease_ms))
-            .arg(&sem.origin)
-            .arg(match mode {
-                Mode::Try => "t",
-                Mode::Wait => "w",
-            })
-            .arg(if sem.fair { "1" } else { "0" })
-            .arg(channel)
-            .invoke(&mut *conn);
-        drop(conn);
+        let reply: Result<Value> = match mode {
+            Mode::Try => sem.combiner.run(
+                Op::Acquire {
+                    id: id.to_owned(),
+                    n,
+                    limit: sem.limit,
+                    lease_ms,
+                    origin: Arc::clone(&sem.origin),
+                    fair: sem.fair,
+                },
+                &|ops| sem.exec(ops),
+            ),
+            Mode::Wait => {
+                let mut conn = self.conn()?;
+                let reply = sem
+                    .keys
+                    .invoke(&scripts::ACQUIRE)
+                    .arg(id)
+                    .arg(n)
+                    .arg(sem.limit)
+                    .arg(lease_ms)
+                    .arg(scripts::pad_ms(lease_ms))
+                    .arg(&*sem.origin)
+                    .arg("w")
+                    .arg(if sem.fair { "1" } else { "0" })
+                    .arg(channel)
+                    .invoke(&mut *conn)
+                    .map_err(Error::Redis);
+                drop(conn);
+                reply
+            }
+        };
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
                 Counters::bump(&sem.client.inner.shared.stats.errors);
-                if e.is_timeout() || e.is_connection_dropped() {
-                    // The script may have run: give back whatever it granted.
-                    self.release_quietly(id);
-                }
-                return Err(sem.error(e));
+                return Err(match e {
+                    Error::Redis(e) => {
+                        if e.is_timeout() || e.is_connection_dropped() {
+                            // The script may have run: give back whatever it granted.
+                            self.release_quietly(id);
+                        }
+                        sem.error(e)
+                    }
+                    other => other,
+                });
             }
         };
+        let reply: Vec<i64> =
+            redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
         if matches!(mode, Mode::Try) && reply.first() == Some(&0) {
             Counters::bump(&sem.client.inner.shared.stats.try_failed);
         }

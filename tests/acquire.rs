@@ -459,6 +459,7 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     let mut conn = server.conn();
     let script = redis::Script::new(concat!(
         include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/ops.lua"),
         include_str!("../src/scripts/acquire.lua")
     ));
     let run = |conn: &mut redis::Connection, id: &str| -> Vec<i64> {
@@ -486,6 +487,117 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     let sem = client(&server).semaphore("twice", 3).unwrap();
     assert_eq!(sem.available().unwrap(), 2);
     assert_eq!(sem.holders().unwrap().len(), 1);
+}
+
+/// The batch script (several threads' tries and releases in one call) gives each
+/// operation the reply it would have had alone, in order, and is as safe to run twice.
+#[test]
+fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let script = redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/ops.lua"),
+        include_str!("../src/scripts/batch.lua")
+    ));
+    let acquire = |inv: &mut redis::ScriptInvocation<'_>, id: &str| {
+        inv.arg("a")
+            .arg(id)
+            .arg(1)
+            .arg(1)
+            .arg(10_000)
+            .arg(1000)
+            .arg("1|test|")
+            .arg("1")
+            .arg("");
+    };
+    let id = |k: u32| format!("aaaaaaaa-0000-4000-8000-00000000000{k}");
+    let run = |conn: &mut redis::Connection, held: &str| -> Vec<redis::Value> {
+        let mut inv = script.prepare_invoke();
+        inv.key("redsem:{batch}:h")
+            .key("redsem:{batch}:i")
+            .key("redsem:{batch}:s")
+            .key("redsem:{batch}:q");
+        acquire(&mut inv, &id(1)); // limit 1: granted
+        acquire(&mut inv, &id(2)); // full: refused
+        inv.arg("r").arg(held); // frees the permit
+        acquire(&mut inv, &id(3)); // granted
+        inv.invoke(conn).unwrap()
+    };
+    let first = run(&mut conn, &id(1));
+    let parse = |v: &redis::Value| -> Vec<i64> { redis::from_redis_value_ref(v).unwrap() };
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert_eq!(parse(&first[0])[0], 1, "{first:?}");
+    assert_eq!(parse(&first[1])[0], 0, "{first:?}");
+    assert_eq!(first[2], redis::Value::Int(1), "{first:?}");
+    let third = parse(&first[3]);
+    assert_eq!(third[0], 1, "{first:?}");
+    assert!(
+        third[1] > parse(&first[0])[1],
+        "tokens increase within a batch"
+    );
+    assert_eq!(&third[2..], &[0], "the freed slot is reused");
+
+    // sent again (a resent command): id 3's grant is returned again and nothing else
+    // changes hands: 1 is no longer held, 2 is still refused
+    let second = run(&mut conn, &id(1));
+    assert_eq!(parse(&second[0])[0], 0, "{second:?}");
+    assert_eq!(parse(&second[1])[0], 0, "{second:?}");
+    assert_eq!(second[2], redis::Value::Int(0), "{second:?}");
+    assert_eq!(parse(&second[3]), third, "{second:?}");
+    let sem = client(&server).semaphore("batch", 1).unwrap();
+    let holders = sem.holders().unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].id, id(3));
+}
+
+/// Threads of one client that try and release at the same time share script calls
+/// (fewer calls than operations), and every one of them still sees a correct answer.
+#[test]
+fn concurrent_tries_of_one_client_share_calls_and_never_exceed_the_limit() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .max_connections(20)
+        .build(&server.url())
+        .unwrap();
+    let sem = client.semaphore("combined", 3).unwrap();
+    let mut conn = server.conn();
+    drop(sem.try_acquire().unwrap()); // loads the scripts
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut conn)
+        .unwrap();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let ops = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..12)
+        .map(|_| {
+            let sem = sem.clone();
+            let inside = inside.clone();
+            let ops = ops.clone();
+            std::thread::spawn(move || {
+                use std::sync::atomic::Ordering::SeqCst;
+                let mut most = 0;
+                for _ in 0..300 {
+                    ops.fetch_add(1, SeqCst);
+                    if let Some(p) = sem.try_acquire().unwrap() {
+                        most = most.max(inside.fetch_add(1, SeqCst) + 1);
+                        inside.fetch_sub(1, SeqCst);
+                        ops.fetch_add(1, SeqCst);
+                        p.release().unwrap();
+                    }
+                }
+                most
+            })
+        })
+        .collect();
+    for t in threads {
+        assert!(t.join().unwrap() <= 3, "more than 3 holders at once");
+    }
+    let calls = support::command_calls(&mut conn)["evalsha"];
+    let ops = ops.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(calls < ops, "{calls} script calls for {ops} operations");
+    assert_eq!(sem.available().unwrap(), 3);
+    assert!(sem.holders().unwrap().is_empty());
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! The Lua side of the protocol: one script per operation, each loaded through
 //! [`redis::Script`] (EVALSHA with the NOSCRIPT fallback), and the key layout they share.
 //!
-//! Every script is `common.lua` (key layout, invariants K1–K5, helpers) followed by its
-//! own body; the invariants each body keeps are written at its top.
+//! Every script is `common.lua` (key layout, invariants K1–K8, helpers), for the hot path
+//! then `ops.lua` (acquire and release as functions), followed by its own body; the
+//! invariants each part keeps are written at its top.
 
 use std::sync::LazyLock;
 
@@ -14,10 +15,25 @@ macro_rules! script {
     };
 }
 
+/// A script whose body calls the hot-path operations of `ops.lua`.
+macro_rules! script_with_ops {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("common.lua"),
+                include_str!("ops.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+
 /// Grants permits to a permit id, or answers when to try again.
-pub(crate) static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<Script> = script_with_ops!("acquire.lua");
 /// Frees the permits of a permit id.
-pub(crate) static RELEASE: LazyLock<Script> = script!("release.lua");
+pub(crate) static RELEASE: LazyLock<Script> = script_with_ops!("release.lua");
+/// Several try-acquires and releases in one call (see `combine.rs`).
+pub(crate) static BATCH: LazyLock<Script> = script_with_ops!("batch.lua");
 /// Renews the leases of a batch of permit ids.
 pub(crate) static REFRESH: LazyLock<Script> = script!("refresh.lua");
 /// Reads limit, permits in use and holders.
@@ -78,7 +94,9 @@ mod tests {
 
     #[test]
     fn scripts_start_with_the_prelude_and_have_no_shebang() {
-        for s in [&ACQUIRE, &RELEASE, &REFRESH, &INSPECT, &SET_LIMIT, &CANCEL] {
+        for s in [
+            &ACQUIRE, &RELEASE, &BATCH, &REFRESH, &INSPECT, &SET_LIMIT, &CANCEL,
+        ] {
             assert_eq!(s.get_hash().len(), 40);
         }
         assert!(!include_str!("common.lua").starts_with("#!"));

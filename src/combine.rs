@@ -1,0 +1,320 @@
+//! Combining: the try-acquires and releases that the threads of one client make on one
+//! semaphore at the same moment go to Redis together, in one script call.
+//!
+//! Each script call costs the server a fixed price (reading the request, finding and
+//! starting the script, writing the reply: tens of microseconds on a small machine)
+//! on top of its work, and a try that fails is nearly all fixed price. When 16 threads
+//! hammer one semaphore, that price, not the work, bounds throughput. So the threads
+//! take turns: at most two calls per semaphore and client are in flight; whoever
+//! comes while they are queues its operation, and the first of them, once a call
+//! returns, sends everything queued so far as one `batch` script. A thread alone pays
+//! nothing extra: with a call free it sends its own one-operation script at once.
+//!
+//! What each caller sees is unchanged: its operation runs exactly once, atomically, in
+//! one script, with the reply it would have had alone at that instant (see
+//! `scripts/batch.lua`), and it waits at most for the call in flight plus its own.
+//! Blocking acquires, refreshes and everything else bypass the combiner.
+//!
+//! Invariants:
+//! - C1 `leaders` counts the threads sending a call (at most `MAX_IN_FLIGHT`); only
+//!   they send. The queue is empty whenever a call is free (`leaders` below the
+//!   maximum).
+//! - C2 Every queued operation gets exactly one outcome: its reply, a copy of the
+//!   call's Redis error, or "run it yourself" when the call never reached Redis (no
+//!   connection) or the leader unwound. Resending an operation is safe because every
+//!   operation is safe to run twice (same permit id).
+//! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
+//!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty, so
+//!   no operation is left waiting for a leader that will not come.
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use redis::Value;
+
+use crate::error::{Error, Result};
+
+/// The most operations one batch call carries; the rest wait for the next call.
+const MAX_BATCH: usize = 64;
+
+/// How many calls per semaphore and client may be in flight at once: two, so that the
+/// server runs one batch while the client reads the last reply and sends the next.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// One operation of the hot path.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// A try-acquire (never queued in Redis).
+    Acquire {
+        id: String,
+        n: u32,
+        limit: u32,
+        lease_ms: u64,
+        origin: Arc<str>,
+        fair: bool,
+    },
+    /// A release.
+    Release { id: String },
+}
+
+/// Sends a list of operations in one call and returns one reply per operation, in
+/// order. Errors from `redis` come back as [`Error::Redis`], unsorted.
+pub(crate) type Exec<'a> = &'a dyn Fn(&[&Op]) -> Result<Vec<Value>>;
+
+/// The turn-taking of one semaphore's callers in one client.
+#[derive(Debug, Default)]
+pub(crate) struct Combiner {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Calls in flight (leaders), at most [`MAX_IN_FLIGHT`].
+    leaders: usize,
+    queue: Vec<Arc<Slot>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    op: Op,
+    outcome: Mutex<Outcome>,
+    ready: Condvar,
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Waiting,
+    /// This thread leads the next call, carrying these queued operations (its own is
+    /// the first).
+    Lead(Vec<Arc<Slot>>),
+    Done(Result<Value>),
+    /// The call did not reach Redis: run the operation alone.
+    Alone,
+}
+
+impl Slot {
+    fn settle(&self, outcome: Outcome) {
+        *self.outcome.lock() = outcome;
+        self.ready.notify_one();
+    }
+}
+
+impl Combiner {
+    /// Runs `op`, alone or in a batch with other threads' operations, and returns its
+    /// reply.
+    pub(crate) fn run(&self, op: Op, exec: Exec<'_>) -> Result<Value> {
+        let slot = {
+            let mut state = self.state.lock();
+            if state.leaders < MAX_IN_FLIGHT {
+                state.leaders += 1;
+                drop(state);
+                return self.lead(&op, Vec::new(), exec);
+            }
+            let slot = Arc::new(Slot {
+                op,
+                outcome: Mutex::new(Outcome::Waiting),
+                ready: Condvar::new(),
+            });
+            state.queue.push(Arc::clone(&slot));
+            slot
+        };
+        let mut outcome = slot.outcome.lock();
+        loop {
+            match std::mem::replace(&mut *outcome, Outcome::Waiting) {
+                Outcome::Waiting => slot.ready.wait(&mut outcome),
+                Outcome::Done(reply) => return reply,
+                Outcome::Alone => {
+                    drop(outcome);
+                    return exec(&[&slot.op]).and_then(|mut v| {
+                        v.pop().ok_or_else(|| Error::reply("batch", "no reply"))
+                    });
+                }
+                Outcome::Lead(mut batch) => {
+                    drop(outcome);
+                    // batch[0] is this slot (C3 hands the queue to its first thread)
+                    let others = batch.split_off(1);
+                    return self.lead(&slot.op, others, exec);
+                }
+            }
+        }
+    }
+
+    /// Sends `own` and `others` in one call as the leader, settles `others`, hands
+    /// over (C3) and returns the reply to `own`.
+    fn lead(&self, own: &Op, others: Vec<Arc<Slot>>, exec: Exec<'_>) -> Result<Value> {
+        let mut turn = Turn {
+            combiner: self,
+            others,
+        };
+        let mut ops: Vec<&Op> = Vec::with_capacity(1 + turn.others.len());
+        ops.push(own);
+        ops.extend(turn.others.iter().map(|s| &s.op));
+        let result = exec(&ops);
+        drop(ops);
+        match result {
+            Ok(replies) if replies.len() == 1 + turn.others.len() => {
+                let mut replies = replies.into_iter();
+                let mine = replies.next();
+                for (slot, reply) in turn.others.drain(..).zip(replies) {
+                    slot.settle(Outcome::Done(Ok(reply)));
+                }
+                mine.ok_or_else(|| Error::reply("batch", "no reply"))
+            }
+            Ok(replies) => {
+                let detail = format!(
+                    "{} replies to {} operations",
+                    replies.len(),
+                    1 + turn.others.len()
+                );
+                for slot in turn.others.drain(..) {
+                    slot.settle(Outcome::Done(Err(Error::reply("batch", detail.clone()))));
+                }
+                Err(Error::reply("batch", detail))
+            }
+            Err(e) => {
+                for slot in turn.others.drain(..) {
+                    slot.settle(match &e {
+                        // the call may have run: each caller sees the error and
+                        // handles the doubt as it would for its own call
+                        Error::Redis(re) => Outcome::Done(Err(Error::Redis(re.clone()))),
+                        // it never reached Redis
+                        _ => Outcome::Alone,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a leader's turn (C3).
+    fn hand_over(&self) {
+        let mut state = self.state.lock();
+        if state.queue.is_empty() {
+            state.leaders -= 1;
+            return;
+        }
+        let batch: Vec<Arc<Slot>> = if state.queue.len() <= MAX_BATCH {
+            std::mem::take(&mut state.queue)
+        } else {
+            state.queue.drain(..MAX_BATCH).collect()
+        };
+        drop(state);
+        let first = Arc::clone(&batch[0]);
+        first.settle(Outcome::Lead(batch));
+    }
+}
+
+/// A leader's turn: settles whatever is left unsettled (C2, also when unwinding) and
+/// hands over (C3) when it ends.
+struct Turn<'a> {
+    combiner: &'a Combiner,
+    others: Vec<Arc<Slot>>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        for slot in self.others.drain(..) {
+            slot.settle(Outcome::Alone);
+        }
+        self.combiner.hand_over();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn release(id: &str) -> Op {
+        Op::Release { id: id.into() }
+    }
+
+    fn echo(ops: &[&Op]) -> Result<Vec<Value>> {
+        Ok(ops
+            .iter()
+            .map(|op| match op {
+                Op::Release { id } => Value::SimpleString(id.clone()),
+                Op::Acquire { id, .. } => Value::SimpleString(id.clone()),
+            })
+            .collect())
+    }
+
+    #[test]
+    fn alone_it_sends_its_own_operation() {
+        let c = Combiner::default();
+        let calls = AtomicUsize::new(0);
+        let exec = |ops: &[&Op]| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(ops.len(), 1);
+            echo(ops)
+        };
+        for k in 0..3 {
+            let v = c.run(release(&k.to_string()), &exec).unwrap();
+            assert_eq!(v, Value::SimpleString(k.to_string()));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(c.state.lock().leaders, 0);
+    }
+
+    #[test]
+    fn concurrent_callers_each_get_their_own_reply_in_fewer_calls() {
+        let c = Arc::new(Combiner::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let c = Arc::clone(&c);
+                let calls = Arc::clone(&calls);
+                std::thread::spawn(move || {
+                    for k in 0..500 {
+                        let id = format!("{t}-{k}");
+                        let exec = |ops: &[&Op]| {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            std::thread::yield_now();
+                            echo(ops)
+                        };
+                        let v = c.run(release(&id), &exec).unwrap();
+                        assert_eq!(v, Value::SimpleString(id));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let state = c.state.lock();
+        assert!(state.leaders == 0 && state.queue.is_empty());
+        assert!(calls.load(Ordering::SeqCst) <= 8 * 500);
+    }
+
+    #[test]
+    fn a_failed_call_reaches_every_caller_of_the_batch() {
+        let c = Arc::new(Combiner::default());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    for k in 0..200 {
+                        let exec = |ops: &[&Op]| -> Result<Vec<Value>> {
+                            if ops.len() > 1 || k % 2 == 0 {
+                                Err(Error::Redis(redis::RedisError::from((
+                                    redis::ErrorKind::Io,
+                                    "boom",
+                                ))))
+                            } else {
+                                echo(ops)
+                            }
+                        };
+                        let r = c.run(release(&format!("{t}-{k}")), &exec);
+                        if k % 2 == 0 {
+                            assert!(matches!(r, Err(Error::Redis(_))));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(c.state.lock().leaders, 0);
+    }
+}

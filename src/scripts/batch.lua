@@ -1,0 +1,30 @@
+-- batch: several try-acquires and releases of one semaphore, sent together by the
+-- threads of one client that wanted them at the same time (see combine.rs).
+--
+-- ARGV: a sequence of operations, each a tag followed by its arguments:
+--   'a', id, n, caller's limit, lease ms, pad ms, "pid|host|label", fair ('1'/'0'),
+--        channel                                      a try-acquire (mode 't')
+--   'r', id                                           a release
+-- Reply: one entry per operation, in order: op_acquire's or op_release's reply.
+--
+-- Keeps: everything op_acquire and op_release keep, after each operation, because the
+-- operations run one after the other exactly as separate calls would at the same
+-- instant; a batch sent twice (a resent command) is as safe as each of its operations
+-- sent twice. A try-acquire never queues, so a batch never blocks a waiter's place.
+
+local out = {}
+local k = 1
+while k <= #ARGV do
+    if ARGV[k] == 'a' then
+        out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],
+            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), ARGV[k + 6], 't',
+            ARGV[k + 7] == '1', ARGV[k + 8])
+        k = k + 9
+    elseif ARGV[k] == 'r' then
+        out[#out + 1] = op_release(ARGV[k + 1])
+        k = k + 2
+    else
+        return redis.error_reply('ERR redis-semaphore batch: unknown operation ' .. tostring(ARGV[k]))
+    end
+end
+return out

@@ -1,0 +1,120 @@
+-- The two operations of the hot path, as functions, so that one script call can run
+-- one of them (acquire.lua, release.lua) or a batch of them (batch.lua). Each call
+-- loads the state it needs and saves it before it returns, so a batch is exactly the
+-- same operations run one after the other at the same instant `now`: every invariant
+-- below holds after each operation, not only at the end of the script.
+
+-- acquire: grant n permits to permit id `id`, or queue it, or say when to look again.
+--
+-- Arguments: id, permits n, the caller's limit (text), lease ms, pad ms,
+--       origin "pid|host|label", mode ('t' try, never queued; 'w' wait, queued when
+--       not granted), fair (boolean), the caller's wake-up channel
+-- Reply: {1, token, slot...}          granted (or granted before to this same id)
+--        {0, retry_ms, is_head}       not now; retry_ms is when the earliest lease
+--                                     ends (-1: none), is_head 1 when the caller
+--                                     heads the queue
+--        {-1, limit}                  n is above the limit: it can never be granted
+--
+-- Keeps: K5 (used + n <= limit before any grant, after expired holders are purged);
+-- K6 (on a fair semaphore a caller goes first only when the queue is empty or it has
+-- been served from its head); the same id is granted at most once while its lease
+-- lives (a repeat returns the first grant, including one made by serve while it
+-- waited); tokens strictly increase, also across the keys expiring (the counter never
+-- falls below TIME in microseconds); slots are the lowest free ones and all below the
+-- limit, because exactly `used` bits are set (K2) and used + n <= limit; K1 for the
+-- new deadlines; a waiter is queued once, with a heartbeat of one lease.
+
+local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
+    local st = load(id)
+    local limit = st.limit or tonumber(climit)
+    st.climit = climit
+
+    if st.rec then
+        local dl = tonumber(redis.call('ZSCORE', H, id))
+        if dl and dl > now then return grant_reply(st.rec) end
+    end
+    if n > limit then
+        if st.wrec then
+            dequeue(st, id)
+            serve(st)
+            save(st)
+        end
+        return {-1, limit}
+    end
+
+    purge(st)
+    if st.qn > 0 then
+        local served = serve(st)
+        if served[id] then
+            save(st)
+            return served[id]
+        end
+    end
+
+    local queued = st.wrec and st.qn > 0 and redis.call('ZSCORE', Q, id)
+    if st.used + n <= limit and (st.qn == 0 or not fair) then
+        init(st)
+        if queued then dequeue(st, id) end
+        local reply = grant(st, id, n, lease, pad, origin)
+        save(st)
+        return reply
+    end
+
+    local retry = -1
+    if st.mind < END_OF_TIME then retry = st.mind - now end
+    if mode ~= 'w' then
+        save(st)
+        return {0, retry, 0}
+    end
+
+    init(st)
+    local heartbeat = now + lease
+    if queued then
+        redis.call('ZADD', H, 'XX', int(heartbeat), 'w:' .. id)
+    else
+        st.qseq = st.qseq + 1
+        redis.call('ZADD', Q, int(st.qseq), id)
+        redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
+        st.put[#st.put + 1] = 'w:' .. id
+        st.put[#st.put + 1] = n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|' .. chan .. '|' .. origin
+        st.qn = st.qn + 1
+        st.dirty = true
+    end
+    if heartbeat < st.mind then st.mind = heartbeat end
+    extend(st, heartbeat, pad)
+    save(st)
+    local head = redis.call('ZRANGE', Q, 0, 0)[1]
+    if st.mind < END_OF_TIME then retry = st.mind - now end
+    return {0, retry, head == id and 1 or 0}
+end
+
+-- release: give back the permits of permit id `id`, then serve the queue.
+--
+-- Reply: 1 released while its lease was live
+--        2 released, but its lease had already ended (nobody had taken it yet)
+--        0 not held: unknown id, already released, or purged after its lease ended
+--
+-- Keeps: only the permits recorded for this id are freed, so running it twice (a
+-- resent command) frees nothing the second time and never someone else's permit
+-- (K2: the holder, its slot bits and its share of 'used' leave together); what is
+-- freed goes to the head of the queue first (K6), in this same script, so the
+-- hand-off costs the waiter no round trip.
+
+local function op_release(id)
+    local st = load(id)
+    if not st.rec then return 0 end
+    local dl = tonumber(redis.call('ZSCORE', H, id))
+    redis.call('ZREM', H, id)
+    st.used = st.used - free_slots(st.rec)
+    if st.used < 0 then st.used = 0 end
+    st.del[#st.del + 1] = id
+    st.dirty = true
+    st.moved = true
+    if st.qn > 0 then
+        purge(st)
+        serve(st)
+    end
+    save(st)
+    if dl and dl > now then return 1 end
+    return 2
+end
