@@ -551,6 +551,79 @@ fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
     assert_eq!(holders[0].id, id(3));
 }
 
+/// In a batch, an operation sees what the operations before it did: a holder purged
+/// by an earlier acquire is gone for a later release of the same id, which must not
+/// free the slot the acquire took.
+#[test]
+fn a_batch_release_of_a_holder_purged_earlier_in_the_batch_frees_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let batch = redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/ops.lua"),
+        include_str!("../src/scripts/batch.lua")
+    ));
+    let keys = |inv: &mut redis::ScriptInvocation<'_>| {
+        inv.key("redsem:{purged}:h")
+            .key("redsem:{purged}:i")
+            .key("redsem:{purged}:s")
+            .key("redsem:{purged}:q");
+    };
+    let acquire = |inv: &mut redis::ScriptInvocation<'_>, id: &str, lease_ms: u64| {
+        inv.arg("a")
+            .arg(id)
+            .arg(1)
+            .arg(2)
+            .arg(lease_ms)
+            .arg(1000)
+            .arg("1|test|")
+            .arg("1")
+            .arg("");
+    };
+    let keeper = "aaaaaaaa-0000-4000-8000-00000000000c";
+    let old = "aaaaaaaa-0000-4000-8000-00000000000a";
+    let new = "aaaaaaaa-0000-4000-8000-00000000000b";
+    let mut inv = batch.prepare_invoke();
+    keys(&mut inv);
+    acquire(&mut inv, keeper, 10_000); // keeps the keys alive, on slot 0
+    acquire(&mut inv, old, 20); // slot 1, soon expired
+    let _: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg("redsem:{purged}:h")
+        .arg(old)
+        .query(&mut conn)
+        .unwrap();
+    support::wait_until(Duration::from_secs(5), "the old lease to end", || {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        s * 1000 + us / 1000 > deadline
+    });
+    let mut inv = batch.prepare_invoke();
+    keys(&mut inv);
+    acquire(&mut inv, new, 10_000); // purges old, takes slot 1
+    inv.arg("r").arg(old);
+    let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    let granted: Vec<i64> = redis::from_redis_value_ref(&replies[0]).unwrap();
+    assert_eq!((granted[0], granted[2]), (1, 1), "{replies:?}");
+    assert_eq!(
+        replies[1],
+        redis::Value::Int(0),
+        "the old holder was already purged"
+    );
+    let sem = client(&server).semaphore("purged", 2).unwrap();
+    assert_eq!(sem.available().unwrap(), 0, "the new holder keeps its slot");
+    let mut holders: Vec<(String, Vec<u32>)> = sem
+        .holders()
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.id, h.slots))
+        .collect();
+    holders.sort();
+    assert_eq!(
+        holders,
+        vec![(new.to_owned(), vec![1]), (keeper.to_owned(), vec![0])]
+    );
+}
+
 /// Threads of one client that try and release at the same time share script calls
 /// (fewer calls than operations), and every one of them still sees a correct answer.
 #[test]

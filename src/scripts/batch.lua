@@ -9,11 +9,21 @@
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the
 -- operations run one after the other exactly as separate calls would at the same
--- instant; a batch sent twice (a resent command) is as safe as each of its operations
--- sent twice. A try-acquire never queues, so a batch never blocks a waiter's place.
+-- instant: they share one state, loaded once with every record they will need and
+-- written once at the end, and read it through their predecessors' pending writes.
+-- A batch sent twice (a resent command) is as safe as each of its operations sent
+-- twice. A try-acquire never queues, so a batch never blocks a waiter's place.
+
+local ids = {}
+local k = 1
+while k <= #ARGV do
+    ids[#ids + 1] = ARGV[k + 1]
+    if ARGV[k] == 'a' then k = k + 9 else k = k + 2 end
+end
+begin_batch(ids)
 
 local out = {}
-local k = 1
+k = 1
 while k <= #ARGV do
     if ARGV[k] == 'a' then
         out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],
@@ -27,4 +37,5 @@ while k <= #ARGV do
         return redis.error_reply('ERR redis-semaphore batch: unknown operation ' .. tostring(ARGV[k]))
     end
 end
+save(batch, true)
 return out

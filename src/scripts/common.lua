@@ -52,15 +52,18 @@ local function int(x)
     return string.format('%.0f', x)
 end
 
--- Reads the semaphore's state with one HMGET; the holder and waiter records of `id`
--- are read along when it is given.
-local function load(id)
-    local v
-    if id then
-        v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq', id, 'w:' .. id)
-    else
-        v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq')
-    end
+-- The fields of I that make up the state, in the order load() reads them.
+local STATE = {'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq'}
+
+-- The state of a batch (batch.lua): one state shared by its operations, loaded once
+-- and saved once. nil outside a batch.
+local batch = nil
+
+-- Builds the state from an HMGET of STATE (and maybe more fields after them).
+-- Writes to I are kept in `over` (field -> value, or false to delete it) until save();
+-- `pre` caches fields read from I (false: absent). A field is read through over first,
+-- then pre, then I, so an operation sees every write made before it in the same script.
+local function new_state(v)
     return {
         exists = v[1] ~= false,
         exp = tonumber(v[1]) or 0,
@@ -70,25 +73,84 @@ local function load(id)
         limit = tonumber(v[5]),
         qn = tonumber(v[6]) or 0,
         qseq = tonumber(v[7]) or 0,
-        rec = v[8] or false,
-        wrec = v[9] or false,
+        rec = false,
+        wrec = false,
         dirty = false,
-        put = {},
-        del = {},
+        over = {},
+        pre = {},
         moved = false,
     }
 end
 
--- Writes back what changed, in one HDEL and one HSET.
-local function save(st)
-    if #st.del > 0 then redis.call('HDEL', I, unpack(st.del)) end
-    if not st.dirty and #st.put == 0 then return end
+-- Reads field f of I as the script sees it (pending writes first).
+local function field(st, f)
+    local v = st.over[f]
+    if v ~= nil then return v end
+    v = st.pre[f]
+    if v == nil then
+        v = redis.call('HGET', I, f)
+        st.pre[f] = v
+    end
+    return v
+end
+
+local function put(st, f, v) st.over[f] = v end
+local function del(st, f) st.over[f] = false end
+
+-- Reads the semaphore's state with one HMGET; the holder and waiter records of `id`
+-- are read along when it is given. In a batch, returns the batch's state with the
+-- records of `id` as earlier operations of the batch left them.
+local function load(id)
+    if batch then
+        batch.rec, batch.wrec = field(batch, id), field(batch, 'w:' .. id)
+        batch.moved, batch.climit = false, nil
+        return batch
+    end
+    local v
+    if id then
+        v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq', id, 'w:' .. id)
+    else
+        v = redis.call('HMGET', I, unpack(STATE))
+    end
+    local st = new_state(v)
+    st.rec, st.wrec = v[8] or false, v[9] or false
+    return st
+end
+
+-- Starts a batch over the permit ids `ids`: the state and all their records in one
+-- HMGET. Every load() until save(batch, true) returns this state.
+local function begin_batch(ids)
+    local fields = {unpack(STATE)}
+    for k = 1, #ids do
+        fields[#fields + 1] = ids[k]
+        fields[#fields + 1] = 'w:' .. ids[k]
+    end
+    local v = redis.call('HMGET', I, unpack(fields))
+    batch = new_state(v)
+    for k = #STATE + 1, #fields do batch.pre[fields[k]] = v[k] end
+end
+
+-- Writes back what changed, in one HDEL and one HSET. Inside a batch only the final
+-- save (final = true) writes.
+local function save(st, final)
+    if st == batch and not final then return end
+    local hset, hdel = {}, {}
+    for f, v in pairs(st.over) do
+        if v then
+            hset[#hset + 1] = f
+            hset[#hset + 1] = v
+        else
+            hdel[#hdel + 1] = f
+        end
+    end
+    if #hdel > 0 then redis.call('HDEL', I, unpack(hdel)) end
+    if not st.dirty and #hset == 0 then return end
     if st.climit then
-        st.put[#st.put + 1] = 'cl'
-        st.put[#st.put + 1] = st.climit
+        hset[#hset + 1] = 'cl'
+        hset[#hset + 1] = st.climit
     end
     redis.call('HSET', I, 'used', st.used, 'ctr', int(st.ctr), 'mind', int(st.mind),
-        'exp', int(st.exp), 'qn', st.qn, 'qseq', int(st.qseq), unpack(st.put))
+        'exp', int(st.exp), 'qn', st.qn, 'qseq', int(st.qseq), unpack(hset))
 end
 
 -- Creates the keys of a semaphore that has none. Leftovers of a partial loss (a key
@@ -145,6 +207,10 @@ local function purge(st)
         end
         redis.call('HDEL', I, unpack(ids))
         redis.call('ZREM', H, unpack(ids))
+        for k = 1, #ids do
+            st.over[ids[k]] = nil
+            st.pre[ids[k]] = false
+        end
     end
     if st.used < 0 then st.used = 0 end
     if st.qn < 0 then st.qn = 0 end
@@ -172,8 +238,7 @@ local function grant(st, id, n, lease, pad, origin)
     if deadline < st.mind then st.mind = deadline end
     extend(st, deadline, pad)
     st.used = st.used + n
-    st.put[#st.put + 1] = id
-    st.put[#st.put + 1] = n .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin
+    put(st, id, n .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin)
     st.dirty = true
     st.rec = false
     return reply
@@ -183,7 +248,7 @@ end
 local function dequeue(st, id)
     redis.call('ZREM', Q, id)
     redis.call('ZREM', H, 'w:' .. id)
-    st.del[#st.del + 1] = 'w:' .. id
+    del(st, 'w:' .. id)
     st.qn = st.qn - 1
     if st.qn < 0 then st.qn = 0 end
     st.moved = true
@@ -212,7 +277,7 @@ local function serve(st)
             st.dirty = true
             break
         end
-        local wrec = redis.call('HGET', I, 'w:' .. head)
+        local wrec = field(st, 'w:' .. head)
         if not wrec then
             dequeue(st, head)
         else

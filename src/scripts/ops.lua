@@ -1,8 +1,9 @@
 -- The two operations of the hot path, as functions, so that one script call can run
 -- one of them (acquire.lua, release.lua) or a batch of them (batch.lua). Each call
--- loads the state it needs and saves it before it returns, so a batch is exactly the
--- same operations run one after the other at the same instant `now`: every invariant
--- below holds after each operation, not only at the end of the script.
+-- loads the state and saves it before it returns; in a batch the state is shared and
+-- written once at the end, but every read goes through the pending writes, so a batch
+-- is exactly the same operations run one after the other at the same instant `now`:
+-- every invariant below holds after each operation, as seen by the next one.
 
 -- acquire: grant n permits to permit id `id`, or queue it, or say when to look again.
 --
@@ -75,8 +76,7 @@ local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
         st.qseq = st.qseq + 1
         redis.call('ZADD', Q, int(st.qseq), id)
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
-        st.put[#st.put + 1] = 'w:' .. id
-        st.put[#st.put + 1] = n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|' .. chan .. '|' .. origin
+        put(st, 'w:' .. id, n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|' .. chan .. '|' .. origin)
         st.qn = st.qn + 1
         st.dirty = true
     end
@@ -107,7 +107,7 @@ local function op_release(id)
     redis.call('ZREM', H, id)
     st.used = st.used - free_slots(st.rec)
     if st.used < 0 then st.used = 0 end
-    st.del[#st.del + 1] = id
+    del(st, id)
     st.dirty = true
     st.moved = true
     if st.qn > 0 then

@@ -16,7 +16,6 @@ st.moved = true
 extend(st, now + tonumber(ARGV[2]), 0)
 purge(st)
 serve(st)
-st.put[#st.put + 1] = 'limit'
-st.put[#st.put + 1] = ARGV[1]
+put(st, 'limit', ARGV[1])
 save(st)
 return previous
