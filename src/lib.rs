@@ -132,6 +132,7 @@
 )]
 
 mod client;
+pub mod compat;
 mod error;
 mod listener;
 mod permit;
