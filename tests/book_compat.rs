@@ -522,7 +522,16 @@ fn millis_scores_are_integers_like_the_java_and_node_ports() {
             "{score} not in {before}..={after}"
         );
 
+        // Basic ranks equal scores by id: in whole ms, a later acquire in the same
+        // millisecond can rank before a grant and steal it (documented). Step past it.
+        support::wait_until(Duration::from_secs(1), "the next millisecond", || {
+            now_ms() > after
+        });
         let pb = sem_b.try_acquire().unwrap().unwrap();
+        let granted_b = now_ms();
+        support::wait_until(Duration::from_secs(1), "the next millisecond", || {
+            now_ms() > granted_b
+        });
         assert!(sem_a.try_acquire().unwrap().is_none());
         let mut py = Py::repl(&server.url(), py_variant, LIMIT, &["--unit", "ms"]);
         assert!(
@@ -538,7 +547,12 @@ fn millis_scores_are_integers_like_the_java_and_node_ports() {
             .arg(&py_id)
             .query(&mut conn)
             .unwrap();
-        assert!(raw.parse::<i64>().is_ok(), "Python wrote {raw:?}");
+        let py_score: i64 = raw
+            .parse()
+            .unwrap_or_else(|_| panic!("Python wrote {raw:?}"));
+        support::wait_until(Duration::from_secs(1), "the next millisecond", || {
+            now_ms() > py_score
+        });
         assert!(sem_b.try_acquire().unwrap().is_none());
         assert_eq!(py.cmd(&format!("release {py_id}")), "RELEASED True");
         pa.release().unwrap();
