@@ -9,6 +9,8 @@ The functions below follow the published listings line by line. The only changes
 - `now()` instead of `time.time()`, so a test can shift this client's clock
   (`--clock-offset`) and choose the score unit (`--unit s` like the book, `ms` like
   the Java and Node ports);
+- `pause()`, a no-op unless a test asks for it (`acquire-paused`): it stops an acquire
+  between its round trips, where the book says the race lies;
 - `acquire_lock` is the book's `acquire_lock_with_timeout`, whose expiry listing 17
   needs for a holder that dies; `not conn.ttl(...)` is written `conn.ttl(...) == -1`,
   its meaning with redis-py >= 3 (TTL returns -1, not None, for a key without expiry).
@@ -18,6 +20,9 @@ Usage:
                     --limit N [--timeout SECONDS] [--clock-offset SECONDS] repl
       Prints READY, then answers one line per command read on stdin:
         acquire       -> GOT <id> | NONE
+        acquire-paused -> PAUSED, then after a line "resume": GOT <id> | NONE
+                         (an acquire stopped where the book's race lies: basic after
+                         reading the clock, fair after INCR, with the lock held)
         release <id>  -> RELEASED True|False
         refresh <id>  -> REFRESHED True|False
         quit          -> exits
@@ -39,6 +44,14 @@ import redis
 
 CLOCK_OFFSET = 0.0
 UNIT = "s"
+PAUSE = False
+
+
+def pause():
+    """Test hook: stops here until the test says resume (see acquire-paused)."""
+    if PAUSE:
+        say("PAUSED")
+        sys.stdin.readline()
 
 
 def now():
@@ -55,6 +68,7 @@ def span(timeout):
 def acquire_semaphore(conn, semname, limit, timeout=10):
     identifier = str(uuid.uuid4())
     t = now()
+    pause()
 
     pipeline = conn.pipeline(True)
     pipeline.zremrangebyscore(semname, "-inf", t - span(timeout))
@@ -85,6 +99,7 @@ def acquire_fair_semaphore(conn, semname, limit, timeout=10):
 
     pipeline.incr(ctr)
     counter = pipeline.execute()[-1]
+    pause()
 
     pipeline.zadd(semname, {identifier: t})
     pipeline.zadd(czset, {identifier: counter})
@@ -179,13 +194,24 @@ def say(*words):
 
 
 def repl(conn, args, acquire, release, refresh):
+    global PAUSE
     say("READY")
-    for line in sys.stdin:
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
         words = line.split()
         if not words:
             continue
         if words[0] == "acquire":
             ident = acquire(conn, args.name, args.limit, args.timeout)
+            say("GOT", ident) if ident else say("NONE")
+        elif words[0] == "acquire-paused":
+            PAUSE = True
+            try:
+                ident = acquire(conn, args.name, args.limit, args.timeout)
+            finally:
+                PAUSE = False
             say("GOT", ident) if ident else say("NONE")
         elif words[0] == "release":
             say("RELEASED", bool(release(conn, args.name, words[1])))
