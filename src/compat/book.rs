@@ -40,7 +40,9 @@
 //!
 //! Every client of one semaphore must use the same variant and the same [`TimeUnit`]:
 //! a seconds client and a milliseconds client purge each other's entries at once or
-//! never (the Java port's author warns about exactly this).
+//! never (the Java port's author warns about exactly this). `Fair` and `FairWithLock`
+//! share their keys, but the lock only guards the acquires of the clients that take
+//! it: one `Fair` client among `FairWithLock` ones brings the race back.
 //!
 //! # Lost permits
 //!
