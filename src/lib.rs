@@ -141,6 +141,7 @@
 
 mod client;
 mod combine;
+pub mod compat;
 mod error;
 mod listener;
 mod permit;

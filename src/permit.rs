@@ -39,7 +39,10 @@ impl std::fmt::Display for LostReason {
 /// The permits go back when the `Permit` is dropped, or by [`release`](Permit::release),
 /// which reports errors that `Drop` can only log. While it is held, the client's
 /// background thread renews its lease (unless the semaphore was built with
-/// `auto_refresh(false)`).
+/// `auto_refresh(false)`). Permits of the wire-compatible
+/// [`compat::book`](crate::compat::book) semaphores are never renewed in the
+/// background, and their [`token`](Permit::token) and [`slots`](Permit::slots) mean
+/// what that module says.
 ///
 /// A `Permit` owns everything it needs (`Send + 'static`), so it can move into a
 /// thread that holds it for hours.

@@ -1,0 +1,849 @@
+//! The counting semaphores of "Redis in Action" (ch. 6.3, listings 12–17), exactly as
+//! published, on the book's keys, so a Rust service can share a semaphore with Python
+//! code from the book or with its Java and Node ports.
+//!
+//! # Variants
+//!
+//! | [`BookVariant`] | listings | keys | what it keeps of the book's failure modes |
+//! |---|---|---|---|
+//! | [`Basic`](BookVariant::Basic) | 12–13 | `NAME` | a client whose clock runs behind steals a granted permit (its entry ranks first); two acquires in flight can both win; no refresh |
+//! | [`Fair`](BookVariant::Fair) | 14–16 | `NAME`, `NAME:owner`, `NAME:counter` | the race: two acquires interleaving their two round trips can both win, so under load it still goes over the limit; a clock ahead by Δ ends other holders' leases Δ early |
+//! | [`FairWithLock`](BookVariant::FairWithLock) | 17 (+14–16) | as `Fair`, plus `lock:NAME` | holds the limit while clocks agree to well within the lease and every acquire finishes within the lock timeout; a clock ahead by Δ still ends other leases Δ early |
+//!
+//! A client whose clock runs *ahead* by more than a holder's remaining lease purges
+//! that holder in every variant (the book asks for clocks within a second or two).
+//! With [`TimeUnit::Millis`], `Basic` has one more: entries of the same millisecond
+//! rank by id, so an acquire in the millisecond of the last grant can rank before it
+//! and steal it.
+//!
+//! Measured here (tests/book_compat.rs, limit 3, three Rust threads and two Python
+//! processes holding for 1 ms in a loop on loopback): `Basic` and `Fair` reached 4 and
+//! 5 holders at once within a second; `FairWithLock` never more than 3.
+//!
+//! # What differs from the crate's own semaphore
+//!
+//! - **Client clock.** Scores are the client's wall-clock time, as in the originals;
+//!   the crate's rule that only Redis `TIME` counts does not hold here.
+//! - **Several round trips.** Each acquire is one or two `MULTI`/`EXEC` transactions
+//!   plus a clean-up on failure (and the lock's round trips for `FairWithLock`), not
+//!   one script.
+//! - **No wake-ups, no background refresh.** [`acquire_timeout`](BookSemaphore::acquire_timeout)
+//!   polls (a try, then a short sleep), as the book's users do. Permits are never
+//!   renewed behind your back: call [`Permit::refresh`] (fair variants only, listing
+//!   16) before the timeout runs out.
+//! - **No fencing slots.** [`Permit::slots`] is empty; [`Permit::token`] is the value
+//!   of `NAME:counter` taken by the fair variants (increasing in grant order, but the
+//!   race above can give two holders over the limit), and 0 for `Basic`.
+//! - **No cluster.** The keys of one semaphore are not under one hash tag unless the
+//!   name carries one (`"{acct:42}"` puts `NAME`, `NAME:owner`, `NAME:counter` and
+//!   `lock:NAME` in one slot).
+//!
+//! Every client of one semaphore must use the same variant and the same [`TimeUnit`]:
+//! a seconds client and a milliseconds client purge each other's entries at once or
+//! never (the Java port's author warns about exactly this). `Fair` and `FairWithLock`
+//! share their keys, but the lock only guards the acquires of the clients that take
+//! it: one `Fair` client among `FairWithLock` ones brings the race back.
+//!
+//! # Lost permits
+//!
+//! A book permit is marked lost (and [`Permit::lost`] fires) when
+//! [`Permit::refresh`] finds its entry gone; nothing watches it in the background.
+//! [`Permit::lease_left`] counts down the timeout from the acquire, by this process's
+//! monotonic clock, and from the last successful refresh. [`Permit::release`] returns
+//! [`Error::PermitLost`] when the entry was already gone (the book's `False`).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_semaphore::Client;
+//! use redis_semaphore::compat::book::{BookVariant, TimeUnit};
+//!
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! // The same semaphore as Python's `acquire_semaphore_with_lock(conn, "market:acct:42", 5)`.
+//! let sem = client
+//!     .book_semaphore("market:acct:42", 5)
+//!     .variant(BookVariant::FairWithLock)
+//!     .unit(TimeUnit::Seconds)
+//!     .timeout(Duration::from_secs(10))
+//!     .build()?;
+//! if let Some(permit) = sem.try_acquire()? {
+//!     // ... call the market API ...
+//!     permit.refresh()?; // listing 16, for holders that run longer than the timeout
+//!     permit.release()?; // listing 15
+//! }
+//! # Ok::<(), redis_semaphore::Error>(())
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::permit::{Grantor, LostReason, Permit};
+use crate::pool::Conn;
+use crate::refresher::PermitState;
+use crate::stats::Counters;
+
+/// Which of the book's semaphores to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BookVariant {
+    /// Listings 12–13: one zset `NAME` of id → time; a holder is an id whose rank is
+    /// below the limit. No refresh.
+    Basic,
+    /// Listings 14–16: `NAME` (id → time), `NAME:owner` (id → counter) and
+    /// `NAME:counter`; rank by counter, expiry by time; refreshable.
+    Fair,
+    /// Listing 17: the fair semaphore, acquired under the short lock `lock:NAME` (the
+    /// book's `acquire_lock_with_timeout` / `release_lock`); refreshable.
+    FairWithLock,
+}
+
+/// The unit of the time scores in the zsets. All clients of a semaphore must agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeUnit {
+    /// Seconds since the Unix epoch as a float (`time.time()`), like the Python
+    /// original.
+    Seconds,
+    /// Whole milliseconds since the Unix epoch (`System.currentTimeMillis()`,
+    /// `Date.getTime()`), like the Java and Node ports.
+    Millis,
+}
+
+/// Settings of a [`BookSemaphore`], from [`Client::book_semaphore`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct BookSemaphoreBuilder {
+    client: Client,
+    name: String,
+    limit: u32,
+    variant: BookVariant,
+    unit: TimeUnit,
+    timeout: Duration,
+    lock_wait: Duration,
+    lock_timeout: Duration,
+    poll_interval: Duration,
+    clock_offset_ms: i64,
+}
+
+impl Client {
+    /// A builder for the "Redis in Action" semaphore `name` with `limit` permits,
+    /// wire-compatible with the book's code and its ports. See [`compat::book`].
+    ///
+    /// [`compat::book`]: crate::compat::book
+    pub fn book_semaphore(&self, name: &str, limit: u32) -> BookSemaphoreBuilder {
+        BookSemaphoreBuilder {
+            client: self.clone(),
+            name: name.to_owned(),
+            limit,
+            variant: BookVariant::FairWithLock,
+            unit: TimeUnit::Seconds,
+            timeout: Duration::from_secs(10),
+            lock_wait: Duration::from_millis(10),
+            lock_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(10),
+            clock_offset_ms: 0,
+        }
+    }
+}
+
+impl BookSemaphoreBuilder {
+    /// Which algorithm. Defaults to [`BookVariant::FairWithLock`], the one the book
+    /// recommends; pick whatever the other services of this semaphore run.
+    pub fn variant(mut self, variant: BookVariant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// The unit of the time scores. Defaults to [`TimeUnit::Seconds`] (the Python
+    /// original).
+    pub fn unit(mut self, unit: TimeUnit) -> Self {
+        self.unit = unit;
+        self
+    }
+
+    /// How old an entry may be before an acquire purges it: the book's `timeout`
+    /// argument (a lease). Defaults to 10 s, the book's default.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `FairWithLock` only: how long one acquire spins for `lock:NAME` before it gives
+    /// up and reports no permit (the book's `acquire_timeout=.01`). Defaults to 10 ms.
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// `FairWithLock` only: the expiry set on `lock:NAME`, so a client that dies
+    /// holding it does not block the semaphore for ever (`acquire_lock_with_timeout`'s
+    /// `lock_timeout`). Defaults to 10 s, the book's default.
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// How long [`BookSemaphore::acquire_timeout`] and [`BookSemaphore::acquire`]
+    /// sleep between tries. Defaults to 10 ms.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    /// Tests only: shifts this client's clock by `ms` milliseconds (negative: behind),
+    /// to show what clock skew does to the book's algorithms.
+    #[doc(hidden)]
+    pub fn clock_offset_ms(mut self, ms: i64) -> Self {
+        self.clock_offset_ms = ms;
+        self
+    }
+
+    /// Checks the settings and makes the semaphore. No network call is made.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a limit of 0, a timeout under
+    /// 1 ms (or over a year), or, for `FairWithLock`, a zero lock wait or a lock
+    /// timeout under 1 ms; a zero poll interval.
+    pub fn build(self) -> Result<BookSemaphore> {
+        let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
+        if self.name.is_empty() {
+            return invalid("semaphore name must not be empty");
+        }
+        if self.limit == 0 {
+            return invalid("limit must be at least 1");
+        }
+        if self.timeout < Duration::from_millis(1) {
+            return invalid("timeout must be at least 1 ms");
+        }
+        if self.timeout > Duration::from_secs(365 * 24 * 3600) {
+            return invalid("timeout must be at most a year");
+        }
+        if self.variant == BookVariant::FairWithLock {
+            if self.lock_wait.is_zero() {
+                return invalid("lock wait must be above zero");
+            }
+            if self.lock_timeout < Duration::from_millis(1) {
+                return invalid("lock timeout must be at least 1 ms");
+            }
+        }
+        if self.poll_interval.is_zero() {
+            return invalid("poll interval must be above zero");
+        }
+        Ok(BookSemaphore {
+            inner: Arc::new(BookInner {
+                owner_key: format!("{}:owner", self.name),
+                counter_key: format!("{}:counter", self.name),
+                lock_key: format!("lock:{}", self.name),
+                name: self.name,
+                client: self.client,
+                limit: self.limit,
+                variant: self.variant,
+                unit: self.unit,
+                timeout: self.timeout,
+                lock_wait: self.lock_wait,
+                lock_timeout: self.lock_timeout,
+                poll_interval: self.poll_interval,
+                clock_offset_ms: self.clock_offset_ms,
+            }),
+        })
+    }
+}
+
+/// A "Redis in Action" semaphore (see the [module docs](self)). Cheap to clone;
+/// clones share the settings.
+#[derive(Clone)]
+pub struct BookSemaphore {
+    inner: Arc<BookInner>,
+}
+
+struct BookInner {
+    client: Client,
+    name: String,
+    owner_key: String,
+    counter_key: String,
+    lock_key: String,
+    limit: u32,
+    variant: BookVariant,
+    unit: TimeUnit,
+    timeout: Duration,
+    lock_wait: Duration,
+    lock_timeout: Duration,
+    poll_interval: Duration,
+    clock_offset_ms: i64,
+}
+
+/// A reading of the client clock, as the book's scores: `now` and the purge cutoff
+/// `now - timeout`, already formatted in the semaphore's unit.
+struct Stamp {
+    now: String,
+    cutoff: String,
+    /// The monotonic instant of the reading: the entry's lease ends `timeout` after it
+    /// by this client's clock.
+    at: Instant,
+}
+
+impl BookInner {
+    fn stamp(&self) -> Stamp {
+        let at = Instant::now();
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let (now, cutoff) = match self.unit {
+            TimeUnit::Seconds => {
+                let now = since_epoch.as_secs_f64() + self.clock_offset_ms as f64 / 1000.0;
+                // Rust prints f64 in shortest round-trip form without an exponent,
+                // like Python's repr of time.time().
+                (
+                    format!("{now}"),
+                    format!("{}", now - self.timeout.as_secs_f64()),
+                )
+            }
+            TimeUnit::Millis => {
+                let now = since_epoch.as_millis() as i64 + self.clock_offset_ms;
+                let timeout = self.timeout.as_millis() as i64;
+                (now.to_string(), (now - timeout).to_string())
+            }
+        };
+        Stamp { now, cutoff, at }
+    }
+
+    fn conn(&self) -> Result<Conn> {
+        self.client.inner.shared.pool.get(None)
+    }
+
+    fn err(&self, e: redis::RedisError) -> Error {
+        Error::redis(&self.name, e)
+    }
+
+    fn stats(&self) -> &Counters {
+        &self.client.inner.shared.stats
+    }
+
+    /// One attempt, the book's way. `Some((id, token, stamp))` when granted.
+    fn attempt(&self, conn: &mut Conn) -> Result<Option<(String, u64, Stamp)>> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let outcome = match self.variant {
+            BookVariant::Basic => self.acquire_basic(conn, &id),
+            BookVariant::Fair => self.acquire_fair(conn, &id),
+            BookVariant::FairWithLock => self.acquire_with_lock(conn, &id),
+        };
+        match outcome {
+            Ok(Some((token, stamp))) => Ok(Some((id, token, stamp))),
+            Ok(None) => Ok(None),
+            Err(e) => {
+                // A failed transaction may still have added the entry (a read timeout
+                // after the server ran it): take it out rather than let it hold a
+                // place until it expires.
+                if let Ok(mut c) = self.conn() {
+                    let _ = self.remove(&mut c, &id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Listing 12.
+    fn acquire_basic(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
+        let stamp = self.stamp();
+        let (rank,): (Option<i64>,) = redis::pipe()
+            .atomic()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&self.name)
+            .arg("-inf")
+            .arg(&stamp.cutoff)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&self.name)
+            .arg(&stamp.now)
+            .arg(id)
+            .ignore()
+            .cmd("ZRANK")
+            .arg(&self.name)
+            .arg(id)
+            .query(&mut **conn)
+            .map_err(|e| self.err(e))?;
+        if rank.is_some_and(|r| r < i64::from(self.limit)) {
+            return Ok(Some((0, stamp)));
+        }
+        redis::cmd("ZREM")
+            .arg(&self.name)
+            .arg(id)
+            .exec(&mut **conn)
+            .map_err(|e| self.err(e))?;
+        Ok(None)
+    }
+
+    /// Listing 14.
+    fn acquire_fair(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
+        let stamp = self.stamp();
+        let (counter,): (i64,) = redis::pipe()
+            .atomic()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&self.name)
+            .arg("-inf")
+            .arg(&stamp.cutoff)
+            .ignore()
+            .cmd("ZINTERSTORE")
+            .arg(&self.owner_key)
+            .arg(2)
+            .arg(&self.owner_key)
+            .arg(&self.name)
+            .arg("WEIGHTS")
+            .arg(1)
+            .arg(0)
+            .ignore()
+            .cmd("INCR")
+            .arg(&self.counter_key)
+            .query(&mut **conn)
+            .map_err(|e| self.err(e))?;
+        let (rank,): (Option<i64>,) = redis::pipe()
+            .atomic()
+            .cmd("ZADD")
+            .arg(&self.name)
+            .arg(&stamp.now)
+            .arg(id)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&self.owner_key)
+            .arg(counter)
+            .arg(id)
+            .ignore()
+            .cmd("ZRANK")
+            .arg(&self.owner_key)
+            .arg(id)
+            .query(&mut **conn)
+            .map_err(|e| self.err(e))?;
+        if rank.is_some_and(|r| r < i64::from(self.limit)) {
+            return Ok(Some((u64::try_from(counter).unwrap_or(0), stamp)));
+        }
+        self.remove(conn, id)?;
+        Ok(None)
+    }
+
+    /// Listing 17: the fair acquire under `lock:NAME`; no lock, no permit.
+    fn acquire_with_lock(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
+        let Some(lock_id) = self.acquire_lock(conn)? else {
+            return Ok(None);
+        };
+        let outcome = self.acquire_fair(conn, id);
+        // Python's `finally: release_lock(...)`. A failure to release does not take
+        // the permit back: the lock expires after `lock_timeout` by itself.
+        match self.release_lock(conn, &lock_id) {
+            Ok(true) => {}
+            Ok(false) => log::warn!(
+                "redis-semaphore: book lock {} expired before it was released: \
+                 the acquire took longer than the lock timeout",
+                self.lock_key
+            ),
+            Err(e) => log::warn!(
+                "redis-semaphore: releasing book lock {}: {e}",
+                self.lock_key
+            ),
+        }
+        outcome
+    }
+
+    /// The book's `acquire_lock_with_timeout`: `SETNX` + `EXPIRE` (sent here as one
+    /// `SET NX PX`, the same key, value and expiry), and, when the lock is taken but
+    /// has no expiry (its holder died between the book's two commands, or used the
+    /// book's expiry-less `acquire_lock`), give it one. Spins every 1 ms for
+    /// `lock_wait`, trying at least once.
+    fn acquire_lock(&self, conn: &mut Conn) -> Result<Option<String>> {
+        let lock_id = uuid::Uuid::new_v4().to_string();
+        let lock_ms = self.lock_timeout.as_millis() as u64;
+        let end = Instant::now() + self.lock_wait;
+        loop {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&self.lock_key)
+                .arg(&lock_id)
+                .arg("NX")
+                .arg("PX")
+                .arg(lock_ms)
+                .query(&mut **conn)
+                .map_err(|e| self.err(e))?;
+            if set.is_some() {
+                return Ok(Some(lock_id));
+            }
+            let ttl: i64 = redis::cmd("TTL")
+                .arg(&self.lock_key)
+                .query(&mut **conn)
+                .map_err(|e| self.err(e))?;
+            if ttl == -1 {
+                redis::cmd("PEXPIRE")
+                    .arg(&self.lock_key)
+                    .arg(lock_ms)
+                    .exec(&mut **conn)
+                    .map_err(|e| self.err(e))?;
+            }
+            if Instant::now() >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The book's `release_lock`: `WATCH`, `GET`, and `MULTI`/`DEL`/`EXEC` when the
+    /// value is ours, retried when the transaction aborts. `false`: not ours any more.
+    fn release_lock(&self, conn: &mut Conn, lock_id: &str) -> Result<bool> {
+        // The book retries for ever; the only writer that can abort our EXEC is the
+        // lock's own expiry, after which GET no longer matches, so a few rounds suffice.
+        for _ in 0..16 {
+            let step = (|| -> redis::RedisResult<Option<bool>> {
+                redis::cmd("WATCH").arg(&self.lock_key).exec(&mut **conn)?;
+                let held: Option<String> =
+                    redis::cmd("GET").arg(&self.lock_key).query(&mut **conn)?;
+                if held.as_deref() != Some(lock_id) {
+                    redis::cmd("UNWATCH").exec(&mut **conn)?;
+                    return Ok(Some(false));
+                }
+                let done: Option<(i64,)> = redis::pipe()
+                    .atomic()
+                    .cmd("DEL")
+                    .arg(&self.lock_key)
+                    .query(&mut **conn)?;
+                Ok(done.map(|_| true))
+            })();
+            match step {
+                Ok(Some(released)) => return Ok(released),
+                Ok(None) => continue,
+                Err(e) => {
+                    // Never hand a connection with a pending WATCH back to the pool.
+                    let _ = redis::cmd("UNWATCH").exec(&mut **conn);
+                    return Err(self.err(e));
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Listing 13 (basic) or 15 (fair): whether the entry was still there.
+    fn remove(&self, conn: &mut Conn, id: &str) -> Result<bool> {
+        let removed: i64 = match self.variant {
+            BookVariant::Basic => redis::cmd("ZREM")
+                .arg(&self.name)
+                .arg(id)
+                .query(&mut **conn)
+                .map_err(|e| self.err(e))?,
+            BookVariant::Fair | BookVariant::FairWithLock => {
+                let (timeout_zset, _owner): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("ZREM")
+                    .arg(&self.name)
+                    .arg(id)
+                    .cmd("ZREM")
+                    .arg(&self.owner_key)
+                    .arg(id)
+                    .query(&mut **conn)
+                    .map_err(|e| self.err(e))?;
+                timeout_zset
+            }
+        };
+        Ok(removed == 1)
+    }
+
+    fn lost(&self, permit: &PermitState, reason: LostReason) -> Error {
+        if permit.lost_reason().is_none() {
+            Counters::bump(&self.stats().lost);
+        }
+        permit.mark_lost(reason);
+        Error::PermitLost {
+            id: permit.id.clone(),
+            reason: permit.lost_reason().unwrap_or(reason),
+        }
+    }
+
+    /// Expired when this client's clock says the timeout has run out, else someone
+    /// removed the entry (a skewed clock's purge, an operator).
+    fn missing_reason(permit: &PermitState) -> LostReason {
+        permit
+            .lost_reason()
+            .unwrap_or(if Instant::now() >= permit.valid_until() {
+                LostReason::Expired
+            } else {
+                LostReason::Released
+            })
+    }
+}
+
+impl Grantor for BookInner {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn release(&self, permit: &PermitState) -> Result<()> {
+        let result = self
+            .conn()
+            .and_then(|mut c| self.remove(&mut c, &permit.id));
+        match result {
+            Ok(true) => {
+                Counters::bump(&self.stats().released);
+                Ok(())
+            }
+            Ok(false) => {
+                Counters::bump(&self.stats().release_failed);
+                Err(Error::PermitLost {
+                    id: permit.id.clone(),
+                    reason: BookInner::missing_reason(permit),
+                })
+            }
+            Err(e) => {
+                Counters::bump(&self.stats().release_failed);
+                Counters::bump(&self.stats().errors);
+                Err(e)
+            }
+        }
+    }
+
+    /// Listing 16 for the fair variants; the basic semaphore has no refresh in the
+    /// book (re-scoring its entry would move it behind later acquirers).
+    fn refresh(&self, permit: &PermitState) -> Result<()> {
+        if self.variant == BookVariant::Basic {
+            return Err(Error::InvalidArgument(
+                "the book's basic semaphore cannot be refreshed (listing 16 is for the fair variants)"
+                    .into(),
+            ));
+        }
+        Counters::bump(&self.stats().refresh_calls);
+        let mut conn = self.conn()?;
+        let stamp = self.stamp();
+        let added: i64 = redis::cmd("ZADD")
+            .arg(&self.name)
+            .arg(&stamp.now)
+            .arg(&permit.id)
+            .query(&mut *conn)
+            .map_err(|e| self.err(e))?;
+        if added == 0 {
+            permit.renewed(stamp.at + self.timeout);
+            return Ok(());
+        }
+        // Our ZADD put the id back although it was gone: take it out again, as the
+        // book does, and report the loss.
+        let reason = BookInner::missing_reason(permit);
+        let cleaned = self.remove(&mut conn, &permit.id);
+        let err = self.lost(permit, reason);
+        cleaned?;
+        Err(err)
+    }
+}
+
+impl BookSemaphore {
+    /// The semaphore's name (its main key).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The limit this client checks ranks against (every client passes its own, as in
+    /// the book).
+    pub fn limit(&self) -> u32 {
+        self.inner.limit
+    }
+
+    /// The algorithm spoken.
+    pub fn variant(&self) -> BookVariant {
+        self.inner.variant
+    }
+
+    /// The unit of the time scores.
+    pub fn unit(&self) -> TimeUnit {
+        self.inner.unit
+    }
+
+    /// One acquire attempt, the book's way: `Ok(None)` when the rank was not below the
+    /// limit (or, for `FairWithLock`, when `lock:NAME` stayed taken for the lock wait).
+    ///
+    /// # Blocking
+    ///
+    /// `Basic`: one transaction (two round trips on failure). `Fair`: two transactions
+    /// (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
+    /// spinning at most the lock wait (10 ms by default) for the lock.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors; [`Error::WrongType`] when a key holds another type.
+    pub fn try_acquire(&self) -> Result<Option<Permit>> {
+        let mut conn = self.inner.conn()?;
+        match self.inner.attempt(&mut conn)? {
+            Some((id, token, stamp)) => Ok(Some(self.permit(id, token, stamp))),
+            None => {
+                Counters::bump(&self.inner.stats().try_failed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Tries until a permit is granted or `timeout` has passed; `Ok(None)` then.
+    ///
+    /// # Blocking
+    ///
+    /// This polls: a [`try_acquire`](Self::try_acquire), then a sleep of the poll
+    /// interval (10 ms by default), as the book's callers do. It is not fair: a waiter
+    /// has no place in any queue. At least one try is made.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self.try_acquire()? {
+                return Ok(Some(p));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(self.inner.poll_interval.min(deadline - now));
+        }
+    }
+
+    /// Tries until a permit is granted.
+    ///
+    /// # Blocking
+    ///
+    /// Without bound, polling as [`acquire_timeout`](Self::acquire_timeout) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire(&self) -> Result<Permit> {
+        loop {
+            if let Some(p) = self.acquire_timeout(Duration::from_secs(3600))? {
+                return Ok(p);
+            }
+        }
+    }
+
+    /// How many entries of the time zset `NAME` are younger than the timeout by this
+    /// client's clock: the holders, plus acquires in flight that may still fail.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    pub fn held(&self) -> Result<u32> {
+        let stamp = self.inner.stamp();
+        let n: u64 = redis::cmd("ZCOUNT")
+            .arg(&self.inner.name)
+            .arg(format!("({}", stamp.cutoff))
+            .arg("+inf")
+            .query(&mut *self.inner.conn()?)
+            .map_err(|e| self.inner.err(e))?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// The limit minus [`held`](Self::held), never below zero.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    pub fn available(&self) -> Result<u32> {
+        Ok(self.inner.limit.saturating_sub(self.held()?))
+    }
+
+    fn permit(&self, id: String, token: u64, stamp: Stamp) -> Permit {
+        Counters::bump(&self.inner.stats().acquired);
+        let (state, lost_rx) = PermitState::new(id, stamp.at + self.inner.timeout);
+        Permit {
+            grantor: Arc::clone(&self.inner) as Arc<dyn Grantor>,
+            state,
+            lost_rx,
+            token,
+            slots: Vec::new(),
+            permits: 1,
+            released: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for BookSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("BookSemaphore")
+            .field("name", &i.name)
+            .field("limit", &i.limit)
+            .field("variant", &i.variant)
+            .field("unit", &i.unit)
+            .field("timeout", &i.timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Client {
+        // No I/O happens until an operation: nothing listens here.
+        Client::open("redis://127.0.0.1:1/").unwrap()
+    }
+
+    #[test]
+    fn bad_settings_are_refused_before_any_network_call() {
+        let c = client();
+        let cases = [
+            c.book_semaphore("", 5),
+            c.book_semaphore("s", 0),
+            c.book_semaphore("s", 5).timeout(Duration::ZERO),
+            c.book_semaphore("s", 5).lock_wait(Duration::ZERO),
+            c.book_semaphore("s", 5)
+                .lock_timeout(Duration::from_micros(10)),
+            c.book_semaphore("s", 5).poll_interval(Duration::ZERO),
+        ];
+        for b in cases {
+            assert!(matches!(b.build(), Err(Error::InvalidArgument(_))));
+        }
+        // Lock settings do not matter without the lock.
+        c.book_semaphore("s", 5)
+            .variant(BookVariant::Fair)
+            .lock_wait(Duration::ZERO)
+            .build()
+            .unwrap();
+    }
+
+    #[test]
+    fn keys_are_the_books() {
+        let s = client()
+            .book_semaphore("market:acct:42", 5)
+            .build()
+            .unwrap();
+        assert_eq!(s.inner.name, "market:acct:42");
+        assert_eq!(s.inner.owner_key, "market:acct:42:owner");
+        assert_eq!(s.inner.counter_key, "market:acct:42:counter");
+        assert_eq!(s.inner.lock_key, "lock:market:acct:42");
+    }
+
+    #[test]
+    fn stamps_in_both_units() {
+        let c = client();
+        let secs = c
+            .book_semaphore("s", 1)
+            .timeout(Duration::from_millis(2500))
+            .build()
+            .unwrap();
+        let st = secs.inner.stamp();
+        let now: f64 = st.now.parse().unwrap();
+        let cutoff: f64 = st.cutoff.parse().unwrap();
+        assert!(!st.now.contains('e'), "{}", st.now);
+        assert!((now - cutoff - 2.5).abs() < 1e-3);
+        assert!(now > 1.5e9 && now < 1.0e10);
+
+        let ms = c
+            .book_semaphore("s", 1)
+            .unit(TimeUnit::Millis)
+            .clock_offset_ms(-1000)
+            .build()
+            .unwrap();
+        let st = ms.inner.stamp();
+        let now: i64 = st.now.parse().unwrap();
+        let cutoff: i64 = st.cutoff.parse().unwrap();
+        assert_eq!(now - cutoff, 10_000);
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        assert!((real - 1000 - now).abs() < 500);
+    }
+}
