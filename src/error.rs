@@ -52,6 +52,18 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// A change to the count of a [`CountingSemaphore`] was refused because it would
+    /// take the count outside `-(2^32 - 1)..=2^32 - 1`; nothing was changed.
+    ///
+    /// [`CountingSemaphore`]: crate::CountingSemaphore
+    #[error("the count of counting semaphore {name:?} would leave its range: {detail}")]
+    CountOutOfRange {
+        /// The semaphore's name.
+        name: String,
+        /// What the server said: the count and the change.
+        detail: String,
+    },
+
     /// A script answered something the protocol does not allow.
     #[error("unexpected reply from the {script} script: {detail}")]
     UnexpectedReply {
@@ -125,6 +137,10 @@ mod tests {
             },
             Error::reply("acquire", "empty array"),
             Error::LeaseExpired { id: "x".into() },
+            Error::CountOutOfRange {
+                name: "a".into(),
+                detail: "the count 1 changed by -5".into(),
+            },
             Error::PermitLost {
                 id: "x".into(),
                 reason: LostReason::Expired,

@@ -132,6 +132,7 @@
 )]
 
 mod client;
+mod counting;
 mod error;
 mod listener;
 mod permit;
@@ -142,6 +143,7 @@ mod semaphore;
 mod stats;
 
 pub use client::{Client, ClientBuilder};
+pub use counting::CountingSemaphore;
 pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
 pub use semaphore::{Holder, Semaphore, SemaphoreBuilder, Status};
