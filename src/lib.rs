@@ -97,6 +97,15 @@
 //! # Ok::<(), redis_semaphore::Error>(())
 //! ```
 //!
+//! # An ownerless counting semaphore
+//!
+//! [`Client::counting_semaphore`] gives a [`CountingSemaphore`]: a plain count in
+//! Redis with Dijkstra's P/V and the API of Redisson's `RSemaphore` (`acquire(n)`,
+//! `release(n)` by any process, `try_set_permits`, `add_permits`, `drain_permits`...),
+//! for signalling between processes. Its permits have no owner and no lease: **a
+//! holder that crashes never gives them back**, and the count key has no TTL, by
+//! design. Blocked acquires are woken by the release itself, like the leased ones.
+//!
 //! # Operating it
 //!
 //! [`Semaphore::holders`] lists who holds what (id, permits, token, slots, host, pid,
