@@ -88,7 +88,8 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 /// requests fit in the new count, in arrival order, to look again, through the
 /// client's wake-up channel. A waiter also looks again every 200 ms, which covers a
 /// lost message and renews its heartbeat; a waiter whose process died leaves the queue
-/// within about 2 s. The semaphore is **not fair**, like `RSemaphore` and the default
+/// within about 2 s. Each queued waiter thus costs one short script call per 200 ms
+/// while it waits. The semaphore is **not fair**, like `RSemaphore` and the default
 /// `java.util.concurrent.Semaphore`: a `try_acquire` may take permits that a queued
 /// waiter was told about, and a small request may pass a large one that does not fit
 /// yet.
@@ -387,10 +388,13 @@ impl CountingSemaphore {
 
     /// Sorts a Redis error: the scripts' RANGE refusal, WRONGTYPE, or anything else.
     fn error(&self, e: redis::RedisError) -> Error {
-        if e.code() == Some("RANGE") || e.to_string().contains("RANGE the count") {
+        if e.code() == Some("RANGE") {
+            // Redis appends " script: <sha>, on @user_script:<line>." to the message
+            let detail = e.detail().unwrap_or("");
+            let detail = detail.split(" script: ").next().unwrap_or(detail);
             Error::CountOutOfRange {
                 name: self.inner.name.clone(),
-                detail: e.detail().unwrap_or("").to_owned(),
+                detail: detail.trim().to_owned(),
             }
         } else {
             Error::redis(&self.inner.name, e)

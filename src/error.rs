@@ -60,7 +60,7 @@ pub enum Error {
     CountOutOfRange {
         /// The semaphore's name.
         name: String,
-        /// What the server said: the count and the change.
+        /// The count, the change, and the range it would leave.
         detail: String,
     },
 

@@ -92,6 +92,12 @@ fn helper() {
             }
             println!("RESULT consumed {PER_CONSUMER} empty={empty} blocked={blocked}");
         }
+        // blocks on a semaphore nobody releases, until killed
+        "waiter" => {
+            let sem = client.counting_semaphore("orphan").unwrap();
+            let ok = sem.acquire_timeout(1, Duration::from_secs(60)).unwrap();
+            println!("RESULT acquired {ok}");
+        }
         other => panic!("unknown helper role {other}"),
     }
 }
@@ -298,6 +304,11 @@ fn add_reduce_drain_and_debt() {
     sem.reduce_permits(u32::MAX).unwrap();
     let err = sem.add_permits(-1).unwrap_err();
     assert!(matches!(err, Error::CountOutOfRange { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the count of counting semaphore \"ops\" would leave its range: \
+         -4294967295 + -1 is outside -4294967295..=4294967295"
+    );
     assert_eq!(sem.balance().unwrap(), Some(-i64::from(u32::MAX)));
 
     // the count key never gets a TTL
@@ -622,6 +633,57 @@ fn a_real_waiter_whose_wake_up_went_to_a_dead_one_still_gets_the_permit() {
     sem.release(1).unwrap();
     assert!(live.join().unwrap());
     assert_eq!(sem.balance().unwrap(), Some(0));
+}
+
+#[test]
+fn a_waiter_killed_with_sigkill_leaves_the_queue_by_its_heartbeat() {
+    let server = RedisServer::start();
+    let sem = counting(&server, "orphan");
+    let mut waiter = Helper::spawn("waiter", &server.url());
+    queue_reaches(&sem, 1);
+    waiter.child.kill().unwrap(); // SIGKILL: no cancel, no more looks
+    let killed = Instant::now();
+    waiter.child.wait().unwrap();
+    // its heartbeat (2 s, renewed every 200 ms) runs out; queue_len counts only live
+    // heartbeats, and the next wake-up pass purges the entry
+    queue_reaches(&sem, 0);
+    let gone = killed.elapsed();
+    assert!(gone <= Duration::from_millis(2000 + 500), "took {gone:?}");
+    sem.release(1).unwrap();
+    let mut conn = server.conn();
+    assert_eq!(
+        keys(&mut conn, "redsem:{orphan}:*"),
+        vec!["redsem:{orphan}:count"]
+    );
+    assert_eq!(
+        sem.balance().unwrap(),
+        Some(1),
+        "the dead waiter took nothing"
+    );
+}
+
+#[test]
+fn a_waiter_gets_its_permits_when_the_wake_up_connection_was_cut() {
+    let server = RedisServer::start();
+    let sem = counting(&server, "cut");
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(1, WAIT).unwrap())
+    };
+    queue_reaches(&sem, 1);
+    // drop every pub/sub connection: the listener must reconnect; a release meanwhile
+    // publishes to nobody, and the waiter's re-check (or the listener's "look again"
+    // after resubscribing) still finds the permit
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut server.conn())
+        .unwrap();
+    sem.release(1).unwrap();
+    assert!(waiter.join().unwrap());
+    assert_eq!(sem.balance().unwrap(), Some(0));
+    assert_eq!(sem.queue_len().unwrap(), 0);
 }
 
 #[test]

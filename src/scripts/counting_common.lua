@@ -61,7 +61,7 @@ end
 -- C1: refuses a change that would take the count out of range.
 local function check_range(c, delta)
     if c + delta > MAX or c + delta < -MAX then
-        error({err = 'RANGE the count ' .. int(c) .. ' changed by ' .. int(delta) .. ' would leave -4294967295..4294967295'})
+        error({err = 'RANGE ' .. int(c) .. ' + ' .. int(delta) .. ' is outside -4294967295..=4294967295'})
     end
 end
 
