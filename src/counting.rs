@@ -42,7 +42,9 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 /// process may give ([`release`](CountingSemaphore::release), *V*), with the API of
 /// Redisson's `RSemaphore` and `java.util.concurrent.Semaphore`.
 ///
-/// Made by [`Client::counting_semaphore`]. Cheap to clone, `Send + Sync`. Use it for
+/// Made by [`Client::counting_semaphore`]. Cheap to clone, `Send + Sync`. There is
+/// no guard type on purpose: P and V are usually done by different processes, and a
+/// guard would suggest an ownership that nothing in Redis backs. Use it for
 /// signalling between processes (a producer releases one permit per item, a consumer
 /// acquires one before taking an item) or to interoperate with `RSemaphore`-style
 /// counting. To bound how many processes use a resource at once, use the leased

@@ -33,7 +33,9 @@ pub enum Error {
     /// Redis answered with an error, or the connection failed or timed out.
     ///
     /// A timed-out command may still have run on the server; the library then gives
-    /// back whatever it may have been granted.
+    /// back whatever it may have been granted to a [`Permit`](crate::Permit). (A
+    /// [`CountingSemaphore`](crate::CountingSemaphore) acquire has no owner to check:
+    /// a timeout leaves it in doubt, as its docs say.)
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
