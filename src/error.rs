@@ -33,7 +33,9 @@ pub enum Error {
     /// Redis answered with an error, or the connection failed or timed out.
     ///
     /// A timed-out command may still have run on the server; the library then gives
-    /// back whatever it may have been granted.
+    /// back whatever it may have been granted to a [`Permit`](crate::Permit). (A
+    /// [`CountingSemaphore`](crate::CountingSemaphore) acquire has no owner to check:
+    /// a timeout leaves it in doubt, as its docs say.)
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
@@ -50,6 +52,18 @@ pub enum Error {
         name: String,
         /// The error Redis answered.
         source: redis::RedisError,
+    },
+
+    /// A change to the count of a [`CountingSemaphore`] was refused because it would
+    /// take the count outside `-(2^32 - 1)..=2^32 - 1`; nothing was changed.
+    ///
+    /// [`CountingSemaphore`]: crate::CountingSemaphore
+    #[error("the count of counting semaphore {name:?} would leave its range: {detail}")]
+    CountOutOfRange {
+        /// The semaphore's name.
+        name: String,
+        /// The count, the change, and the range it would leave.
+        detail: String,
     },
 
     /// A script answered something the protocol does not allow.
@@ -125,6 +139,10 @@ mod tests {
             },
             Error::reply("acquire", "empty array"),
             Error::LeaseExpired { id: "x".into() },
+            Error::CountOutOfRange {
+                name: "a".into(),
+                detail: "the count 1 changed by -5".into(),
+            },
             Error::PermitLost {
                 id: "x".into(),
                 reason: LostReason::Expired,

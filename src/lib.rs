@@ -97,6 +97,15 @@
 //! # Ok::<(), redis_semaphore::Error>(())
 //! ```
 //!
+//! # An ownerless counting semaphore
+//!
+//! [`Client::counting_semaphore`] gives a [`CountingSemaphore`]: a plain count in
+//! Redis with Dijkstra's P/V and the API of Redisson's `RSemaphore` (`acquire(n)`,
+//! `release(n)` by any process, `try_set_permits`, `add_permits`, `drain_permits`...),
+//! for signalling between processes. Its permits have no owner and no lease: **a
+//! holder that crashes never gives them back**, and the count key has no TTL, by
+//! design. Blocked acquires are woken by the release itself, like the leased ones.
+//!
 //! # Operating it
 //!
 //! [`Semaphore::holders`] lists who holds what (id, permits, token, slots, host, pid,
@@ -142,6 +151,7 @@
 mod client;
 mod combine;
 pub mod compat;
+mod counting;
 mod error;
 mod listener;
 mod permit;
@@ -152,6 +162,7 @@ mod semaphore;
 mod stats;
 
 pub use client::{Client, ClientBuilder};
+pub use counting::CountingSemaphore;
 pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
 pub use semaphore::{Holder, Semaphore, SemaphoreBuilder, Status};

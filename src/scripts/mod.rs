@@ -43,6 +43,63 @@ pub(crate) static CANCEL: LazyLock<Script> = script!("cancel.lua");
 /// Stores a limit for every client.
 pub(crate) static SET_LIMIT: LazyLock<Script> = script!("set_limit.lua");
 
+macro_rules! counting_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("counting_common.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+
+/// Counting semaphore (P): takes permits if the count has them, else queues a waiter.
+pub(crate) static COUNTING_ACQUIRE: LazyLock<Script> = counting_script!("counting_acquire.lua");
+/// Counting semaphore (V): gives permits back and tells the waiters that fit.
+pub(crate) static COUNTING_RELEASE: LazyLock<Script> = counting_script!("counting_release.lua");
+/// Counting semaphore: changes the count by a signed delta.
+pub(crate) static COUNTING_ADD: LazyLock<Script> = counting_script!("counting_add.lua");
+/// Counting semaphore: sets the count once, when unset.
+pub(crate) static COUNTING_TRY_SET: LazyLock<Script> = counting_script!("counting_try_set.lua");
+/// Counting semaphore: takes every free permit.
+pub(crate) static COUNTING_DRAIN: LazyLock<Script> = counting_script!("counting_drain.lua");
+/// Counting semaphore: a waiter leaves the queue.
+pub(crate) static COUNTING_CANCEL: LazyLock<Script> = counting_script!("counting_cancel.lua");
+/// Counting semaphore: reads the count and the queue length.
+pub(crate) static COUNTING_INSPECT: LazyLock<Script> = counting_script!("counting_inspect.lua");
+
+/// The keys of one counting semaphore, in the order the counting scripts take them.
+#[derive(Debug, Clone)]
+pub(crate) struct CountingKeys {
+    pub(crate) count: String,
+    pub(crate) queue: String,
+    pub(crate) heartbeats: String,
+    pub(crate) waiters: String,
+}
+
+impl CountingKeys {
+    /// The key layout of counting semaphore `name`; `name` holds no `{` or `}`.
+    pub(crate) fn new(name: &str) -> CountingKeys {
+        CountingKeys {
+            count: format!("redsem:{{{name}}}:count"),
+            queue: format!("redsem:{{{name}}}:cq"),
+            heartbeats: format!("redsem:{{{name}}}:ch"),
+            waiters: format!("redsem:{{{name}}}:cw"),
+        }
+    }
+
+    /// Starts an invocation of `script` with the keys in place.
+    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.count)
+            .key(&self.queue)
+            .key(&self.heartbeats)
+            .key(&self.waiters);
+        inv
+    }
+}
+
 /// The keys of one semaphore, in the order the scripts take them.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
@@ -90,6 +147,30 @@ mod tests {
         for key in [&k.holders, &k.info, &k.slots, &k.queue] {
             assert!(key.starts_with("redsem:{market:acct:42}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn counting_keys_share_one_hash_tag_and_stay_apart_from_the_leased_ones() {
+        let k = CountingKeys::new("jobs");
+        let leased = Keys::new("jobs");
+        for key in [&k.count, &k.queue, &k.heartbeats, &k.waiters] {
+            assert!(key.starts_with("redsem:{jobs}:"), "{key}");
+            for other in [&leased.holders, &leased.info, &leased.slots, &leased.queue] {
+                assert_ne!(key, other);
+            }
+        }
+        for s in [
+            &COUNTING_ACQUIRE,
+            &COUNTING_RELEASE,
+            &COUNTING_ADD,
+            &COUNTING_TRY_SET,
+            &COUNTING_DRAIN,
+            &COUNTING_CANCEL,
+            &COUNTING_INSPECT,
+        ] {
+            assert_eq!(s.get_hash().len(), 40);
+        }
+        assert!(!include_str!("counting_common.lua").starts_with("#!"));
     }
 
     #[test]

@@ -1,0 +1,593 @@
+//! The ownerless counting semaphore: Dijkstra's P/V on one integer in Redis, with the
+//! surface of Redisson's `RSemaphore` and `java.util.concurrent.Semaphore`.
+//!
+//! How it works: the count is one string key, `redsem:{name}:count`, changed only by
+//! the `counting_*.lua` scripts (one per operation, one round trip each). A blocked
+//! acquire puts itself in a small waiter registry under the same hash tag (arrival
+//! order, heartbeat deadline, request size and its client's wake-up channel); every
+//! script that raises the count publishes "L id" (look again) to the queued waiters
+//! whose requests fit in the new count, and the client's listener thread turns that
+//! into [`Wake::LookAgain`] for the waiting thread, which runs its acquire script
+//! again. Permits are never handed over through the registry, so a lost message or a
+//! lost registry costs a waiter at most its re-check interval, never a permit.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, select};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::listener::{Hub, Wake};
+use crate::scripts::{self, CountingKeys};
+use crate::stats::Counters;
+
+/// How often a queued waiter looks again without being told to: the safety net for a
+/// lost wake-up message (and for a waiter that a barging `try_acquire` beat to the
+/// permits it was told about). Each look also renews the waiter's heartbeat.
+const RECHECK: Duration = Duration::from_millis(200);
+/// How often a waiter looks while the client's listener is not subscribed (no push).
+const NO_PUSH_POLL: Duration = Duration::from_millis(50);
+/// A queued waiter that has not looked for this long is dropped from the queue by the
+/// next script that wakes waiters (its process died). Ten re-checks: a waiter stalled
+/// that long is not harmed either, its next look queues it again.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long the waiter keys outlive the last heartbeat deadline.
+const KEY_PAD: Duration = Duration::from_secs(1);
+/// The count stays within `-MAX_COUNT..=MAX_COUNT` (the scripts refuse to leave it).
+const MAX_COUNT: u64 = u32::MAX as u64;
+
+/// An ownerless distributed counting semaphore: a number of permits in Redis that any
+/// process may take ([`acquire`](CountingSemaphore::acquire), Dijkstra's *P*) and any
+/// process may give ([`release`](CountingSemaphore::release), *V*), with the API of
+/// Redisson's `RSemaphore` and `java.util.concurrent.Semaphore`.
+///
+/// Made by [`Client::counting_semaphore`]. Cheap to clone, `Send + Sync`. There is
+/// no guard type on purpose: P and V are usually done by different processes, and a
+/// guard would suggest an ownership that nothing in Redis backs. Use it for
+/// signalling between processes (a producer releases one permit per item, a consumer
+/// acquires one before taking an item) or to interoperate with `RSemaphore`-style
+/// counting. To bound how many processes use a resource at once, use the leased
+/// [`Semaphore`](crate::Semaphore) instead.
+///
+/// # Danger: nothing comes back by itself
+///
+/// **Permits have no owner and no lease.** A process that acquires permits and then
+/// crashes (or forgets to release) has taken them for good: no timeout, no heartbeat
+/// and no background thread will ever give them back, and the semaphore stays that
+/// many permits short until someone calls [`release`](CountingSemaphore::release) or
+/// [`add_permits`](CountingSemaphore::add_permits). Likewise a `release` that is
+/// called twice gives twice: nothing can check who gave what.
+///
+/// **The count key has no TTL, by design.** `redsem:{name}:count` *is* the
+/// semaphore's state; expiring it would silently reset the semaphore. It stays in
+/// Redis until deleted by hand. (The waiter registry keys, which only serve wake-ups,
+/// do expire.) An evicting `maxmemory-policy` that removes it resets the semaphore to
+/// unset, that is to 0 permits.
+///
+/// **An acquire that fails with a timeout is in doubt.** The script may have run and
+/// taken the permits although the reply was lost ([`Error::is_timeout`]); without an
+/// owner the library cannot tell, and it does not give them back.
+///
+/// # The count
+///
+/// The semaphore starts *unset* (no key), which reads as 0 permits:
+/// [`try_set_permits`](CountingSemaphore::try_set_permits) initialises it once, as
+/// Redisson's `trySetPermits` does; `release` and `add_permits` on an unset semaphore
+/// create it. The count may go negative only through
+/// [`reduce_permits`](CountingSemaphore::reduce_permits) or a negative
+/// [`add_permits`](CountingSemaphore::add_permits): a debt that releases pay back
+/// first. Acquires never take it below 0 and never succeed while it is 0 or less;
+/// [`available_permits`](CountingSemaphore::available_permits) reports a debt as 0,
+/// [`balance`](CountingSemaphore::balance) shows it. The count stays within
+/// ±(2<sup>32</sup> − 1); a change beyond is refused with
+/// [`Error::CountOutOfRange`].
+///
+/// # Waiting
+///
+/// Blocked acquires do not poll: they queue under the semaphore's hash tag, and each
+/// release (or `add_permits`, or `try_set_permits`) tells the queued waiters whose
+/// requests fit in the new count, in arrival order, to look again, through the
+/// client's wake-up channel. A waiter also looks again every 200 ms, which covers a
+/// lost message and renews its heartbeat; a waiter whose process died leaves the queue
+/// within about 2 s. Each queued waiter thus costs one short script call per 200 ms
+/// while it waits. The semaphore is **not fair**, like `RSemaphore` and the default
+/// `java.util.concurrent.Semaphore`: a `try_acquire` may take permits that a queued
+/// waiter was told about, and a small request may pass a large one that does not fit
+/// yet.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_semaphore::Client;
+///
+/// let client = Client::open("redis://127.0.0.1:6379/")?;
+/// let items = client.counting_semaphore("orders:ready")?;
+/// items.try_set_permits(0)?; // once, by whoever comes first
+///
+/// // producer, any process: one permit per item made
+/// items.release(1)?;
+///
+/// // consumer, any process: one permit per item taken
+/// if items.acquire_timeout(1, Duration::from_secs(5))? {
+///     // an item is there for us
+/// }
+/// # Ok::<(), redis_semaphore::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct CountingSemaphore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    name: String,
+    keys: CountingKeys,
+}
+
+/// A queued acquire's registration with the client's listener. Dropped while still
+/// armed (an error on the way), it also leaves the queue in Redis, best effort.
+struct Waiter<'a> {
+    sem: &'a CountingSemaphore,
+    hub: Arc<Hub>,
+    id: String,
+    wake: Receiver<Wake>,
+    armed: bool,
+}
+
+impl Waiter<'_> {
+    /// Stops listening. The queue entry is gone already when the acquire succeeded (the
+    /// script removed it) or the caller ran the cancel script.
+    fn finish(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.hub.deregister(&self.id);
+        }
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.finish();
+            if let Err(e) = self.sem.cancel(&self.id) {
+                log::warn!(
+                    "redis-semaphore: could not leave the queue of counting semaphore {}: {e}",
+                    self.sem.name()
+                );
+            }
+        }
+    }
+}
+
+impl Client {
+    /// The ownerless counting semaphore `name` (Redisson's `RSemaphore`, Dijkstra's
+    /// P/V): see [`CountingSemaphore`], and its warning that a crashed holder's
+    /// permits never come back. No network call is made.
+    ///
+    /// Its keys (`redsem:{name}:count` and the waiter keys) are distinct from those of
+    /// a leased [`Semaphore`](crate::Semaphore) of the same name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name or a name with `{` or `}` (the
+    /// library puts the name in a hash tag).
+    pub fn counting_semaphore(&self, name: &str) -> Result<CountingSemaphore> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not be empty".into(),
+            ));
+        }
+        if name.contains(['{', '}']) {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not contain '{' or '}'".into(),
+            ));
+        }
+        Ok(CountingSemaphore {
+            inner: Arc::new(Inner {
+                client: self.clone(),
+                name: name.to_owned(),
+                keys: CountingKeys::new(name),
+            }),
+        })
+    }
+}
+
+impl CountingSemaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Sets the count to `permits` if the semaphore is unset, and returns `true`;
+    /// returns `false` and changes nothing if it is already set (by an earlier
+    /// `try_set_permits`, a `release` or an `add_permits`), whatever its count. Like
+    /// Redisson's `trySetPermits`: many processes may call it at start-up, one wins.
+    /// 0 is allowed (a signalling semaphore starts empty). Waiters that queued on the
+    /// unset semaphore are woken.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds something else; Redis and pool errors.
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let set: i64 = self.run(&scripts::COUNTING_TRY_SET, |inv| {
+            inv.arg(permits);
+        })?;
+        Ok(set == 1)
+    }
+
+    /// Changes the count by `delta`, up or down, without waiting (Redisson's
+    /// `addPermits`). A negative delta may take the count below 0, a debt that releases
+    /// pay back before any acquire succeeds again. A positive delta wakes the waiters
+    /// that now fit. Creates an unset semaphore.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or `|delta| > 2^32 - 1` (before any network
+    /// call); [`Error::CountOutOfRange`] when the count would leave
+    /// ±(2<sup>32</sup> − 1); [`Error::WrongType`]; Redis and pool errors.
+    pub fn add_permits(&self, delta: i64) -> Result<()> {
+        if delta == 0 {
+            return Err(Error::InvalidArgument("delta must not be 0".into()));
+        }
+        if delta.unsigned_abs() > MAX_COUNT {
+            return Err(Error::InvalidArgument(
+                "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
+            ));
+        }
+        let _after: i64 = self.run(&scripts::COUNTING_ADD, |inv| {
+            inv.arg(delta);
+        })?;
+        Ok(())
+    }
+
+    /// Lowers the count by `permits` without waiting, even below 0
+    /// (`java.util.concurrent.Semaphore.reducePermits`); the same as
+    /// `add_permits(-permits)`. Use it to shrink a pool of permits while some are
+    /// taken: the debt is paid back by the next releases.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0; as [`add_permits`](Self::add_permits).
+    pub fn reduce_permits(&self, permits: u32) -> Result<()> {
+        check_permits(permits)?;
+        self.add_permits(-i64::from(permits))
+    }
+
+    /// Takes `permits` if the count has them now, in one round trip; never waits.
+    /// `false` when it has fewer (or is unset, or in debt).
+    ///
+    /// Does not queue, and may take permits that a queued waiter was told about (the
+    /// semaphore is not fair).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0; [`Error::WrongType`]; Redis and pool errors.
+    /// A timeout leaves the acquire in doubt (see the type's docs).
+    pub fn try_acquire(&self, permits: u32) -> Result<bool> {
+        check_permits(permits)?;
+        let granted = self.look(permits, None)?;
+        if !granted {
+            Counters::bump(&self.shared().stats.try_failed);
+        }
+        Ok(granted)
+    }
+
+    /// Takes `permits`, waiting as long as it takes (*P*).
+    ///
+    /// # Blocking
+    ///
+    /// Until a release (or `add_permits`, `try_set_permits`) leaves enough permits and
+    /// this waiter gets them first; it is told so through the client's wake-up
+    /// listener, and looks again every 200 ms in any case. Returns early only on an
+    /// error. It waits for ever on a semaphore nobody releases: that is what P means.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire(&self, permits: u32) -> Result<()> {
+        let granted = self.wait_for(permits, None)?;
+        debug_assert!(granted, "a wait without deadline ends granted or in error");
+        Ok(())
+    }
+
+    /// Takes `permits`, waiting at most `timeout`; `false` when the time is up, and
+    /// then nothing is left of the wait in Redis (no queue entry).
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire), bounded by `timeout` (plus at most one round
+    /// trip to leave the queue).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire_timeout(&self, permits: u32, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
+        self.wait_for(permits, Some(deadline))
+    }
+
+    /// Gives `permits` back (*V*), from any process, whether or not it acquired them;
+    /// the queued waiters whose requests now fit are woken at once. Creates an unset
+    /// semaphore with that count.
+    ///
+    /// Never checked against anything: releasing more than was acquired raises the
+    /// count for good.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0; [`Error::CountOutOfRange`] past
+    /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
+    pub fn release(&self, permits: u32) -> Result<()> {
+        check_permits(permits)?;
+        let _after: i64 = self.run(&scripts::COUNTING_RELEASE, |inv| {
+            inv.arg(permits);
+        })?;
+        Ok(())
+    }
+
+    /// Permits free now: the count, or 0 when it is unset or negative (in debt).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn available_permits(&self) -> Result<u32> {
+        let (_, count, _) = self.inspect()?;
+        Ok(u32::try_from(count.max(0)).unwrap_or(u32::MAX))
+    }
+
+    /// The raw count: negative while the semaphore is in debt after
+    /// [`reduce_permits`](Self::reduce_permits); `None` when it is unset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn balance(&self) -> Result<Option<i64>> {
+        let (set, count, _) = self.inspect()?;
+        Ok(set.then_some(count))
+    }
+
+    /// Takes every free permit at once and returns how many
+    /// (`java.util.concurrent.Semaphore.drainPermits`): the count becomes 0. A
+    /// negative count (a debt) is cleared to 0 too, and 0 is returned. An unset
+    /// semaphore stays unset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn drain_permits(&self) -> Result<u32> {
+        let taken: i64 = self.run(&scripts::COUNTING_DRAIN, |_| {})?;
+        u32::try_from(taken).map_err(|_| Error::reply("counting_drain", taken.to_string()))
+    }
+
+    /// How many acquires are queued, waiting, across all clients (those whose
+    /// heartbeat is live).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn queue_len(&self) -> Result<u32> {
+        let (_, _, queued) = self.inspect()?;
+        Ok(queued)
+    }
+
+    /// Whether any acquire is queued, waiting
+    /// (`java.util.concurrent.Semaphore.hasQueuedThreads`).
+    ///
+    /// # Errors
+    ///
+    /// As [`queue_len`](Self::queue_len).
+    pub fn has_queued_waiters(&self) -> Result<bool> {
+        Ok(self.queue_len()? > 0)
+    }
+
+    fn shared(&self) -> &crate::client::Shared {
+        &self.inner.client.inner.shared
+    }
+
+    /// Sorts a Redis error: the scripts' RANGE refusal, WRONGTYPE, or anything else.
+    fn error(&self, e: redis::RedisError) -> Error {
+        if e.code() == Some("RANGE") {
+            // Redis appends " script: <sha>, on @user_script:<line>." to the message
+            let detail = e.detail().unwrap_or("");
+            let detail = detail.split(" script: ").next().unwrap_or(detail);
+            Error::CountOutOfRange {
+                name: self.inner.name.clone(),
+                detail: detail.trim().to_owned(),
+            }
+        } else {
+            Error::redis(&self.inner.name, e)
+        }
+    }
+
+    /// Runs one counting script with the keys in place and `args` added.
+    fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+    ) -> Result<T> {
+        let mut conn = self.shared().pool.get(None)?;
+        let mut inv = self.inner.keys.invoke(script);
+        args(&mut inv);
+        inv.invoke(&mut *conn).map_err(|e| {
+            Counters::bump(&self.shared().stats.errors);
+            self.error(e)
+        })
+    }
+
+    /// {set, count, queued} in one round trip.
+    fn inspect(&self) -> Result<(bool, i64, u32)> {
+        let reply: Vec<i64> = self.run(&scripts::COUNTING_INSPECT, |_| {})?;
+        match reply.as_slice() {
+            [set, count, queued] => Ok((
+                *set == 1,
+                *count,
+                u32::try_from(*queued)
+                    .map_err(|_| Error::reply("counting_inspect", "queue length out of range"))?,
+            )),
+            other => Err(Error::reply("counting_inspect", format!("{other:?}"))),
+        }
+    }
+
+    /// One run of the acquire script: a plain try when `waiter` is `None`, else a look
+    /// by a queued waiter (channel, id), which queues it or renews its heartbeat when
+    /// the permits are not there.
+    fn look(&self, permits: u32, waiter: Option<(&str, &str)>) -> Result<bool> {
+        let reply: Vec<i64> = self.run(&scripts::COUNTING_ACQUIRE, |inv| {
+            let (mode, id, channel) = match waiter {
+                Some((id, channel)) => ("w", id, channel),
+                None => ("t", "", ""),
+            };
+            inv.arg(permits)
+                .arg(mode)
+                .arg(id)
+                .arg(channel)
+                .arg(HEARTBEAT.as_millis() as u64)
+                .arg(KEY_PAD.as_millis() as u64);
+        })?;
+        match reply.as_slice() {
+            [1, _] => Ok(true),
+            [0, _] => Ok(false),
+            other => Err(Error::reply("counting_acquire", format!("{other:?}"))),
+        }
+    }
+
+    /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up.
+    fn cancel(&self, id: &str) -> Result<()> {
+        let _: i64 = self.run(&scripts::COUNTING_CANCEL, |inv| {
+            inv.arg(id);
+        })?;
+        Ok(())
+    }
+
+    /// Blocking acquire: one plain try; then the waiter registers with the client's
+    /// listener (subscribed first, so no message published after its first queued look
+    /// is missed), and looks again each time it is told to, on its re-check timer, and
+    /// never after its deadline; on timeout it leaves the queue.
+    fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<bool> {
+        check_permits(permits)?;
+        if self.look(permits, None)? {
+            return Ok(true);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(false);
+        }
+        let client = &self.inner.client.inner;
+        let hub = client.hub()?;
+        let ready_by = Instant::now() + client.shared.op_timeout;
+        hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
+        let id = uuid::Uuid::new_v4().hyphenated().to_string();
+        let wake = hub.register(&id);
+        let mut waiter = Waiter {
+            sem: self,
+            hub,
+            id,
+            wake,
+            armed: true,
+        };
+        let stats = &client.shared.stats;
+        Counters::bump(&stats.waits);
+        let started = Instant::now();
+        let result = self.wait_queued(permits, deadline, &mut waiter);
+        match result {
+            Ok(true) => stats.waited(started.elapsed()),
+            Ok(false) => Counters::bump(&stats.wait_gave_up),
+            Err(_) => {}
+        }
+        result
+    }
+
+    fn wait_queued(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+        waiter: &mut Waiter<'_>,
+    ) -> Result<bool> {
+        loop {
+            if self.look(permits, Some((&waiter.id, &waiter.hub.channel)))? {
+                waiter.finish();
+                return Ok(true);
+            }
+            let every = if waiter.hub.is_ready() {
+                RECHECK
+            } else {
+                NO_PUSH_POLL
+            };
+            let look_at = Instant::now() + every;
+            let until = deadline.map_or(look_at, |d| d.min(look_at));
+            select! {
+                recv(waiter.wake) -> _ => {
+                    // several wake-ups may be queued: one look answers them all
+                    while waiter.wake.try_recv().is_ok() {}
+                }
+                recv(crossbeam_channel::at(until)) -> _ => {}
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Leave the queue first, then stop listening: the cancel script
+                // passes on a wake-up that may have been meant for us.
+                let left = self.cancel(&waiter.id);
+                waiter.finish();
+                left?;
+                return Ok(false);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for CountingSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingSemaphore")
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+fn check_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::InvalidArgument("permits must be at least 1".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_clone_send_sync<T: Clone + Send + Sync + 'static>() {}
+
+    #[test]
+    fn counting_semaphore_is_clone_send_sync() {
+        assert_clone_send_sync::<CountingSemaphore>();
+    }
+
+    #[test]
+    fn bad_arguments_fail_before_any_network_call() {
+        // nothing listens on port 1: any network call would fail with another error
+        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        for name in ["", "a{b", "a}b"] {
+            assert!(matches!(
+                client.counting_semaphore(name),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+        let sem = client.counting_semaphore("s").unwrap();
+        let invalid = |r: Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))));
+        invalid(sem.try_acquire(0).map(drop));
+        invalid(sem.acquire(0));
+        invalid(sem.acquire_timeout(0, Duration::from_millis(1)).map(drop));
+        invalid(sem.release(0));
+        invalid(sem.reduce_permits(0));
+        invalid(sem.add_permits(0));
+        invalid(sem.add_permits(i64::from(u32::MAX) + 1));
+        invalid(sem.add_permits(i64::MIN));
+    }
+
+    #[test]
+    fn the_heartbeat_outlasts_many_rechecks() {
+        assert!(HEARTBEAT >= RECHECK * 5);
+        assert!(NO_PUSH_POLL < RECHECK);
+    }
+}

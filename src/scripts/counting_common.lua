@@ -1,0 +1,112 @@
+-- Prelude shared by the scripts of the ownerless counting semaphore (CountingSemaphore,
+-- Redisson's RSemaphore, Dijkstra's P/V). The Rust side concatenates it in front of
+-- each counting_*.lua body, so each EVALSHA is still one self-contained script.
+--
+-- Key layout of counting semaphore NAME (one hash tag {NAME}: one hash slot, so every
+-- script runs unchanged on Redis Cluster):
+--
+--   KEYS[1]  redsem:{NAME}:count  string  the count of free permits (absent: unset,
+--                                          read as 0). NO TTL, by design: it is the
+--                                          semaphore's whole state, and nothing else
+--                                          could bring it back.
+--   KEYS[2]  redsem:{NAME}:cq     zset    waiter id -> arrival (server us): the queue
+--   KEYS[3]  redsem:{NAME}:ch     zset    waiter id -> heartbeat deadline (server ms)
+--   KEYS[4]  redsem:{NAME}:cw     hash    waiter id -> "n|channel"
+--
+-- The three waiter keys only tell blocked acquires when to look again; no permit is
+-- ever handed to a waiter through them, so losing them loses no permit (a waiter also
+-- looks again on a bounded timer, and each look puts it back in the queue).
+--
+-- Invariants every script keeps:
+--   C1  The count is an integer in [-MAX, MAX] (MAX = 2^32 - 1); a change that would
+--       leave that range is refused with a RANGE error, before anything is written.
+--   C2  The count goes down through an acquire only when it is >= n before: an
+--       acquire never takes it below 0, and never succeeds while it is <= 0
+--       (only reduce/add with a negative delta may push it below 0, as a debt).
+--   C3  A waiter id is in cq, ch and cw together or in none of them.
+--   C4  The waiter keys expire (at most heartbeat + pad after the last look of any
+--       waiter); the count key never gets a TTL from these scripts.
+--   C5  Every increase of the count (release, add, try_set) tells queued waiters whose
+--       request fits in the new count, in arrival order, to look again ("L id" on
+--       their client's channel). Nothing waits on a message: a lost one costs a
+--       waiter at most its re-check interval.
+--   C6  Time is read once, from TIME, here; a waiter is live while now < its
+--       heartbeat deadline, and dead waiters are purged before waking anyone.
+
+local C, Q, HB, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local MAX = 4294967295
+-- how many queued waiters one wake-up pass looks at (bounds the script's work)
+local SCAN = 64
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- Lua prints large round numbers as 1.7e+15, which Redis refuses.
+local function int(x)
+    return string.format('%.0f', x)
+end
+
+-- The count, or nil when unset. A key of another type fails in GET (WRONGTYPE); a
+-- string that is not an integer is refused the same way.
+local function count()
+    local v = redis.call('GET', C)
+    if v == false then return nil end
+    local c = tonumber(v)
+    if not c or c ~= math.floor(c) or c > MAX or c < -MAX then
+        error({err = 'WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. string.sub(v, 1, 40)})
+    end
+    return c
+end
+
+-- C1: refuses a change that would take the count out of range.
+local function check_range(c, delta)
+    if c + delta > MAX or c + delta < -MAX then
+        error({err = 'RANGE ' .. int(c) .. ' + ' .. int(delta) .. ' is outside -4294967295..=4294967295'})
+    end
+end
+
+-- C3: takes waiter `id` out of the three waiter keys.
+local function leave(id)
+    redis.call('ZREM', Q, id)
+    redis.call('ZREM', HB, id)
+    redis.call('HDEL', W, id)
+end
+
+-- C6: drops waiters whose heartbeat has passed (their process died or stalled; a
+-- stalled one puts itself back at its next look).
+local function purge()
+    local dead = redis.call('ZRANGEBYSCORE', HB, '-inf', now, 'LIMIT', 0, 256)
+    if #dead > 0 then
+        redis.call('ZREM', Q, unpack(dead))
+        redis.call('ZREM', HB, unpack(dead))
+        redis.call('HDEL', W, unpack(dead))
+    end
+end
+
+-- C5: with `budget` permits free, tells the queued waiters to look again, in arrival
+-- order, each one whose request still fits in what the earlier ones would take
+-- (first fit: a large request at the head does not hold back smaller ones behind it;
+-- the semaphore is not fair). Returns how many were told.
+local function wake(budget)
+    if budget <= 0 then return 0 end
+    purge()
+    local ids = redis.call('ZRANGE', Q, 0, SCAN - 1)
+    if #ids == 0 then return 0 end
+    local recs = redis.call('HMGET', W, unpack(ids))
+    local told = 0
+    for k = 1, #ids do
+        local rec = recs[k]
+        if rec then
+            local n, chan = string.match(rec, '^(%d+)|(.*)$')
+            n = tonumber(n)
+            if n and n <= budget and chan ~= '' then
+                redis.call('PUBLISH', chan, 'L ' .. ids[k])
+                budget = budget - n
+                told = told + 1
+                if budget <= 0 then break end
+            end
+        end
+    end
+    return told
+end
+

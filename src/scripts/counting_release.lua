@@ -1,0 +1,17 @@
+-- counting release (V): give back ARGV[1] permits, by anyone, and tell the waiters
+-- they fit.
+--
+-- ARGV: 1 n (>= 1)
+-- Reply: the count after
+--
+-- Keeps: C1 (refused when it would pass MAX); C5 (the waiters whose requests fit
+-- in the new count are told, in arrival order, in this same script). An unset
+-- semaphore is created with count n, as Redisson's release does. Not idempotent, and
+-- cannot be: there is no owner to check, so a release sent twice gives twice.
+
+local n = tonumber(ARGV[1])
+local c = count() or 0
+check_range(c, n)
+local after = redis.call('INCRBY', C, ARGV[1])
+wake(after)
+return after
