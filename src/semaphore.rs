@@ -81,64 +81,46 @@ impl SemInner {
             .any(|op| matches!(op, Op::Release { .. }))
             .then_some(shared.op_timeout);
         let mut conn = shared.pool.get(wait)?;
-        let single = |op: &Op| -> ScriptInvocation<'static> {
-            match op {
-                Op::Acquire {
-                    id,
-                    n,
-                    limit,
-                    lease_ms,
-                    origin,
-                    fair,
-                } => {
-                    let mut inv = self.keys.invoke(&scripts::ACQUIRE);
-                    inv.arg(id)
-                        .arg(n)
-                        .arg(limit)
-                        .arg(lease_ms)
-                        .arg(scripts::pad_ms(*lease_ms))
-                        .arg(&**origin)
-                        .arg("t")
-                        .arg(if *fair { "1" } else { "0" })
-                        .arg("");
-                    inv
-                }
-                Op::Release { id } => {
-                    let mut inv = self.keys.invoke(&scripts::RELEASE);
-                    inv.arg(id);
-                    inv
-                }
+        // acquire.lua's and release.lua's arguments; batch.lua takes the same after a tag
+        let args = |inv: &mut ScriptInvocation<'_>, op: &Op| match op {
+            Op::Acquire {
+                id,
+                n,
+                limit,
+                lease_ms,
+                origin,
+                fair,
+            } => {
+                inv.arg(id)
+                    .arg(n)
+                    .arg(limit)
+                    .arg(lease_ms)
+                    .arg(scripts::pad_ms(*lease_ms))
+                    .arg(&**origin)
+                    .arg("t")
+                    .arg(if *fair { "1" } else { "0" })
+                    .arg("");
+            }
+            Op::Release { id } => {
+                inv.arg(id);
             }
         };
         if let [op] = ops {
-            let reply: Value = single(op).invoke(&mut *conn).map_err(Error::Redis)?;
+            let mut inv = self.keys.invoke(match op {
+                Op::Acquire { .. } => &scripts::ACQUIRE,
+                Op::Release { .. } => &scripts::RELEASE,
+            });
+            args(&mut inv, op);
+            let reply: Value = inv.invoke(&mut *conn).map_err(Error::Redis)?;
             return Ok(vec![reply]);
         }
         let mut inv = self.keys.invoke(&scripts::BATCH);
         for op in ops {
-            match op {
-                Op::Acquire {
-                    id,
-                    n,
-                    limit,
-                    lease_ms,
-                    origin,
-                    fair,
-                } => {
-                    inv.arg("a")
-                        .arg(id)
-                        .arg(n)
-                        .arg(limit)
-                        .arg(lease_ms)
-                        .arg(scripts::pad_ms(*lease_ms))
-                        .arg(&**origin)
-                        .arg(if *fair { "1" } else { "0" })
-                        .arg("");
-                }
-                Op::Release { id } => {
-                    inv.arg("r").arg(id);
-                }
-            }
+            inv.arg(match op {
+                Op::Acquire { .. } => "a",
+                Op::Release { .. } => "r",
+            });
+            args(&mut inv, op);
         }
         inv.invoke(&mut *conn).map_err(Error::Redis)
     }

@@ -508,6 +508,7 @@ fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
             .arg(10_000)
             .arg(1000)
             .arg("1|test|")
+            .arg("t")
             .arg("1")
             .arg("");
     };
@@ -577,6 +578,7 @@ fn a_batch_release_of_a_holder_purged_earlier_in_the_batch_frees_nothing() {
             .arg(lease_ms)
             .arg(1000)
             .arg("1|test|")
+            .arg("t")
             .arg("1")
             .arg("");
     };

@@ -2,9 +2,9 @@
 -- threads of one client that wanted them at the same time (see combine.rs).
 --
 -- ARGV: a sequence of operations, each a tag followed by its arguments:
---   'a', id, n, caller's limit, lease ms, pad ms, "pid|host|label", fair ('1'/'0'),
---        channel                                      a try-acquire (mode 't')
---   'r', id                                           a release
+--   'a' and acquire.lua's 9 arguments      an acquire (the client sends only tries,
+--                                          mode 't', so a batch never queues anyone)
+--   'r' and release.lua's argument (id)    a release
 -- Reply: one entry per operation, in order: op_acquire's or op_release's reply.
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the
@@ -12,13 +12,13 @@
 -- instant: they share one state, loaded once with every record they will need and
 -- written once at the end, and read it through their predecessors' pending writes.
 -- A batch sent twice (a resent command) is as safe as each of its operations sent
--- twice. A try-acquire never queues, so a batch never blocks a waiter's place.
+-- twice.
 
 local ids = {}
 local k = 1
 while k <= #ARGV do
     ids[#ids + 1] = ARGV[k + 1]
-    if ARGV[k] == 'a' then k = k + 9 else k = k + 2 end
+    if ARGV[k] == 'a' then k = k + 10 else k = k + 2 end
 end
 begin_batch(ids)
 
@@ -27,9 +27,9 @@ k = 1
 while k <= #ARGV do
     if ARGV[k] == 'a' then
         out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],
-            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), ARGV[k + 6], 't',
-            ARGV[k + 7] == '1', ARGV[k + 8])
-        k = k + 9
+            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), ARGV[k + 6], ARGV[k + 7],
+            ARGV[k + 8] == '1', ARGV[k + 9])
+        k = k + 10
     elseif ARGV[k] == 'r' then
         out[#out + 1] = op_release(ARGV[k + 1])
         k = k + 2
