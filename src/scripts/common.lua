@@ -179,6 +179,14 @@ local function extend(st, deadline, pad)
     st.dirty = true
 end
 
+-- Whether holder `id` (known to be in h) is still live. Needs no call while now is
+-- before 'mind', a lower bound of every deadline in h (K3).
+local function live(st, id)
+    if now < st.mind then return true end
+    local dl = tonumber(redis.call('ZSCORE', H, id))
+    return dl ~= nil and dl > now
+end
+
 -- Frees the slots named in a holder record; returns its permit count.
 local function free_slots(rec)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')

@@ -30,10 +30,7 @@ local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
     local limit = st.limit or tonumber(climit)
     st.climit = climit
 
-    if st.rec then
-        local dl = tonumber(redis.call('ZSCORE', H, id))
-        if dl and dl > now then return grant_reply(st.rec) end
-    end
+    if st.rec and live(st, id) then return grant_reply(st.rec) end
     if n > limit then
         if st.wrec then
             dequeue(st, id)
@@ -103,7 +100,7 @@ end
 local function op_release(id)
     local st = load(id)
     if not st.rec then return 0 end
-    local dl = tonumber(redis.call('ZSCORE', H, id))
+    local was_live = live(st, id)
     redis.call('ZREM', H, id)
     st.used = st.used - free_slots(st.rec)
     if st.used < 0 then st.used = 0 end
@@ -115,6 +112,6 @@ local function op_release(id)
         serve(st)
     end
     save(st)
-    if dl and dl > now then return 1 end
+    if was_live then return 1 end
     return 2
 end
