@@ -2045,8 +2045,13 @@ fn w7(ctx: &mut Ctx) -> R<()> {
 // W8: memory.
 // ---------------------------------------------------------------------------------------
 
-fn memory_usage(c: &mut redis::Connection, name: &str) -> R<(u64, String, String)> {
+/// `MEMORY USAGE` of the four keys of semaphore `name`: (sum, bytes per key in the order
+/// h, i, s, q, encoding of h, encoding of i).
+type Usage = (u64, Vec<u64>, String, String);
+
+fn memory_usage(c: &mut redis::Connection, name: &str) -> R<Usage> {
     let mut total = 0;
+    let mut each = Vec::new();
     for suffix in ["h", "i", "s", "q"] {
         let bytes: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
@@ -2055,6 +2060,7 @@ fn memory_usage(c: &mut redis::Connection, name: &str) -> R<(u64, String, String
             .arg(0)
             .query(c)?;
         total += bytes.unwrap_or(0);
+        each.push(bytes.unwrap_or(0));
     }
     let enc = |c: &mut redis::Connection, s: &str| -> String {
         redis::cmd("OBJECT")
@@ -2066,7 +2072,7 @@ fn memory_usage(c: &mut redis::Connection, name: &str) -> R<(u64, String, String
             .unwrap_or_default()
     };
     let (h, i) = (enc(c, "h"), enc(c, "i"));
-    Ok((total, h, i))
+    Ok((total, each, h, i))
 }
 
 fn w8(ctx: &mut Ctx) -> R<()> {
@@ -2076,7 +2082,7 @@ fn w8(ctx: &mut Ctx) -> R<()> {
     let sem = client.semaphore("w8", holders as u32)?;
     // one holder first so the keys exist: the per-permit cost is the growth from there
     let one = sem.try_acquire()?.ok_or("W8: busy")?;
-    let (empty_bytes, _, _) = memory_usage(&mut ctx.admin, "w8")?;
+    let (empty_bytes, empty_each, _, _) = memory_usage(&mut ctx.admin, "w8")?;
     let mut held: Vec<Permit> = Vec::with_capacity(holders);
     held.push(one);
     let heap0 = live_heap();
@@ -2085,7 +2091,7 @@ fn w8(ctx: &mut Ctx) -> R<()> {
     }
     let heap = (live_heap() - heap0) as f64 / (holders - 1) as f64;
     let inline = std::mem::size_of::<Permit>();
-    let (bytes, enc_h, enc_i) = memory_usage(&mut ctx.admin, "w8")?;
+    let (bytes, each, enc_h, enc_i) = memory_usage(&mut ctx.admin, "w8")?;
     let per = bytes as f64 / holders as f64;
     let marginal = (bytes - empty_bytes) as f64 / (holders - 1) as f64;
     release_many(held, 4);
@@ -2168,7 +2174,11 @@ fn w8(ctx: &mut Ctx) -> R<()> {
         json!({
             "holders": holders, "redis_bytes_total": bytes, "redis_bytes_per_permit": round(per, 1),
             "redis_bytes_marginal_per_permit": round(marginal, 1), "redis_bytes_one_holder": empty_bytes,
-            "encoding_holders_zset": enc_h, "encoding_info_hash": enc_i,
+            "encoding_holders_zset": enc_h,
+            "bytes_per_key_h_i_s_q": each, "bytes_per_key_one_holder": empty_each,
+            "marginal_bytes_per_permit_h_i": [
+                round((each[0] as f64 - empty_each[0] as f64) / (holders - 1) as f64, 1),
+                round((each[1] as f64 - empty_each[1] as f64) / (holders - 1) as f64, 1)], "encoding_info_hash": enc_i,
             "client_heap_bytes_per_permit": round(heap, 1), "permit_inline_bytes": inline,
             "rss_pairs": pairs, "rss_pairs_per_s": round(pairs as f64 / secs, 0),
             "rss_samples": samples.iter().map(|(k, r, h)| json!({"pairs": k, "rss_kib": r / 1024, "heap_bytes": h})).collect::<Vec<_>>(),
