@@ -364,6 +364,9 @@ fn is_harness(cmd: &str) -> bool {
 struct ServerWork {
     /// Calls per command since the last `CONFIG RESETSTAT`.
     cmds: BTreeMap<String, u64>,
+    /// Server time spent in `EVALSHA` calls (inner commands included), µs: tells the
+    /// cost of running our scripts from the cost of reading and writing sockets.
+    evalsha_usec: u64,
     cpu_s: f64,
 }
 
@@ -378,10 +381,20 @@ impl ServerWork {
                 Some((name.to_ascii_lowercase(), calls.parse().ok()?))
             })
             .collect();
+        let evalsha_usec = stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("cmdstat_evalsha:"))
+            .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("usec=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let cpu = info(c, "cpu")?;
         let cpu_s = field(&cpu, "used_cpu_user").unwrap_or(0.0)
             + field(&cpu, "used_cpu_sys").unwrap_or(0.0);
-        Ok(ServerWork { cmds, cpu_s })
+        Ok(ServerWork {
+            cmds,
+            evalsha_usec,
+            cpu_s,
+        })
     }
 
     /// Work commands (harness ones excluded), inner script calls included.
@@ -399,6 +412,11 @@ impl ServerWork {
             .iter()
             .map(|k| self.cmds.get(*k).copied().unwrap_or(0))
             .sum()
+    }
+
+    /// Server µs per EVALSHA call, script body and inner commands included.
+    fn usec_per_script(&self) -> f64 {
+        self.evalsha_usec as f64 / self.cmds.get("evalsha").copied().unwrap_or(0).max(1) as f64
     }
 
     /// The work since `before` (commands were reset in between, CPU is cumulative).
@@ -782,6 +800,14 @@ fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
             None,
         );
     }
+    let script_us = ServerWork::read(&mut ctx.admin)?.usec_per_script();
+    ctx.row(
+        label,
+        "server µs per EVALSHA (commandstats)",
+        format!("{script_us:.1}"),
+        "",
+        None,
+    );
     let rb = if ctx.redis_pid.is_some() {
         redis_benchmark(ctx, label, &sha)
     } else {
@@ -794,6 +820,7 @@ fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
             "ping_16": ping16.map(|x| round(x, 0)), "evalsha_16": eval16.map(|x| round(x, 0)),
             "sequential_ops": n, "threaded_seconds": dur.as_secs_f64(),
             "redis_benchmark": rb, "foreign_cpu": foreign,
+            "server_usec_per_evalsha": round(script_us, 2),
         }),
     );
     Ok(())
@@ -987,6 +1014,13 @@ fn w1(ctx: &mut Ctx, label: &str) -> R<()> {
     );
     ctx.row(
         label,
+        "server µs per EVALSHA (commandstats)",
+        format!("{:.1}", work.usec_per_script()),
+        "",
+        None,
+    );
+    ctx.row(
+        label,
         "client CPU µs / pair (getrusage)",
         format!("{:.1}", cpu / n),
         "",
@@ -1002,6 +1036,7 @@ fn w1(ctx: &mut Ctx, label: &str) -> R<()> {
             "release_p50_us": round(pct(&rel, 50.0), 1), "release_p99_us": round(pct(&rel, 99.0), 1),
             "round_trips_per_pair": round(rt, 3), "redis_commands_per_pair": round(cmds, 2),
             "server_cpu_us_per_pair": round(work.cpu_s * 1e6 / n, 2),
+            "server_usec_per_evalsha": round(work.usec_per_script(), 2),
             "client_cpu_us_per_pair": round(cpu / n, 2),
             "commands": work.cmds_json(), "foreign_cpu": foreign,
         }),
@@ -1129,6 +1164,13 @@ fn w2(ctx: &mut Ctx) -> R<()> {
     );
     ctx.row(
         "w2",
+        "server µs per EVALSHA (commandstats)",
+        format!("{:.1}", r.work.usec_per_script()),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
         "server CPU busy (of 1 core)",
         format!("{:.0} %", 100.0 * r.work.cpu_s / r.secs),
         "",
@@ -1149,6 +1191,7 @@ fn w2(ctx: &mut Ctx) -> R<()> {
             "redis_commands_per_acquire": round(per(r.work.commands() as f64), 2),
             "round_trips_per_acquire": round(per(r.work.scripts() as f64), 3),
             "server_cpu_us_per_acquire": round(per(r.work.cpu_s * 1e6), 2),
+            "server_usec_per_evalsha": round(r.work.usec_per_script(), 2),
             "server_cpu_share": round(r.work.cpu_s / r.secs, 3),
             "client_cpu_us_per_acquire": round(per(r.client_cpu_us), 2),
             "commands": r.work.cmds_json(), "foreign_cpu": r.foreign,
@@ -2341,10 +2384,11 @@ fn chart_w4(path: &Path, lat_us: &[f64]) -> R<()> {
     use plotters::prelude::*;
     let s = sorted(lat_us.to_vec());
     let (p50, p99) = (pct(&s, 50.0), pct(&s, 99.0));
-    // 20 µs bins up to a little past p99; slower hand-offs land in the last bin
-    let bin = 20.0;
-    let top = ((p99 * 1.3) / bin).ceil() * bin;
-    let nbins = (top / bin) as usize;
+    // 100 bins up to a little past p99 (between 0.5 and 2.5 ms, the p99 target being
+    // 2 ms); slower hand-offs land in the last bin
+    let top = (p99 * 1.3).clamp(500.0, 2500.0);
+    let nbins = 100;
+    let bin = top / nbins as f64;
     let mut counts = vec![0u32; nbins.max(1)];
     for &x in &s {
         let k = ((x / bin) as usize).min(counts.len() - 1);
@@ -2368,7 +2412,9 @@ fn chart_w4(path: &Path, lat_us: &[f64]) -> R<()> {
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
-        .x_desc("t_acq − t_rel (µs, 20 µs bins; the last bin holds everything slower)")
+        .x_desc(format!(
+            "t_acq − t_rel (µs, {bin:.0} µs bins; the last bin holds everything slower)"
+        ))
         .y_desc("hand-offs")
         .draw()
         .map_err(|e| e.to_string())?;
