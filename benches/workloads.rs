@@ -206,6 +206,7 @@ impl Noise {
     fn start(ctx: &Ctx, extra: &[u32]) -> Noise {
         let mut pids: Vec<u32> = extra.to_vec();
         pids.extend(ctx.redis_pid);
+        pids.extend(&ctx.busy_pids);
         let mut n = Noise {
             start: Instant::now(),
             busy: machine_busy_jiffies(),
@@ -500,6 +501,8 @@ struct Ctx {
     ceiling: BTreeMap<String, f64>,
     w2_curve: Vec<(u32, f64, f64)>,
     w4_latencies_us: Vec<f64>,
+    /// The awake variants' busy loops: not foreign load.
+    busy_pids: Vec<u32>,
 }
 
 impl Ctx {
@@ -605,6 +608,7 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
         ceiling: BTreeMap::new(),
         w2_curve: Vec::new(),
         w4_latencies_us: Vec::new(),
+        busy_pids: Vec::new(),
     };
     let machine = machine_json(&redis_version, mode);
     println!("redis-semaphore workloads, mode {mode:?}: {machine}");
@@ -763,9 +767,14 @@ fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
     // PING and EVALSHA alternate in three rounds, each figure the median of its rounds,
     // so that a burst of foreign load cannot land on one of them only
     let (mut pings, mut evals) = (Vec::new(), Vec::new());
+    // the client's own CPU per EVALSHA round trip: what W1's client CPU per pair is
+    // compared with, to tell the library's work from redis-rs and the kernel's
+    let mut eval_cpu_us = 0.0;
     for _ in 0..3 {
         pings.push(rate(&pool, 1, n / 3, dur, &ping));
+        let cpu0 = process_cpu_us();
         evals.push(rate(&pool, 1, n / 3, dur, &eval));
+        eval_cpu_us += process_cpu_us() - cpu0;
     }
     let ping1 = sorted(pings)[1];
     let eval1 = sorted(evals)[1];
@@ -779,6 +788,9 @@ fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
     };
     let foreign = noise.end();
     ctx.ceiling.insert(format!("{label}_evalsha1"), eval1);
+    let client_us_per_eval = eval_cpu_us / (3 * (n / 3)).max(1) as f64;
+    ctx.ceiling
+        .insert(format!("{label}_client_us_per_evalsha"), client_us_per_eval);
     if let Some(e) = eval16 {
         ctx.ceiling.insert(format!("{label}_evalsha16"), e);
     }
@@ -833,6 +845,7 @@ fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
             "sequential_ops": n, "threaded_seconds": dur.as_secs_f64(),
             "redis_benchmark": rb, "foreign_cpu": foreign,
             "server_usec_per_evalsha": round(script_us, 2),
+            "client_cpu_us_per_evalsha": round(client_us_per_eval, 2),
         }),
     );
     Ok(())
@@ -1052,6 +1065,23 @@ fn w1(ctx: &mut Ctx, label: &str) -> R<()> {
         "",
         None,
     );
+    // the same for two raw EVALSHA round trips of C: the rest is the library's own work
+    // (ids, permit state, refresher registration, script arguments and replies)
+    let c_key = if label == "w1" {
+        "c_client_us_per_evalsha"
+    } else {
+        "c_awake_client_us_per_evalsha"
+    };
+    let raw2 = ctx.ceiling.get(c_key).map(|x| 2.0 * x);
+    if let Some(raw2) = raw2 {
+        ctx.row(
+            label,
+            "… of which beyond 2 raw EVALSHA round trips",
+            format!("{:.1}", cpu / n - raw2),
+            "",
+            None,
+        );
+    }
     ctx.emit(
         label,
         json!({
@@ -1066,6 +1096,7 @@ fn w1(ctx: &mut Ctx, label: &str) -> R<()> {
             "server_usec_per_evalsha": round(work.usec_per_script(), 2),
             "server_usec_per_evalsha_inner_commands": round(work.inner_usec_per_script(), 2),
             "client_cpu_us_per_pair": round(cpu / n, 2),
+            "client_cpu_us_per_two_raw_evalsha": raw2.map(|x| round(x, 2)),
             "commands": work.cmds_json(), "foreign_cpu": foreign,
         }),
     );
@@ -2317,8 +2348,10 @@ fn awake(ctx: &mut Ctx) -> R<()> {
                 .spawn()?,
         );
     }
+    ctx.busy_pids = loops.iter().map(Child::id).collect();
     thread::sleep(Duration::from_millis(200));
     let result = ceiling(ctx, "c_awake").and_then(|()| w1(ctx, "w1_awake"));
+    ctx.busy_pids.clear();
     for mut l in loops {
         let _ = l.kill();
         let _ = l.wait();
