@@ -47,6 +47,7 @@ use redis::IntoConnectionInfo;
 use redis_semaphore::{Client, Permit, Semaphore};
 use serde_json::{Value, json};
 
+/// Errors of the bench: anything, with a message; a failed workload stops the run.
 type R<T> = Result<T, Box<dyn StdError + Send + Sync>>;
 
 // ---------------------------------------------------------------------------------------
@@ -129,6 +130,7 @@ fn rss_bytes() -> u64 {
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
 
+/// Live heap bytes of this process, as [`Counting`] keeps them.
 fn live_heap() -> i64 {
     LIVE.load(Ordering::Relaxed)
 }
@@ -142,11 +144,13 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// `v` in ascending order (NaN-safe total order).
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.total_cmp(b));
     v
 }
 
+/// `x` rounded to `digits` decimals, for readable JSON.
 fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m
@@ -178,6 +182,7 @@ fn proc_jiffies(pid: &str, with_children: bool) -> u64 {
     }
 }
 
+/// Busy jiffies of the whole machine (all CPUs), from the first line of `/proc/stat`.
 fn machine_busy_jiffies() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let line = stat.lines().next().unwrap_or("");
@@ -334,6 +339,7 @@ fn connect(url: &str) -> R<redis::Connection> {
     Ok(c)
 }
 
+/// `INFO <section>` as text.
 fn info(c: &mut redis::Connection, section: &str) -> R<String> {
     Ok(redis::cmd("INFO").arg(section).query(c)?)
 }
@@ -461,6 +467,7 @@ fn mark(c: &mut redis::Connection) -> R<ServerWork> {
     ServerWork::read(c)
 }
 
+/// Client connections the server has now (`CLIENT LIST` lines), ours included.
 fn connections(c: &mut redis::Connection) -> R<usize> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c)?;
     Ok(list.lines().filter(|l| !l.trim().is_empty()).count())
@@ -550,6 +557,8 @@ impl Ctx {
     }
 }
 
+/// Plays a helper role when `REDSEM_BENCH_ROLE` is set; otherwise runs the suite: the
+/// full one under `cargo bench` (which passes `--bench`), the smoke one under `cargo test`.
 fn main() {
     if let Ok(role) = std::env::var("REDSEM_BENCH_ROLE") {
         if let Err(e) = child_role(&role) {
@@ -579,6 +588,8 @@ fn main() {
     }
 }
 
+/// Starts the server (unless `REDIS_URL`), runs the selected workloads, prints the
+/// summary and saves when asked.
 fn run(mode: Mode, filters: Vec<String>) -> R<()> {
     let started = Instant::now();
     let (server, url) = match std::env::var("REDIS_URL") {
@@ -648,6 +659,7 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
     Ok(())
 }
 
+/// What the figures were measured on, as the first JSON line.
 fn machine_json(redis_version: &str, mode: Mode) -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -666,6 +678,7 @@ fn machine_json(redis_version: &str, mode: Mode) -> Value {
     })
 }
 
+/// Every figure of the run as a Markdown table, ready for BENCHMARKS.md.
 fn print_summary(ctx: &Ctx) {
     println!();
     println!("| workload | figure | value | target | |");
@@ -1148,6 +1161,8 @@ fn interleaved_ratios(
 // W2: contended throughput.
 // ---------------------------------------------------------------------------------------
 
+/// What one W2 run measured.
+#[derive(Clone)]
 struct W2Run {
     ok: u64,
     failed: u64,
@@ -1216,6 +1231,8 @@ fn w2_run(ctx: &mut Ctx, threads: usize, secs: f64) -> R<W2Run> {
     })
 }
 
+/// W2 at 16 threads for WORKLOADS.md's 10 s, then the throughput curve over 1–16
+/// threads for the chart.
 fn w2(ctx: &mut Ctx) -> R<()> {
     let secs = ctx.size(1.0, 3.0, 10.0);
     let r = w2_run(ctx, 16, secs)?;
@@ -1302,7 +1319,7 @@ fn w2(ctx: &mut Ctx) -> R<()> {
     let mut curve = Vec::new();
     for t in [1usize, 2, 4, 8, 16] {
         let r = if t == 16 {
-            r_copy(&r)
+            r.clone()
         } else {
             w2_run(ctx, t, point)?
         };
@@ -1319,17 +1336,6 @@ fn w2(ctx: &mut Ctx) -> R<()> {
     );
     ctx.w2_curve = curve;
     Ok(())
-}
-
-fn r_copy(r: &W2Run) -> W2Run {
-    W2Run {
-        ok: r.ok,
-        failed: r.failed,
-        secs: r.secs,
-        work: r.work.clone(),
-        client_cpu_us: r.client_cpu_us,
-        foreign: r.foreign,
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1395,6 +1401,7 @@ fn w3_loop(sem: &Semaphore, end_ns: u64) -> (Vec<(u64, u64)>, u64) {
     (out, failed)
 }
 
+/// Rows and JSON of a W3 run from its recorded holds.
 fn w3_report(ctx: &mut Ctx, label: &str, iv: &[(u64, u64)], failed: u64, secs: f64, foreign: f64) {
     let s = sweep(iv, 5);
     let wall_ns = secs * 1e9;
@@ -1456,6 +1463,7 @@ fn w3_in_process(url: &str, clients: usize, secs: f64) -> R<(Vec<(u64, u64)>, u6
     Ok((iv, failed))
 }
 
+/// W3 without skew: 16 clients in this process.
 fn w3(ctx: &mut Ctx) -> R<()> {
     let secs = ctx.size(1.0, 2.0, 8.0);
     let noise = Noise::start(ctx, &[]);
@@ -1697,6 +1705,7 @@ fn child_role(role: &str) -> R<()> {
 // W4: blocking hand-off latency, holder and waiter in two processes.
 // ---------------------------------------------------------------------------------------
 
+/// W4's semaphore: limit 1, WORKLOADS.md's 10 s lease; the same in both helpers.
 fn w4_semaphore(client: &Client) -> R<Semaphore> {
     Ok(client
         .semaphore_builder("w4")
@@ -1705,6 +1714,7 @@ fn w4_semaphore(client: &Client) -> R<Semaphore> {
         .build()?)
 }
 
+/// What a W4 run measured.
 struct W4 {
     from_call_us: Vec<f64>,
     from_return_us: Vec<f64>,
@@ -1715,6 +1725,8 @@ struct W4 {
     foreign: f64,
 }
 
+/// `rounds` hand-offs between a holder and a waiter process, driven step by step over
+/// their stdin/stdout; the server's work is read around each hand-off alone.
 fn w4_run(ctx: &mut Ctx, rounds: usize) -> R<W4> {
     let mut holder = Peer::spawn("w4-holder", &ctx.url, &[], false)?;
     let mut waiter = Peer::spawn("w4-waiter", &ctx.url, &[], false)?;
@@ -1779,6 +1791,7 @@ fn w4_run(ctx: &mut Ctx, rounds: usize) -> R<W4> {
     })
 }
 
+/// W4 with WORKLOADS.md's 200 hand-offs.
 fn w4(ctx: &mut Ctx) -> R<()> {
     let rounds = ctx.size(5, 50, 200);
     let r = w4_run(ctx, rounds)?;
@@ -1846,6 +1859,8 @@ fn w4(ctx: &mut Ctx) -> R<()> {
 // W5: lease expiry after a crash.
 // ---------------------------------------------------------------------------------------
 
+/// W5's semaphore: limit 1, 1 s lease (auto refresh on: its first tick, at a third of
+/// the lease, comes after the kill at 300 ms, so no refresh happens before it).
 fn w5_semaphore(client: &Client) -> R<Semaphore> {
     Ok(client
         .semaphore_builder("w5")
@@ -1854,6 +1869,8 @@ fn w5_semaphore(client: &Client) -> R<Semaphore> {
         .build()?)
 }
 
+/// W5: a fresh holder process per trial, SIGKILLed 300 ms after its grant, and a waiter
+/// of this process blocked in `acquire()`.
 fn w5(ctx: &mut Ctx) -> R<()> {
     let trials = ctx.size(1, 3, 8);
     let client = Client::open(&ctx.url)?;
@@ -1908,6 +1925,7 @@ fn w5(ctx: &mut Ctx) -> R<()> {
     Ok(())
 }
 
+/// Lowest and highest value.
 fn minmax(v: &[f64]) -> (f64, f64) {
     v.iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
@@ -1982,6 +2000,8 @@ fn release_many(permits: Vec<Permit>, threads: usize) {
     });
 }
 
+/// W6: refresh cost per tick over the grid of issue #3 (10, 1,000, 10,000 permits on 1,
+/// 10, 100 semaphores).
 fn w6(ctx: &mut Ctx) -> R<()> {
     let grid: Vec<(usize, usize)> = match ctx.mode {
         Mode::Smoke => vec![(10, 1)],
@@ -2077,6 +2097,8 @@ fn w6(ctx: &mut Ctx) -> R<()> {
 // W7: many blocked waiters in one process.
 // ---------------------------------------------------------------------------------------
 
+/// W7: 1,000 threads of one client blocked on one semaphore (limit 1, held by another
+/// client); connections while queued and during the chain of hand-offs that follows.
 fn w7(ctx: &mut Ctx) -> R<()> {
     let n = ctx.size(50, 1000, 1000);
     let holder_client = Client::open(&ctx.url)?;
@@ -2198,6 +2220,7 @@ fn w7(ctx: &mut Ctx) -> R<()> {
 /// h, i, s, q, encoding of h, encoding of i).
 type Usage = (u64, Vec<u64>, String, String);
 
+/// Reads the sizes and encodings of semaphore `name`'s keys.
 fn memory_usage(c: &mut redis::Connection, name: &str) -> R<Usage> {
     let mut total = 0;
     let mut each = Vec::new();
@@ -2224,6 +2247,8 @@ fn memory_usage(c: &mut redis::Connection, name: &str) -> R<Usage> {
     Ok((total, each, h, i))
 }
 
+/// W8: Redis bytes and client heap per held permit with 10,000 holders, then RSS and
+/// live heap across many pairs.
 fn w8(ctx: &mut Ctx) -> R<()> {
     let holders = ctx.size(500, 10_000, 10_000);
     let client = Client::builder().max_connections(4).build(&ctx.url)?;
@@ -2370,6 +2395,7 @@ fn awake(ctx: &mut Ctx) -> R<()> {
 // Smoke run under `cargo test`.
 // ---------------------------------------------------------------------------------------
 
+/// The `cargo test` run: a few seconds, asserting what holds on any machine.
 fn smoke(ctx: &mut Ctx) -> R<()> {
     let t = Instant::now();
     reset(&mut ctx.admin)?;
@@ -2417,6 +2443,7 @@ fn smoke(ctx: &mut Ctx) -> R<()> {
 // Saving results and charts.
 // ---------------------------------------------------------------------------------------
 
+/// Writes `docs/bench/results.jsonl` and the charts (`REDSEM_BENCH_SAVE=1`).
 fn save(ctx: &Ctx) -> R<()> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/bench");
     std::fs::create_dir_all(&dir)?;
@@ -2434,6 +2461,7 @@ fn save(ctx: &Ctx) -> R<()> {
     Ok(())
 }
 
+/// Successful and failed tries per second against threads.
 fn chart_w2(path: &Path, points: &[(u32, f64, f64)]) -> R<()> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
@@ -2488,6 +2516,7 @@ fn chart_w2(path: &Path, points: &[(u32, f64, f64)]) -> R<()> {
     Ok(())
 }
 
+/// Histogram of W4 hand-off latencies, with p50 (green) and p99 (red) marked.
 fn chart_w4(path: &Path, lat_us: &[f64]) -> R<()> {
     use plotters::prelude::*;
     let s = sorted(lat_us.to_vec());
