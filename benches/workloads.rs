@@ -8,7 +8,7 @@
 //! REDSEM_BENCH_QUICK=1 cargo bench --bench workloads      # a short run
 //! REDSEM_BENCH_SAVE=1  cargo bench --bench workloads      # also docs/bench/*.jsonl, *.svg
 //! REDSEM_BENCH_RSS_PAIRS=1000000 cargo bench --bench workloads -- w8
-//! REDIS_URL=redis://127.0.0.1:7000/ cargo bench --bench workloads   # a server of yours
+//! REDIS_URL=redis://127.0.0.1:7000/ cargo bench --bench workloads   # a server of yours: FLUSHALLed
 //! ```
 //!
 //! `cargo test --all-targets` builds and runs this file too (`harness = false`); cargo
@@ -592,9 +592,17 @@ fn main() {
 /// summary and saves when asked.
 fn run(mode: Mode, filters: Vec<String>) -> R<()> {
     let started = Instant::now();
-    let (server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
+    // The smoke run under `cargo test` never uses REDIS_URL: the suite never touches a
+    // server it did not start, and the bench FLUSHALLs the one it uses.
+    let given = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|_| mode != Mode::Smoke);
+    let (server, url) = match given {
+        Some(url) => {
+            eprintln!("using REDIS_URL={url}: its data is flushed before each workload");
+            (None, url)
+        }
+        None => {
             let s = Server::start()?;
             let url = s.url();
             (Some(s), url)
