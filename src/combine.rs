@@ -5,10 +5,11 @@
 //! starting the script, writing the reply: tens of microseconds on a small machine)
 //! on top of its work, and a try that fails is nearly all fixed price. When 16 threads
 //! hammer one semaphore, that price, not the work, bounds throughput. So the threads
-//! take turns: at most two calls per semaphore and client are in flight; whoever
+//! take turns: at most four calls per semaphore and client are in flight; whoever
 //! comes while they are queues its operation, and the first of them, once a call
 //! returns, sends everything queued so far as one `batch` script. A thread alone pays
-//! nothing extra: with a call free it sends its own one-operation script at once.
+//! nothing extra: with a call free it takes it without a lock and sends its own
+//! one-operation script at once.
 //!
 //! What each caller sees is unchanged: its operation runs exactly once, atomically, in
 //! one script, with the reply it would have had alone at that instant (see
@@ -28,6 +29,7 @@
 //!   no operation is left waiting for a leader that will not come.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 use redis::Value;
@@ -37,9 +39,10 @@ use crate::error::{Error, Result};
 /// The most operations one batch call carries; the rest wait for the next call.
 const MAX_BATCH: usize = 64;
 
-/// How many calls per semaphore and client may be in flight at once: two, so that the
-/// server runs one batch while the client reads the last reply and sends the next.
-const MAX_IN_FLIGHT: usize = 2;
+/// How many calls per semaphore and client may be in flight at once. Up to four threads
+/// never wait for one another (measured: fewer in-flight calls cost throughput with 2–4
+/// threads, more made the batches of 16 threads smaller and slower; BENCHMARKS.md).
+const MAX_IN_FLIGHT: usize = 4;
 
 /// One operation of the hot path.
 #[derive(Debug)]
@@ -64,14 +67,12 @@ pub(crate) type Exec<'a> = &'a dyn Fn(&[&Op]) -> Result<Vec<Value>>;
 /// The turn-taking of one semaphore's callers in one client.
 #[derive(Debug, Default)]
 pub(crate) struct Combiner {
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Calls in flight (leaders), at most [`MAX_IN_FLIGHT`].
-    leaders: usize,
-    queue: Vec<Arc<Slot>>,
+    /// Calls in flight (leaders), at most [`MAX_IN_FLIGHT`]. Raised without the lock
+    /// (the fast path of a thread alone), lowered only under the `queue` lock, so a
+    /// thread that finds it at the maximum under the lock can queue without being
+    /// forgotten (C3).
+    leaders: AtomicUsize,
+    queue: Mutex<Vec<Arc<Slot>>>,
 }
 
 #[derive(Debug)]
@@ -103,11 +104,14 @@ impl Combiner {
     /// Runs `op`, alone or in a batch with other threads' operations, and returns its
     /// reply.
     pub(crate) fn run(&self, op: Op, exec: Exec<'_>) -> Result<Value> {
+        if self.try_lead() {
+            return self.lead(&op, Vec::new(), exec);
+        }
         let slot = {
-            let mut state = self.state.lock();
-            if state.leaders < MAX_IN_FLIGHT {
-                state.leaders += 1;
-                drop(state);
+            let mut queue = self.queue.lock();
+            // under the lock `leaders` cannot fall: if a call is free now, take it
+            if self.try_lead() {
+                drop(queue);
                 return self.lead(&op, Vec::new(), exec);
             }
             let slot = Arc::new(Slot {
@@ -115,7 +119,7 @@ impl Combiner {
                 outcome: Mutex::new(Outcome::Waiting),
                 ready: Condvar::new(),
             });
-            state.queue.push(Arc::clone(&slot));
+            queue.push(Arc::clone(&slot));
             slot
         };
         let mut outcome = slot.outcome.lock();
@@ -186,19 +190,28 @@ impl Combiner {
         }
     }
 
+    /// Takes a free call, if there is one (C1).
+    fn try_lead(&self) -> bool {
+        self.leaders
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_IN_FLIGHT).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
     /// Ends a leader's turn (C3).
     fn hand_over(&self) {
-        let mut state = self.state.lock();
-        if state.queue.is_empty() {
-            state.leaders -= 1;
+        let mut queue = self.queue.lock();
+        if queue.is_empty() {
+            self.leaders.fetch_sub(1, Ordering::AcqRel);
             return;
         }
-        let batch: Vec<Arc<Slot>> = if state.queue.len() <= MAX_BATCH {
-            std::mem::take(&mut state.queue)
+        let batch: Vec<Arc<Slot>> = if queue.len() <= MAX_BATCH {
+            std::mem::take(&mut *queue)
         } else {
-            state.queue.drain(..MAX_BATCH).collect()
+            queue.drain(..MAX_BATCH).collect()
         };
-        drop(state);
+        drop(queue);
         let first = Arc::clone(&batch[0]);
         first.settle(Outcome::Lead(batch));
     }
@@ -223,7 +236,6 @@ impl Drop for Turn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn release(id: &str) -> Op {
         Op::Release { id: id.into() }
@@ -253,7 +265,7 @@ mod tests {
             assert_eq!(v, Value::SimpleString(k.to_string()));
         }
         assert_eq!(calls.load(Ordering::SeqCst), 3);
-        assert_eq!(c.state.lock().leaders, 0);
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -281,8 +293,8 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let state = c.state.lock();
-        assert!(state.leaders == 0 && state.queue.is_empty());
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
+        assert!(c.queue.lock().is_empty());
         assert!(calls.load(Ordering::SeqCst) <= 8 * 500);
     }
 
@@ -315,6 +327,6 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(c.state.lock().leaders, 0);
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
     }
 }
