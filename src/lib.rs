@@ -132,6 +132,13 @@
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).
 //!
+//! When several threads of one [`Client`] try-acquire or release on the same semaphore
+//! at the same moment, their operations share script calls: a thread that finds four
+//! calls of that semaphore in flight queues its operation, and the queued operations
+//! go together in one script, each run exactly as it would run alone. A thread alone
+//! sends its own script at once. Under contention this cuts the server's work per
+//! operation (see `BENCHMARKS.md`); blocking waits and refreshes are not combined.
+//!
 //! # Feature flags
 //!
 //! - `cli`: builds the `redis-semaphore` command-line inspector (pulls in `clap` and
