@@ -269,14 +269,7 @@ impl SemInner {
                 id: permit.id.clone(),
             }),
             0 => {
-                let reason =
-                    permit
-                        .lost_reason()
-                        .unwrap_or(if Instant::now() >= permit.valid_until() {
-                            LostReason::Expired
-                        } else {
-                            LostReason::Released
-                        });
+                let reason = permit.gone_reason();
                 Err(Error::PermitLost {
                     id: permit.id.clone(),
                     reason,

@@ -77,6 +77,18 @@ impl PermitState {
         *self.valid_until.lock()
     }
 
+    /// Why a permit that Redis no longer has is gone, as far as this client can tell:
+    /// the reason already recorded, else expired once its lease must have run out by
+    /// this client's clock, else released by someone else.
+    pub(crate) fn gone_reason(&self) -> LostReason {
+        self.lost_reason()
+            .unwrap_or(if Instant::now() >= self.valid_until() {
+                LostReason::Expired
+            } else {
+                LostReason::Released
+            })
+    }
+
     pub(crate) fn renewed(&self, until: Instant) {
         let mut v = self.valid_until.lock();
         if until > *v {

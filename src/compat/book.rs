@@ -555,18 +555,6 @@ impl BookInner {
             reason: permit.lost_reason().unwrap_or(reason),
         }
     }
-
-    /// Expired when this client's clock says the timeout has run out, else someone
-    /// removed the entry (a skewed clock's purge, an operator).
-    fn missing_reason(permit: &PermitState) -> LostReason {
-        permit
-            .lost_reason()
-            .unwrap_or(if Instant::now() >= permit.valid_until() {
-                LostReason::Expired
-            } else {
-                LostReason::Released
-            })
-    }
 }
 
 impl Grantor for BookInner {
@@ -587,7 +575,7 @@ impl Grantor for BookInner {
                 Counters::bump(&self.stats().release_failed);
                 Err(Error::PermitLost {
                     id: permit.id.clone(),
-                    reason: BookInner::missing_reason(permit),
+                    reason: permit.gone_reason(),
                 })
             }
             Err(e) => {
@@ -622,7 +610,7 @@ impl Grantor for BookInner {
         }
         // Our ZADD put the id back although it was gone: take it out again, as the
         // book does, and report the loss.
-        let reason = BookInner::missing_reason(permit);
+        let reason = permit.gone_reason();
         let cleaned = self.remove(&mut conn, &permit.id);
         let err = self.lost(permit, reason);
         cleaned?;
