@@ -218,8 +218,24 @@ fn releasing_after_the_lease_ended_says_so() {
         .build()
         .unwrap();
     let p = sem.acquire().unwrap();
-    // the holder stays in Redis (nobody purged it) but its deadline has passed
+    // the holder stays in Redis (nobody purged it) but its deadline has passed: by the
+    // client's clock (which counts from before the call, so it ends first) and then by
+    // the server's
     wait_until(Duration::from_secs(5), "lease ends", || p.is_lost());
+    let mut conn = server.conn();
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg("redsem:{late}:h")
+        .arg(p.id())
+        .query(&mut conn)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the server's deadline to pass",
+        || {
+            let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+            s * 1000 + us / 1000 > deadline
+        },
+    );
     match p.release() {
         Err(Error::LeaseExpired { .. }) | Err(Error::PermitLost { .. }) => {}
         other => panic!("expected an expired lease, got {other:?}"),
