@@ -701,3 +701,78 @@ fn permit_and_handles_have_the_promised_auto_traits() {
     fn error_is_std<T: std::error::Error + Send + Sync + 'static>() {}
     error_is_std::<Error>();
 }
+
+/// Threads that share script calls all get an answer when the server goes away: an
+/// error, never a hang, whether their operation led a call or waited in a batch; and
+/// they are served again once it is back.
+#[test]
+fn contending_threads_get_errors_not_hangs_when_the_server_dies_and_recover_after() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .max_connections(8)
+        .operation_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .build(&server.url())
+        .unwrap();
+    let sem = client.semaphore("outage", 3).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = 12;
+    let oks: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
+    let errs: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    for t in 0..threads {
+        let (sem, stop, oks, errs, done) = (
+            sem.clone(),
+            stop.clone(),
+            oks.clone(),
+            errs.clone(),
+            done_tx.clone(),
+        );
+        thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let outcome = sem
+                    .try_acquire()
+                    .and_then(|p| p.map_or(Ok(()), Permit::release));
+                match outcome {
+                    Ok(()) => oks[t].fetch_add(1, Ordering::SeqCst),
+                    Err(_) => errs[t].fetch_add(1, Ordering::SeqCst),
+                };
+            }
+            let _ = done.send(t);
+        });
+    }
+    let total = |v: &Vec<AtomicU64>| v.iter().map(|a| a.load(Ordering::SeqCst)).sum::<u64>();
+    wait_until(Duration::from_secs(10), "traffic before the outage", || {
+        total(&oks) >= 2_000
+    });
+
+    server.stop();
+    let errs_at_stop: Vec<u64> = errs.iter().map(|a| a.load(Ordering::SeqCst)).collect();
+    wait_until(
+        Duration::from_secs(15),
+        "every thread to get an error",
+        || {
+            errs.iter()
+                .zip(&errs_at_stop)
+                .all(|(now, before)| now.load(Ordering::SeqCst) > *before)
+        },
+    );
+
+    server.restart();
+    let oks_at_restart: Vec<u64> = oks.iter().map(|a| a.load(Ordering::SeqCst)).collect();
+    wait_until(Duration::from_secs(15), "every thread served again", || {
+        oks.iter()
+            .zip(&oks_at_restart)
+            .all(|(now, before)| now.load(Ordering::SeqCst) > *before)
+    });
+
+    stop.store(true, Ordering::SeqCst);
+    for _ in 0..threads {
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a thread hung after the outage");
+    }
+    assert_eq!(sem.available().unwrap(), 3, "{:?}", sem.holders().unwrap());
+}
