@@ -24,12 +24,17 @@
 //!   call's Redis error, or "run it yourself" when the call never reached Redis (no
 //!   connection) or the leader unwound. Resending an operation is safe because every
 //!   operation is safe to run twice (same permit id).
+//! - C4 A queued operation waits for a call at most its patience (the operation
+//!   timeout); then, if it is still in the queue, it leaves it unsent, so that a
+//!   server that hangs costs a caller about one timeout, not one per call ahead of it.
 //! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
 //!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty, so
 //!   no operation is left waiting for a leader that will not come.
 
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use redis::Value;
@@ -63,6 +68,29 @@ pub(crate) enum Op {
 /// Sends a list of operations in one call and returns one reply per operation, in
 /// order. Errors from `redis` come back as [`Error::Redis`], unsorted.
 pub(crate) type Exec<'a> = &'a dyn Fn(&[&Op]) -> Result<Vec<Value>>;
+
+/// Why a combined operation has no reply.
+#[derive(Debug)]
+pub(crate) enum Failed {
+    /// The call that carried it failed; after a Redis timeout it may have run.
+    Call(Error),
+    /// It waited its whole patience for a free call and was never sent (C4).
+    NotSent(Duration),
+}
+
+impl From<Failed> for Error {
+    fn from(f: Failed) -> Error {
+        match f {
+            Failed::Call(e) => e,
+            Failed::NotSent(waited) => Error::Redis(redis::RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "waited {waited:?} for a free call to redis (every call in flight is slow)"
+                ),
+            ))),
+        }
+    }
+}
 
 /// The turn-taking of one semaphore's callers in one client.
 #[derive(Debug, Default)]
@@ -102,17 +130,22 @@ impl Slot {
 
 impl Combiner {
     /// Runs `op`, alone or in a batch with other threads' operations, and returns its
-    /// reply.
-    pub(crate) fn run(&self, op: Op, exec: Exec<'_>) -> Result<Value> {
+    /// reply. Waits for a free call at most `patience` (C4).
+    pub(crate) fn run(
+        &self,
+        op: Op,
+        exec: Exec<'_>,
+        patience: Duration,
+    ) -> std::result::Result<Value, Failed> {
         if self.try_lead() {
-            return self.lead(&op, Vec::new(), exec);
+            return self.lead(&op, Vec::new(), exec).map_err(Failed::Call);
         }
         let slot = {
             let mut queue = self.queue.lock();
             // under the lock `leaders` cannot fall: if a call is free now, take it
             if self.try_lead() {
                 drop(queue);
-                return self.lead(&op, Vec::new(), exec);
+                return self.lead(&op, Vec::new(), exec).map_err(Failed::Call);
             }
             let slot = Arc::new(Slot {
                 op,
@@ -122,22 +155,40 @@ impl Combiner {
             queue.push(Arc::clone(&slot));
             slot
         };
+        let give_up_at = Instant::now() + patience;
         let mut outcome = slot.outcome.lock();
         loop {
             match std::mem::replace(&mut *outcome, Outcome::Waiting) {
-                Outcome::Waiting => slot.ready.wait(&mut outcome),
-                Outcome::Done(reply) => return reply,
+                Outcome::Waiting => {
+                    if !slot.ready.wait_until(&mut outcome, give_up_at).timed_out() {
+                        continue;
+                    }
+                    // C4: leave the queue unsent, unless a leader took it meanwhile (it
+                    // is then in a call, or this thread leads the next one)
+                    drop(outcome);
+                    let mut queue = self.queue.lock();
+                    if let Some(k) = queue.iter().position(|s| Arc::ptr_eq(s, &slot)) {
+                        queue.remove(k);
+                        return Err(Failed::NotSent(patience));
+                    }
+                    drop(queue);
+                    outcome = slot.outcome.lock();
+                    if matches!(*outcome, Outcome::Waiting) {
+                        slot.ready.wait(&mut outcome);
+                    }
+                }
+                Outcome::Done(reply) => return reply.map_err(Failed::Call),
                 Outcome::Alone => {
                     drop(outcome);
-                    return exec(&[&slot.op]).and_then(|mut v| {
-                        v.pop().ok_or_else(|| Error::reply("batch", "no reply"))
-                    });
+                    return exec(&[&slot.op])
+                        .and_then(|mut v| v.pop().ok_or_else(|| Error::reply("batch", "no reply")))
+                        .map_err(Failed::Call);
                 }
                 Outcome::Lead(mut batch) => {
                     drop(outcome);
                     // batch[0] is this slot (C3 hands the queue to its first thread)
                     let others = batch.split_off(1);
-                    return self.lead(&slot.op, others, exec);
+                    return self.lead(&slot.op, others, exec).map_err(Failed::Call);
                 }
             }
         }
@@ -237,6 +288,8 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
+    const LONG: Duration = Duration::from_secs(60);
+
     fn release(id: &str) -> Op {
         Op::Release { id: id.into() }
     }
@@ -261,7 +314,7 @@ mod tests {
             echo(ops)
         };
         for k in 0..3 {
-            let v = c.run(release(&k.to_string()), &exec).unwrap();
+            let v = c.run(release(&k.to_string()), &exec, LONG).unwrap();
             assert_eq!(v, Value::SimpleString(k.to_string()));
         }
         assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -284,7 +337,7 @@ mod tests {
                             std::thread::yield_now();
                             echo(ops)
                         };
-                        let v = c.run(release(&id), &exec).unwrap();
+                        let v = c.run(release(&id), &exec, LONG).unwrap();
                         assert_eq!(v, Value::SimpleString(id));
                     }
                 })
@@ -296,6 +349,40 @@ mod tests {
         assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
         assert!(c.queue.lock().is_empty());
         assert!(calls.load(Ordering::SeqCst) <= 8 * 500);
+    }
+
+    #[test]
+    fn a_queued_operation_leaves_unsent_after_its_patience() {
+        let c = Arc::new(Combiner::default());
+        let (unblock, blocked) = crossbeam_channel::bounded::<()>(0);
+        let leaders: Vec<_> = (0..MAX_IN_FLIGHT)
+            .map(|k| {
+                let c = Arc::clone(&c);
+                let blocked = blocked.clone();
+                std::thread::spawn(move || {
+                    let slow = |ops: &[&Op]| {
+                        let _ = blocked.recv(); // a server that hangs
+                        echo(ops)
+                    };
+                    c.run(release(&format!("slow{k}")), &slow, LONG).is_ok()
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.leaders.load(Ordering::SeqCst) < MAX_IN_FLIGHT {
+            assert!(Instant::now() < deadline, "the slow calls never started");
+            std::thread::yield_now();
+        }
+        let started = Instant::now();
+        let late = c.run(release("late"), &echo, Duration::from_millis(100));
+        assert!(matches!(late, Err(Failed::NotSent(_))), "{late:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(c.queue.lock().is_empty(), "it left the queue");
+        drop(unblock);
+        for l in leaders {
+            assert!(l.join().unwrap());
+        }
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -316,9 +403,9 @@ mod tests {
                                 echo(ops)
                             }
                         };
-                        let r = c.run(release(&format!("{t}-{k}")), &exec);
+                        let r = c.run(release(&format!("{t}-{k}")), &exec, LONG);
                         if k % 2 == 0 {
-                            assert!(matches!(r, Err(Error::Redis(_))));
+                            assert!(matches!(r, Err(Failed::Call(Error::Redis(_)))));
                         }
                     }
                 })

@@ -256,8 +256,9 @@ impl SemInner {
                     id: permit.id.clone(),
                 },
                 &|ops| self.exec(ops),
+                shared.op_timeout,
             )
-            .map_err(|e| match e {
+            .map_err(|f| match Error::from(f) {
                 Error::Redis(e) => self.error(e),
                 other => other,
             })?;

@@ -5,7 +5,7 @@ use crossbeam_channel::{Receiver, select};
 use redis::{ScriptInvocation, Value};
 
 use crate::client::Client;
-use crate::combine::{Combiner, Op};
+use crate::combine::{Combiner, Failed, Op};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::permit::{LostReason, Permit};
@@ -817,18 +817,27 @@ impl Semaphore {
         // the lease is counted from before the call was sent (never later than the
         // server's deadline), also when the call waited for a turn in the combiner
         let sent = Instant::now();
+        // whether a failure may have left a grant behind (not when it was never sent)
+        let mut in_doubt = true;
         let reply: Result<Value> = match mode {
-            Mode::Try => sem.combiner.run(
-                Op::Acquire {
-                    id: id.to_owned(),
-                    n,
-                    limit: sem.limit,
-                    lease_ms,
-                    origin: Arc::clone(&sem.origin),
-                    fair: sem.fair,
-                },
-                &|ops| sem.exec(ops),
-            ),
+            Mode::Try => sem
+                .combiner
+                .run(
+                    Op::Acquire {
+                        id: id.to_owned(),
+                        n,
+                        limit: sem.limit,
+                        lease_ms,
+                        origin: Arc::clone(&sem.origin),
+                        fair: sem.fair,
+                    },
+                    &|ops| sem.exec(ops),
+                    sem.client.inner.shared.op_timeout,
+                )
+                .map_err(|f| {
+                    in_doubt = matches!(f, Failed::Call(_));
+                    Error::from(f)
+                }),
             Mode::Wait => {
                 let mut conn = self.conn()?;
                 let reply = sem
@@ -855,7 +864,7 @@ impl Semaphore {
                 Counters::bump(&sem.client.inner.shared.stats.errors);
                 return Err(match e {
                     Error::Redis(e) => {
-                        if e.is_timeout() || e.is_connection_dropped() {
+                        if in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
                             // The script may have run: give back whatever it granted.
                             self.release_quietly(id);
                         }
