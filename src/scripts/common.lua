@@ -41,15 +41,19 @@
 --   K7  Time is read once, from TIME, at the top of the script; nothing uses the
 --       client's clock. A holder or waiter is live while now < its deadline.
 --   K8  Numbers handed to Redis go through int(): Lua would print 1.7e+15 otherwise.
+--       int() formats with '%d' (a 64-bit integer, exact below 2^53 like every number
+--       here), which costs the server far less than printing a float ('%.0f' or the
+--       implicit '%.14g'); constant arguments are passed as strings for the same reason.
 
 local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local END_OF_TIME = 9000000000000000
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local t_s, t_us = tonumber(t[1]), tonumber(t[2])
+local now = t_s * 1000 + math.floor(t_us / 1000)
+local now_us = t_s * 1000000 + t_us
 
 local function int(x)
-    return string.format('%.0f', x)
+    return string.format('%d', x)
 end
 
 -- The fields of I that make up the state, in the order load() reads them.
@@ -149,8 +153,8 @@ local function save(st, final)
         hset[#hset + 1] = 'cl'
         hset[#hset + 1] = st.climit
     end
-    redis.call('HSET', I, 'used', st.used, 'ctr', int(st.ctr), 'mind', int(st.mind),
-        'exp', int(st.exp), 'qn', st.qn, 'qseq', int(st.qseq), unpack(hset))
+    redis.call('HSET', I, 'used', int(st.used), 'ctr', int(st.ctr), 'mind', int(st.mind),
+        'exp', int(st.exp), 'qn', int(st.qn), 'qseq', int(st.qseq), unpack(hset))
 end
 
 -- Creates the keys of a semaphore that has none. Leftovers of a partial loss (a key
@@ -191,7 +195,7 @@ end
 local function free_slots(rec)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
     for slot in string.gmatch(slots or '', '%d+') do
-        redis.call('SETBIT', S, slot, 0)
+        redis.call('SETBIT', S, slot, '0')
     end
     return tonumber(p) or 0
 end
@@ -233,9 +237,10 @@ local function grant(st, id, n, lease, pad, origin)
     local reply = {1, 0}
     local slots = {}
     for k = 1, n do
-        local b = redis.call('BITPOS', S, 0)
-        redis.call('SETBIT', S, b, 1)
-        slots[k] = b
+        local b = redis.call('BITPOS', S, '0')
+        local bs = int(b)
+        redis.call('SETBIT', S, bs, '1')
+        slots[k] = bs
         reply[k + 2] = b
     end
     local token = math.max(st.ctr + 1, now_us)
@@ -246,7 +251,7 @@ local function grant(st, id, n, lease, pad, origin)
     if deadline < st.mind then st.mind = deadline end
     extend(st, deadline, pad)
     st.used = st.used + n
-    put(st, id, n .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin)
+    put(st, id, int(n) .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin)
     st.dirty = true
     st.rec = false
     return reply
