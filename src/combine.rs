@@ -13,7 +13,8 @@
 //!
 //! What each caller sees is unchanged: its operation runs exactly once, atomically, in
 //! one script, with the reply it would have had alone at that instant (see
-//! `scripts/batch.lua`), and it waits at most for the call in flight plus its own.
+//! `scripts/batch.lua`); it waits for a free call at most the operation timeout (C4),
+//! then for its own call.
 //! Blocking acquires, refreshes and everything else bypass the combiner.
 //!
 //! Invariants:
@@ -24,12 +25,12 @@
 //!   call's Redis error, or "run it yourself" when the call never reached Redis (no
 //!   connection) or the leader unwound. Resending an operation is safe because every
 //!   operation is safe to run twice (same permit id).
-//! - C4 A queued operation waits for a call at most its patience (the operation
-//!   timeout); then, if it is still in the queue, it leaves it unsent, so that a
-//!   server that hangs costs a caller about one timeout, not one per call ahead of it.
 //! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
 //!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty, so
 //!   no operation is left waiting for a leader that will not come.
+//! - C4 A queued operation waits for a call at most its patience (the operation
+//!   timeout); then, if it is still in the queue, it leaves it unsent, so that a
+//!   server that hangs costs a caller about one timeout, not one per call ahead of it.
 
 use std::io;
 use std::sync::Arc;
