@@ -90,17 +90,7 @@ impl SemInner {
                 lease_ms,
                 origin,
                 fair,
-            } => {
-                inv.arg(id)
-                    .arg(n)
-                    .arg(limit)
-                    .arg(lease_ms)
-                    .arg(scripts::pad_ms(*lease_ms))
-                    .arg(&**origin)
-                    .arg("t")
-                    .arg(if *fair { "1" } else { "0" })
-                    .arg("");
-            }
+            } => acquire_args(inv, id, *n, *limit, *lease_ms, origin, Mode::Try, *fair, ""),
             Op::Release { id } => {
                 inv.arg(id);
             }
@@ -840,20 +830,19 @@ impl Semaphore {
                 }),
             Mode::Wait => {
                 let mut conn = self.conn()?;
-                let reply = sem
-                    .keys
-                    .invoke(&scripts::ACQUIRE)
-                    .arg(id)
-                    .arg(n)
-                    .arg(sem.limit)
-                    .arg(lease_ms)
-                    .arg(scripts::pad_ms(lease_ms))
-                    .arg(&*sem.origin)
-                    .arg("w")
-                    .arg(if sem.fair { "1" } else { "0" })
-                    .arg(channel)
-                    .invoke(&mut *conn)
-                    .map_err(Error::Redis);
+                let mut inv = sem.keys.invoke(&scripts::ACQUIRE);
+                acquire_args(
+                    &mut inv,
+                    id,
+                    n,
+                    sem.limit,
+                    lease_ms,
+                    &sem.origin,
+                    Mode::Wait,
+                    sem.fair,
+                    channel,
+                );
+                let reply = inv.invoke(&mut *conn).map_err(Error::Redis);
                 drop(conn);
                 reply
             }
@@ -1011,6 +1000,33 @@ impl std::fmt::Debug for Semaphore {
             .field("auto_refresh", &self.inner.auto_refresh)
             .finish()
     }
+}
+
+/// Appends acquire.lua's arguments (batch.lua takes the same after its tag).
+#[allow(clippy::too_many_arguments)]
+fn acquire_args(
+    inv: &mut ScriptInvocation<'_>,
+    id: &str,
+    n: u32,
+    limit: u32,
+    lease_ms: u64,
+    origin: &str,
+    mode: Mode,
+    fair: bool,
+    channel: &str,
+) {
+    inv.arg(id)
+        .arg(n)
+        .arg(limit)
+        .arg(lease_ms)
+        .arg(scripts::pad_ms(lease_ms))
+        .arg(origin)
+        .arg(match mode {
+            Mode::Try => "t",
+            Mode::Wait => "w",
+        })
+        .arg(if fair { "1" } else { "0" })
+        .arg(channel);
 }
 
 fn check_label(label: &str) -> Result<()> {

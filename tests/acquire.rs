@@ -222,20 +222,7 @@ fn releasing_after_the_lease_ended_says_so() {
     // client's clock (which counts from before the call, so it ends first) and then by
     // the server's
     wait_until(Duration::from_secs(5), "lease ends", || p.is_lost());
-    let mut conn = server.conn();
-    let deadline: i64 = redis::cmd("ZSCORE")
-        .arg("redsem:{late}:h")
-        .arg(p.id())
-        .query(&mut conn)
-        .unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the server's deadline to pass",
-        || {
-            let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
-            s * 1000 + us / 1000 > deadline
-        },
-    );
+    wait_past_server_deadline(&mut server.conn(), "late", p.id());
     match p.release() {
         Err(Error::LeaseExpired { .. }) | Err(Error::PermitLost { .. }) => {}
         other => panic!("expected an expired lease, got {other:?}"),
@@ -505,40 +492,69 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     assert_eq!(sem.holders().unwrap().len(), 1);
 }
 
+/// The batch script (common prelude, the operations, batch.lua), as the client sends it.
+fn batch_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/ops.lua"),
+        include_str!("../src/scripts/batch.lua")
+    ))
+}
+
+/// A call of `script` on the keys of semaphore `name`.
+fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    for part in ["h", "i", "s", "q"] {
+        inv.key(format!("redsem:{{{name}}}:{part}"));
+    }
+    inv
+}
+
+/// Appends a one-permit try-acquire of `id` to a batch call.
+fn batch_try(inv: &mut redis::ScriptInvocation<'_>, id: &str, limit: u32, lease_ms: u64) {
+    inv.arg("a")
+        .arg(id)
+        .arg(1)
+        .arg(limit)
+        .arg(lease_ms)
+        .arg(1000)
+        .arg("1|test|")
+        .arg("t")
+        .arg("1")
+        .arg("");
+}
+
+/// Waits until the Redis server's clock is past the lease deadline of holder `id`.
+fn wait_past_server_deadline(conn: &mut redis::Connection, name: &str, id: &str) {
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(id)
+        .query(conn)
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the server's deadline to pass",
+        || {
+            let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+            s * 1000 + us / 1000 > deadline
+        },
+    );
+}
+
 /// The batch script (several threads' tries and releases in one call) gives each
 /// operation the reply it would have had alone, in order, and is as safe to run twice.
 #[test]
 fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let script = redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/ops.lua"),
-        include_str!("../src/scripts/batch.lua")
-    ));
-    let acquire = |inv: &mut redis::ScriptInvocation<'_>, id: &str| {
-        inv.arg("a")
-            .arg(id)
-            .arg(1)
-            .arg(1)
-            .arg(10_000)
-            .arg(1000)
-            .arg("1|test|")
-            .arg("t")
-            .arg("1")
-            .arg("");
-    };
+    let script = batch_script();
     let id = |k: u32| format!("aaaaaaaa-0000-4000-8000-00000000000{k}");
     let run = |conn: &mut redis::Connection, held: &str| -> Vec<redis::Value> {
-        let mut inv = script.prepare_invoke();
-        inv.key("redsem:{batch}:h")
-            .key("redsem:{batch}:i")
-            .key("redsem:{batch}:s")
-            .key("redsem:{batch}:q");
-        acquire(&mut inv, &id(1)); // limit 1: granted
-        acquire(&mut inv, &id(2)); // full: refused
+        let mut inv = call_on(&script, "batch");
+        batch_try(&mut inv, &id(1), 1, 10_000); // limit 1: granted
+        batch_try(&mut inv, &id(2), 1, 10_000); // full: refused
         inv.arg("r").arg(held); // frees the permit
-        acquire(&mut inv, &id(3)); // granted
+        batch_try(&mut inv, &id(3), 1, 10_000); // granted
         inv.invoke(conn).unwrap()
     };
     let first = run(&mut conn, &id(1));
@@ -575,49 +591,17 @@ fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
 fn a_batch_release_of_a_holder_purged_earlier_in_the_batch_frees_nothing() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let batch = redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/ops.lua"),
-        include_str!("../src/scripts/batch.lua")
-    ));
-    let keys = |inv: &mut redis::ScriptInvocation<'_>| {
-        inv.key("redsem:{purged}:h")
-            .key("redsem:{purged}:i")
-            .key("redsem:{purged}:s")
-            .key("redsem:{purged}:q");
-    };
-    let acquire = |inv: &mut redis::ScriptInvocation<'_>, id: &str, lease_ms: u64| {
-        inv.arg("a")
-            .arg(id)
-            .arg(1)
-            .arg(2)
-            .arg(lease_ms)
-            .arg(1000)
-            .arg("1|test|")
-            .arg("t")
-            .arg("1")
-            .arg("");
-    };
+    let batch = batch_script();
     let keeper = "aaaaaaaa-0000-4000-8000-00000000000c";
     let old = "aaaaaaaa-0000-4000-8000-00000000000a";
     let new = "aaaaaaaa-0000-4000-8000-00000000000b";
-    let mut inv = batch.prepare_invoke();
-    keys(&mut inv);
-    acquire(&mut inv, keeper, 10_000); // keeps the keys alive, on slot 0
-    acquire(&mut inv, old, 20); // slot 1, soon expired
+    let mut inv = call_on(&batch, "purged");
+    batch_try(&mut inv, keeper, 2, 10_000); // keeps the keys alive, on slot 0
+    batch_try(&mut inv, old, 2, 20); // slot 1, soon expired
     let _: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
-    let deadline: i64 = redis::cmd("ZSCORE")
-        .arg("redsem:{purged}:h")
-        .arg(old)
-        .query(&mut conn)
-        .unwrap();
-    support::wait_until(Duration::from_secs(5), "the old lease to end", || {
-        let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
-        s * 1000 + us / 1000 > deadline
-    });
-    let mut inv = batch.prepare_invoke();
-    keys(&mut inv);
-    acquire(&mut inv, new, 10_000); // purges old, takes slot 1
+    wait_past_server_deadline(&mut conn, "purged", old);
+    let mut inv = call_on(&batch, "purged");
+    batch_try(&mut inv, new, 2, 10_000); // purges old, takes slot 1
     inv.arg("r").arg(old);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
     let granted: Vec<i64> = redis::from_redis_value_ref(&replies[0]).unwrap();

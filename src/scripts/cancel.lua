@@ -10,10 +10,7 @@
 
 local id = ARGV[1]
 local st = load(id)
-if st.rec then
-    local dl = tonumber(redis.call('ZSCORE', H, id))
-    if dl and dl > now then return grant_reply(st.rec) end
-end
+if st.rec and live(st, id) then return grant_reply(st.rec) end
 if st.wrec then dequeue(st, id) end
 purge(st)
 serve(st)

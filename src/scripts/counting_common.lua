@@ -43,7 +43,7 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- Lua prints large round numbers as 1.7e+15, which Redis refuses.
 local function int(x)
-    return string.format('%.0f', x)
+    return string.format('%d', x)
 end
 
 -- The count, or nil when unset. A key of another type fails in GET (WRONGTYPE); a
