@@ -80,7 +80,21 @@ impl SemInner {
             .iter()
             .any(|op| matches!(op, Op::Release { .. }))
             .then_some(shared.op_timeout);
-        let mut conn = shared.pool.get(wait)?;
+        let conn = shared.pool.get(wait)?;
+        self.exec_on(conn, ops)
+    }
+
+    /// As [`exec`](SemInner::exec), but the whole call (checkout, write, read) ends by
+    /// `deadline`.
+    pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>> {
+        let shared = &self.client.inner.shared;
+        let conn = shared
+            .pool
+            .get(Some(deadline.saturating_duration_since(Instant::now())))?;
+        self.exec_on(conn, ops)
+    }
+
+    fn exec_on(&self, mut conn: crate::pool::Conn, ops: &[&Op]) -> Result<Vec<Value>> {
         // acquire.lua's and release.lua's arguments; batch.lua takes the same after a tag
         let args = |inv: &mut ScriptInvocation<'_>, op: &Op| match op {
             Op::Acquire {
