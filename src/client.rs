@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) redis_client: Option<redis::Client>,
     pub(crate) connect_timeout: Duration,
     pub(crate) stats: Counters,
+    /// The client's view of the server's clock (see `clock.rs`).
+    pub(crate) clock: crate::clock::Clock,
 }
 
 pub(crate) struct ClientInner {
@@ -84,6 +86,7 @@ impl ClientInner {
             redis_client,
             connect_timeout,
             stats: Counters::default(),
+            clock: crate::clock::Clock::default(),
         });
         let (wake, rx) = crossbeam_channel::unbounded();
         let thread = {

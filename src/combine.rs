@@ -61,6 +61,9 @@ pub(crate) enum Op {
         lease_ms: u64,
         origin: Arc<str>,
         fair: bool,
+        /// When the caller stops waiting for the reply: the script is told not to run
+        /// after the server time this instant surely corresponds to.
+        give_up: std::time::Instant,
     },
     /// A release.
     Release { id: String },

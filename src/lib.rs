@@ -156,6 +156,7 @@
 )]
 
 mod client;
+mod clock;
 mod combine;
 pub mod compat;
 mod counting;
@@ -172,7 +173,7 @@ pub use client::{Client, ClientBuilder};
 pub use counting::CountingSemaphore;
 pub use error::{Error, Result};
 pub use permit::{LostReason, Permit};
-pub use semaphore::{Holder, Semaphore, SemaphoreBuilder, Status};
+pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
 /// Longer pages: choosing a variant, and the timing guarantees of the keepalive.

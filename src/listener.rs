@@ -45,8 +45,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// What a waiter is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// Its permits were granted with this token and these slots.
-    Granted { token: u64, slots: Vec<u32> },
+    /// Its permits were granted with this token and these slots, until the server's
+    /// time `deadline_ms`.
+    Granted {
+        token: u64,
+        deadline_ms: i64,
+        slots: Vec<u32>,
+    },
     /// It asked for more permits than the limit now in force.
     Refused { limit: u32 },
     /// It heads the queue: look again after this long (`None`: no lease will end).
@@ -100,7 +105,7 @@ impl Hub {
         }
     }
 
-    /// Delivers one message "G id token slots", "F id limit", "H id retry_ms" or
+    /// Delivers one message "G id token deadline_ms slots", "F id limit", "H id retry_ms" or
     /// "L id" (look again).
     fn dispatch(&self, payload: &str) {
         let Some((id, wake)) = parse(payload) else {
@@ -128,6 +133,7 @@ fn parse(payload: &str) -> Option<(&str, Wake)> {
     let wake = match kind {
         "G" => {
             let token = f.next()?.parse().ok()?;
+            let deadline_ms = f.next()?.parse().ok()?;
             let slots = match f.next() {
                 None | Some("") => Vec::new(),
                 Some(s) => s
@@ -135,7 +141,11 @@ fn parse(payload: &str) -> Option<(&str, Wake)> {
                     .map(|x| x.parse().ok())
                     .collect::<Option<Vec<u32>>>()?,
             };
-            Wake::Granted { token, slots }
+            Wake::Granted {
+                token,
+                deadline_ms,
+                slots,
+            }
         }
         "F" => Wake::Refused {
             limit: f.next()?.parse().ok()?,
@@ -317,11 +327,12 @@ mod tests {
     #[test]
     fn wake_up_messages_parse() {
         assert_eq!(
-            parse("G abc 17 0,3"),
+            parse("G abc 17 1700000000123 0,3"),
             Some((
                 "abc",
                 Wake::Granted {
                     token: 17,
+                    deadline_ms: 1_700_000_000_123,
                     slots: vec![0, 3]
                 }
             ))

@@ -207,7 +207,7 @@ impl Grantor for SemInner {
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(sent + self.lease);
+                permit.renewed(sent + crate::clock::shrink(self.lease));
                 return Ok(());
             }
             Renewal::Lost(_) if now >= permit.valid_until() => LostReason::Expired,

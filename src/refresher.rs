@@ -34,6 +34,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::client::Shared;
+use crate::clock::shrink;
 use crate::permit::LostReason;
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
@@ -43,6 +44,8 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 /// The shortest time a renewal may wait on Redis, even when some permit's deadline is
 /// nearer: a healthy call is not cut short because another lease is about to end.
 const MIN_WAIT: Duration = Duration::from_millis(5);
+/// The most ids one refresh call carries (the script refuses more than 1000).
+const REFRESH_CHUNK: usize = 1000;
 
 /// The part of a permit the refresher and the permit share.
 #[derive(Debug)]
@@ -144,6 +147,18 @@ struct Group {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     groups: HashMap<GroupKey, Group>,
+    cleanups: Vec<Cleanup>,
+}
+
+/// A release owed for an acquire whose reply was lost: sent from `at` on (never
+/// before: the acquire cannot run after then), retried until `until` (by then the
+/// lease of whatever it was granted has surely ended).
+#[derive(Debug)]
+struct Cleanup {
+    keys: Arc<Keys>,
+    id: String,
+    at: Instant,
+    until: Instant,
 }
 
 impl Registry {
@@ -158,7 +173,10 @@ impl Registry {
     ) -> bool {
         let now = Instant::now();
         let first_due = if key.auto {
-            now + period
+            // a grant with little left (a permit pushed to a waiter lasts a heartbeat
+            // until renewed, a grant learnt late has less) is renewed at half of it
+            let left = state.valid_until().saturating_duration_since(now);
+            now + period.min(left / 2)
         } else {
             state.valid_until()
         };
@@ -195,7 +213,27 @@ impl Registry {
     fn next_wake(&self) -> Option<Instant> {
         let due = self.groups.values().map(|g| g.next_due).min();
         let ends = self.deadlines().min();
-        due.into_iter().chain(ends).min()
+        let cleanups = self.cleanups.iter().map(|c| c.at).min();
+        due.into_iter().chain(ends).chain(cleanups).min()
+    }
+
+    /// Owes a release of `id` from `at` on, tried until `until`.
+    pub(crate) fn clean_up(&mut self, keys: &Arc<Keys>, id: &str, at: Instant, until: Instant) {
+        self.cleanups.push(Cleanup {
+            keys: Arc::clone(keys),
+            id: id.to_owned(),
+            at,
+            until,
+        });
+    }
+
+    /// Takes the releases owed by `now`.
+    fn take_cleanups(&mut self, now: Instant) -> Vec<Cleanup> {
+        let (due, later) = std::mem::take(&mut self.cleanups)
+            .into_iter()
+            .partition(|c| c.at <= now);
+        self.cleanups = later;
+        due
     }
 
     /// The client-side deadline of every permit still registered.
@@ -317,6 +355,40 @@ fn tick(shared: &Shared) {
         count_loss(shared, &p);
         p.mark_lost(LostReason::Expired);
     }
+    let cleanups = shared.registry.lock().take_cleanups(now);
+    for c in cleanups {
+        let result = shared
+            .pool
+            .get(Some(shared.op_timeout))
+            .and_then(|mut conn| {
+                c.keys
+                    .invoke(&scripts::RELEASE)
+                    .arg(&c.id)
+                    .invoke::<i64>(&mut *conn)
+                    .map_err(crate::Error::Redis)
+            });
+        match result {
+            Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
+            Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
+                log::debug!(
+                    "redis-semaphore: clean-up of {} failed, again soon: {e}",
+                    c.id
+                );
+                let mut registry = shared.registry.lock();
+                registry.clean_up(
+                    &c.keys,
+                    &c.id,
+                    Instant::now() + RETRY_AFTER_FAILURE,
+                    c.until,
+                );
+            }
+            Err(e) => log::warn!(
+                "redis-semaphore: could not give back permit {} after a failed acquire \
+                 (its lease ends by itself): {e}",
+                c.id
+            ),
+        }
+    }
     for batch in batches {
         Counters::bump(&shared.stats.refresh_calls);
         // Never wait on Redis past the next deadline: a refused connect or a hung server
@@ -372,7 +444,21 @@ fn renew(
 ) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
     let sent = Instant::now();
     let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
-    let result = call_refresh(shared, &batch.keys, batch.lease, &ids, wait);
+    let result = ids
+        .chunks(REFRESH_CHUNK)
+        .map(|chunk| call_refresh(shared, &batch.keys, batch.lease, chunk, wait))
+        .try_fold(
+            Renewal::Lost(Vec::new()),
+            |all, r| -> crate::Result<Renewal> {
+                Ok(match (all, r?) {
+                    (Renewal::Lost(mut a), Renewal::Lost(b)) => {
+                        a.extend(b);
+                        Renewal::Lost(a)
+                    }
+                    _ => Renewal::Reset,
+                })
+            },
+        );
     let now = Instant::now();
     match result {
         Ok(Renewal::Reset) => {
@@ -388,7 +474,7 @@ fn renew(
                 if gone.iter().any(|g| g == &p.id) {
                     lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
                 } else {
-                    p.renewed(sent + batch.lease);
+                    p.renewed(sent + shrink(batch.lease));
                 }
             }
             (lost, false)

@@ -5,6 +5,7 @@ use crossbeam_channel::{Receiver, select};
 use redis::{ScriptInvocation, Value};
 
 use crate::client::Client;
+use crate::clock::{Anchor, Clock, shrink};
 use crate::combine::{Combiner, Failed, Op};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
@@ -17,6 +18,10 @@ use crate::stats::Counters;
 const NO_PUSH_POLL: Duration = Duration::from_millis(50);
 /// How long a limit stored by [`Semaphore::set_limit`] outlives the last use.
 const LIMIT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// The largest limit a semaphore may have: every grant and release costs the server
+/// work per permit (a slot bit each), and one call must stay short whatever its
+/// arguments (about 50 ms for a grant of all 100,000 permits on a small machine).
+pub const MAX_LIMIT: u32 = 100_000;
 
 /// A distributed counting semaphore: at most `limit` permits are held at once, by all
 /// clients, threads and processes that use the same name on the same Redis.
@@ -95,6 +100,11 @@ impl SemInner {
     }
 
     fn exec_on(&self, mut conn: crate::pool::Conn, ops: &[&Op]) -> Result<Vec<Value>> {
+        let clock = &self.client.inner.shared.clock;
+        let anchor = match clock.get() {
+            Some(a) => a,
+            None => read_server_time(&mut conn, clock)?,
+        };
         // acquire.lua's and release.lua's arguments; batch.lua takes the same after a tag
         let args = |inv: &mut ScriptInvocation<'_>, op: &Op| match op {
             Op::Acquire {
@@ -104,30 +114,80 @@ impl SemInner {
                 lease_ms,
                 origin,
                 fair,
-            } => acquire_args(inv, id, *n, *limit, *lease_ms, origin, Mode::Try, *fair, ""),
+                give_up,
+            } => acquire_args(
+                inv,
+                id,
+                *n,
+                *limit,
+                *lease_ms,
+                origin,
+                Mode::Try,
+                *fair,
+                "",
+                anchor.server_ms_by(*give_up),
+            ),
             Op::Release { id } => {
                 inv.arg(id);
             }
         };
-        if let [op] = ops {
+        let replies = if let [op] = ops {
             let mut inv = self.keys.invoke(match op {
                 Op::Acquire { .. } => &scripts::ACQUIRE,
                 Op::Release { .. } => &scripts::RELEASE,
             });
             args(&mut inv, op);
+            let sent = Instant::now();
             let reply: Value = inv.invoke(&mut *conn).map_err(Error::Redis)?;
-            return Ok(vec![reply]);
-        }
-        let mut inv = self.keys.invoke(&scripts::BATCH);
-        for op in ops {
-            inv.arg(match op {
-                Op::Acquire { .. } => "a",
-                Op::Release { .. } => "r",
-            });
-            args(&mut inv, op);
-        }
-        inv.invoke(&mut *conn).map_err(Error::Redis)
+            note_anchor(clock, sent, std::slice::from_ref(&reply));
+            vec![reply]
+        } else {
+            let mut inv = self.keys.invoke(&scripts::BATCH);
+            for op in ops {
+                inv.arg(match op {
+                    Op::Acquire { .. } => "a",
+                    Op::Release { .. } => "r",
+                });
+                args(&mut inv, op);
+            }
+            let sent = Instant::now();
+            let replies: Vec<Value> = inv.invoke(&mut *conn).map_err(Error::Redis)?;
+            note_anchor(clock, sent, &replies);
+            replies
+        };
+        Ok(replies)
     }
+}
+
+/// Takes a clock anchor from the first acquire reply among `replies` (they carry the
+/// server's time second), for a call sent at `sent` and answered now.
+fn note_anchor(clock: &Clock, sent: Instant, replies: &[Value]) {
+    let received = Instant::now();
+    for r in replies {
+        if let Value::Array(items) = r
+            && let [Value::Int(_), Value::Int(server_ms), ..] = items.as_slice()
+        {
+            clock.update(Anchor {
+                sent,
+                received,
+                server_ms: *server_ms,
+            });
+            return;
+        }
+    }
+}
+
+/// Reads the server's `TIME` once, for a client's first anchor.
+fn read_server_time(conn: &mut redis::Connection, clock: &Clock) -> Result<Anchor> {
+    let sent = Instant::now();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).map_err(Error::Redis)?;
+    let anchor = Anchor {
+        sent,
+        received: Instant::now(),
+        server_ms: secs * 1000 + micros / 1000,
+    };
+    clock.update(anchor);
+    Ok(anchor)
 }
 
 /// One holder of a semaphore, as [`Semaphore::holders`] reports it.
@@ -277,6 +337,9 @@ impl SemaphoreBuilder {
         let limit = match self.limit {
             None => return invalid("a limit is required"),
             Some(0) => return invalid("limit must be at least 1"),
+            Some(n) if n > MAX_LIMIT => {
+                return invalid(&format!("limit must be at most {MAX_LIMIT}, got {n}"));
+            }
             Some(n) => n,
         };
         if self.lease < Duration::from_millis(1) {
@@ -303,6 +366,7 @@ impl SemaphoreBuilder {
         };
         let wait_group = GroupKey {
             auto: true,
+            lease_ms: scripts::heartbeat_ms(group.lease_ms),
             ..group.clone()
         };
         Ok(Semaphore {
@@ -596,6 +660,11 @@ impl Semaphore {
         if limit == 0 {
             return Err(Error::InvalidArgument("limit must be at least 1".into()));
         }
+        if limit > MAX_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "limit must be at most {MAX_LIMIT}, got {limit}"
+            )));
+        }
         let mut conn = self.conn()?;
         let _previous: i64 = self
             .inner
@@ -633,9 +702,17 @@ impl Semaphore {
 
     /// Releases permit `id` whoever holds it (an operator's tool: the holder learns of
     /// it at its next refresh). Returns whether it was held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `id` is not a permit id (36 characters of uuid
+    /// text, as [`Permit::id`] gives): nothing else stored with the semaphore can be
+    /// named; Redis and pool errors.
     pub fn force_release(&self, id: &str) -> Result<bool> {
-        if id.is_empty() {
-            return Err(Error::InvalidArgument("permit id must not be empty".into()));
+        if !is_permit_id(id) {
+            return Err(Error::InvalidArgument(format!(
+                "{id:?} is not a permit id (36 characters of uuid text)"
+            )));
         }
         let mut conn = self.conn()?;
         let status: i64 = self
@@ -735,16 +812,26 @@ impl Semaphore {
                 } else {
                     NO_PUSH_POLL
                 };
-            if head && let Some(r) = retry_after {
+            // the head looks again when the earliest lease ends; the next few waiters
+            // when the head's heartbeat would end (a dead head is gone by then)
+            let _ = head;
+            if let Some(r) = retry_after {
                 look_at = look_at.min(now + r + Duration::from_millis(1));
             }
             loop {
                 let until = deadline.map_or(look_at, |d| d.min(look_at));
                 select! {
                     recv(waiter.wake) -> wake => match wake {
-                        Ok(Wake::Granted { token, slots }) if slots.len() == n as usize => {
+                        Ok(Wake::Granted { token, deadline_ms, slots }) if slots.len() == n as usize => {
+                            // learnt outside a round trip: the server's deadline, through
+                            // the anchor, bounds it (a message delayed by a partition
+                            // arrives with less time left, or none)
+                            let valid_until = self.client_deadline(deadline_ms);
+                            if valid_until <= Instant::now() {
+                                break; // look again: the look says what is left of it
+                            }
                             waiter.finish();
-                            return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, Instant::now())));
+                            return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, valid_until)));
                         }
                         Ok(Wake::Refused { limit }) => {
                             waiter.finish();
@@ -779,10 +866,11 @@ impl Semaphore {
         let reply = self.run_cancel(&waiter.id);
         waiter.finish();
         match reply? {
-            Some((token, slots)) => {
+            Some((token, deadline_ms, slots)) => {
                 let n = slots.len() as u32;
-                let p = self.permit(waiter.id.clone(), token, slots, n, Instant::now());
-                if keep {
+                let valid_until = self.client_deadline(deadline_ms);
+                let p = self.permit(waiter.id.clone(), token, slots, n, valid_until);
+                if keep && valid_until > Instant::now() {
                     return Ok(Some(p));
                 }
                 drop(p);
@@ -792,22 +880,31 @@ impl Semaphore {
         }
     }
 
-    /// Runs the cancel script; `Some` when the waiter had been granted meanwhile.
-    fn run_cancel(&self, id: &str) -> Result<Option<(u64, Vec<u32>)>> {
+    /// Runs the cancel script; `Some((token, server deadline, slots))` when the waiter
+    /// had been granted meanwhile.
+    fn run_cancel(&self, id: &str) -> Result<Option<(u64, i64, Vec<u32>)>> {
         let mut conn = self.conn()?;
-        let reply: Vec<i64> = self
+        let sent = Instant::now();
+        let reply: Value = self
             .inner
             .keys
             .invoke(&scripts::CANCEL)
             .arg(id)
             .invoke(&mut *conn)
             .map_err(|e| self.inner.error(e))?;
+        note_anchor(
+            &self.inner.client.inner.shared.clock,
+            sent,
+            std::slice::from_ref(&reply),
+        );
+        let reply: Vec<i64> =
+            redis::from_redis_value(reply).map_err(|e| Error::reply("cancel", e.to_string()))?;
         match reply.as_slice() {
-            [0] => Ok(None),
-            [1, token, slots @ ..] => Ok(Some((
-                u64::try_from(*token).map_err(|_| Error::reply("cancel", "negative token"))?,
-                slots.iter().map(|&s| s as u32).collect(),
-            ))),
+            [0, _now] => Ok(None),
+            [1, _now, token, deadline, slots @ ..] => {
+                let (token, slots) = grant_parts(*token, slots)?;
+                Ok(Some((token, *deadline, slots)))
+            }
             other => Err(Error::reply("cancel", format!("{other:?}"))),
         }
     }
@@ -815,12 +912,17 @@ impl Semaphore {
     /// One run of the acquire script for permit id `id`. A try goes through the
     /// combiner (it may share a script call with other threads' tries and releases);
     /// a waiter's look goes alone.
+    ///
+    /// The permit's client-side deadline comes from the server's deadline in the reply,
+    /// converted with the client's clock anchor (`clock.rs`): never later than the
+    /// server's, whenever the call was sent, however long it waited for a connection.
     fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str) -> Result<Attempt> {
         let sem = &self.inner;
+        let shared = &sem.client.inner.shared;
         let lease_ms = sem.group.lease_ms;
-        // the lease is counted from before the call was sent (never later than the
-        // server's deadline), also when the call waited for a turn in the combiner
-        let sent = Instant::now();
+        // the caller stops waiting for this call then; the script refuses to run later
+        // (by the server's clock), and a clean-up after a lost reply waits until then
+        let give_up = Instant::now() + shared.op_timeout;
         // whether a failure may have left a grant behind (not when it was never sent)
         let mut in_doubt = true;
         let reply: Result<Value> = match mode {
@@ -834,42 +936,28 @@ impl Semaphore {
                         lease_ms,
                         origin: Arc::clone(&sem.origin),
                         fair: sem.fair,
+                        give_up,
                     },
                     &|ops| sem.exec(ops),
-                    sem.client.inner.shared.op_timeout,
+                    shared.op_timeout,
                 )
                 .map_err(|f| {
                     in_doubt = matches!(f, Failed::Call(_));
                     Error::from(f)
                 }),
-            Mode::Wait => {
-                let mut conn = self.conn()?;
-                let mut inv = sem.keys.invoke(&scripts::ACQUIRE);
-                acquire_args(
-                    &mut inv,
-                    id,
-                    n,
-                    sem.limit,
-                    lease_ms,
-                    &sem.origin,
-                    Mode::Wait,
-                    sem.fair,
-                    channel,
-                );
-                let reply = inv.invoke(&mut *conn).map_err(Error::Redis);
-                drop(conn);
-                reply
-            }
+            Mode::Wait => self.look(id, n, channel, give_up),
         };
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
-                Counters::bump(&sem.client.inner.shared.stats.errors);
+                Counters::bump(&shared.stats.errors);
                 return Err(match e {
                     Error::Redis(e) => {
                         if in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
-                            // The script may have run: give back whatever it granted.
-                            self.release_quietly(id);
+                            // The script may have run (before the cutoff): give back
+                            // whatever it granted, once the caller's give-up time has
+                            // passed, so the clean-up cannot overtake the call.
+                            self.clean_up_after(id, give_up);
                         }
                         sem.error(e)
                     }
@@ -880,36 +968,85 @@ impl Semaphore {
         let reply: Vec<i64> =
             redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
         if matches!(mode, Mode::Try) && reply.first() == Some(&0) {
-            Counters::bump(&sem.client.inner.shared.stats.try_failed);
+            Counters::bump(&shared.stats.try_failed);
         }
         match reply.as_slice() {
-            [1, token, slots @ ..] if slots.len() == n as usize => {
-                let slots = slots
-                    .iter()
-                    .map(|&s| u32::try_from(s).map_err(|_| bad("acquire: slot out of range")))
-                    .collect::<Result<Vec<u32>>>()?;
-                let token = u64::try_from(*token).map_err(|_| bad("acquire: negative token"))?;
+            [1, _now, token, deadline, slots @ ..] if slots.len() == n as usize => {
+                let (token, slots) = grant_parts(*token, slots)?;
+                let valid_until = self.client_deadline(*deadline);
+                if valid_until <= Instant::now() {
+                    // The grant is already over by this client's reckoning (the reply
+                    // took longer than the lease): give it back and report a timeout.
+                    // The id is never used again (a waiter's wait ends with the error).
+                    self.clean_up_after(id, Instant::now());
+                    return Err(late_reply(&sem.name));
+                }
                 Ok(Attempt::Granted(self.permit(
                     id.to_owned(),
                     token,
                     slots,
                     n,
-                    sent,
+                    valid_until,
                 )))
             }
-            [0, retry, head] => Ok(Attempt::Busy {
+            [0, _now, retry, head] => Ok(Attempt::Busy {
                 retry_after: u64::try_from(*retry).ok().map(Duration::from_millis),
                 head: *head == 1,
             }),
-            [-1, limit] => Err(self.too_many(n, u32::try_from(*limit).unwrap_or(u32::MAX))),
+            [-1, _now, limit] => Err(self.too_many(n, u32::try_from(*limit).unwrap_or(u32::MAX))),
+            [-2, _now] => Err(late_reply(&sem.name)),
             other => Err(Error::reply("acquire", format!("{other:?}"))),
         }
     }
 
-    fn permit(&self, id: String, token: u64, slots: Vec<u32>, n: u32, sent: Instant) -> Permit {
+    /// A waiter's look: the acquire script in wait mode, alone on a connection.
+    fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Value> {
+        let sem = &self.inner;
+        let clock = &sem.client.inner.shared.clock;
+        let mut conn = self.conn()?;
+        let anchor = match clock.get() {
+            Some(a) => a,
+            None => read_server_time(&mut conn, clock)?,
+        };
+        let mut inv = sem.keys.invoke(&scripts::ACQUIRE);
+        acquire_args(
+            &mut inv,
+            id,
+            n,
+            sem.limit,
+            sem.group.lease_ms,
+            &sem.origin,
+            Mode::Wait,
+            sem.fair,
+            channel,
+            anchor.server_ms_by(give_up),
+        );
+        let sent = Instant::now();
+        let reply: Value = inv.invoke(&mut *conn).map_err(Error::Redis)?;
+        note_anchor(clock, sent, std::slice::from_ref(&reply));
+        Ok(reply)
+    }
+
+    /// The client-side deadline of a grant that lasts until server time `deadline_ms`.
+    fn client_deadline(&self, deadline_ms: i64) -> Instant {
+        match self.inner.client.inner.shared.clock.get() {
+            Some(a) => a.instant_before(deadline_ms),
+            // no anchor: no round trip has been answered, so nothing is known valid
+            None => Instant::now(),
+        }
+    }
+
+    fn permit(
+        &self,
+        id: String,
+        token: u64,
+        slots: Vec<u32>,
+        n: u32,
+        valid_until: Instant,
+    ) -> Permit {
         let sem = &self.inner;
         let client = &sem.client.inner;
-        let (state, lost_rx) = PermitState::new(id, sent + sem.lease);
+        let (state, lost_rx) = PermitState::new(id, valid_until);
         let nudge = client.shared.registry.lock().register(
             sem.group.clone(),
             &sem.keys,
@@ -938,16 +1075,17 @@ impl Semaphore {
     }
 
     /// Registers a waiter's heartbeat ("w:" + id) with the refresher, which renews it
-    /// with the permits of the same semaphore and lease.
+    /// every third of a heartbeat (at most [`WAITER_HEARTBEAT`]), apart from the permits.
     fn register_heartbeat(&self, id: &str) -> (Arc<PermitState>, Receiver<LostReason>) {
         let sem = &self.inner;
         let client = &sem.client.inner;
-        let (state, lost) = PermitState::new(format!("w:{id}"), Instant::now() + sem.lease);
+        let hb = Duration::from_millis(sem.wait_group.lease_ms);
+        let (state, lost) = PermitState::new(format!("w:{id}"), Instant::now() + shrink(hb));
         let nudge = client.shared.registry.lock().register(
             sem.wait_group.clone(),
             &sem.keys,
-            sem.lease,
-            sem.refresh_every,
+            hb,
+            (hb / 3).max(Duration::from_millis(1)),
             Arc::clone(&state),
         );
         if nudge {
@@ -966,25 +1104,19 @@ impl Semaphore {
             .deregister(&sem.wait_group, member);
     }
 
-    /// Best-effort release of an id whose acquire ended in doubt.
-    fn release_quietly(&self, id: &str) {
-        let shared = &self.inner.client.inner.shared;
-        let result = shared
-            .pool
-            .get(Some(shared.op_timeout))
-            .and_then(|mut conn| {
-                self.inner
-                    .keys
-                    .invoke(&scripts::RELEASE)
-                    .arg(id)
-                    .invoke::<i64>(&mut *conn)
-                    .map_err(Error::Redis)
-            });
-        if let Err(e) = result {
-            log::warn!(
-                "redis-semaphore: could not give back permit {id} after a failed acquire: {e}"
-            );
-        }
+    /// Gives back, from the background thread, whatever an acquire of `id` whose reply
+    /// was lost may have been granted, not before `at` (the caller's give-up time: the
+    /// script refuses to run after it, so a clean-up sent then comes after the acquire
+    /// if the acquire ran at all).
+    fn clean_up_after(&self, id: &str, at: Instant) {
+        let sem = &self.inner;
+        let client = &sem.client.inner;
+        client
+            .shared
+            .registry
+            .lock()
+            .clean_up(&sem.keys, id, at, at + sem.lease);
+        client.nudge();
     }
 
     fn inspect(&self, what: &str) -> Result<Vec<Value>> {
@@ -1028,19 +1160,48 @@ fn acquire_args(
     mode: Mode,
     fair: bool,
     channel: &str,
+    cutoff_ms: i64,
 ) {
     inv.arg(id)
         .arg(n)
         .arg(limit)
         .arg(lease_ms)
         .arg(scripts::pad_ms(lease_ms))
+        .arg(scripts::heartbeat_ms(lease_ms))
         .arg(origin)
         .arg(match mode {
             Mode::Try => "t",
             Mode::Wait => "w",
         })
         .arg(if fair { "1" } else { "0" })
-        .arg(channel);
+        .arg(channel)
+        .arg(cutoff_ms.max(1));
+}
+
+/// The token and slots of a grant reply.
+fn grant_parts(token: i64, slots: &[i64]) -> Result<(u64, Vec<u32>)> {
+    let slots = slots
+        .iter()
+        .map(|&s| u32::try_from(s).map_err(|_| Error::reply("acquire", "slot out of range")))
+        .collect::<Result<Vec<u32>>>()?;
+    let token = u64::try_from(token).map_err(|_| Error::reply("acquire", "negative token"))?;
+    Ok((token, slots))
+}
+
+/// The error of an acquire whose reply came too late to use: the script ran after the
+/// caller's give-up time (and did nothing), or its grant had ended by the client's
+/// reckoning when the reply arrived (and is given back).
+fn late_reply(name: &str) -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("acquire on semaphore {name:?}: the reply came after the operation timeout"),
+    )))
+}
+
+/// Whether `id` has the shape of a permit id of this crate (uuid text, 36 characters
+/// of hexadecimal digits and '-'), as the scripts require.
+pub(crate) fn is_permit_id(id: &str) -> bool {
+    id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 fn check_label(label: &str) -> Result<()> {

@@ -2,10 +2,12 @@
 -- threads of one client that wanted them at the same time (see combine.rs).
 --
 -- ARGV: a sequence of operations, each a tag followed by its arguments:
---   'a' and acquire.lua's 9 arguments      an acquire (the client sends only tries,
+--   'a' and acquire.lua's 11 arguments     an acquire (the client sends only tries,
 --                                          mode 't', so a batch never queues anyone)
 --   'r' and release.lua's argument (id)    a release
 -- Reply: one entry per operation, in order: op_acquire's or op_release's reply.
+-- Errors: an unknown tag, a bad id or a bad number anywhere in the batch, found by the
+-- first pass, before anything is written. At most 64 operations (the client's batches).
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the
 -- operations run one after the other exactly as separate calls would at the same
@@ -17,9 +19,14 @@
 local ids = {}
 local k = 1
 while k <= #ARGV do
+    local tag = ARGV[k]
+    if tag ~= 'a' and tag ~= 'r' then return refuse('batch: unknown operation ' .. tostring(tag)) end
+    if not valid_id(ARGV[k + 1]) then return refuse('not a permit id') end
+    if tag == 'a' and (tonumber(ARGV[k + 2]) or 0) < 1 then return refuse('bad permit count') end
     ids[#ids + 1] = ARGV[k + 1]
-    if ARGV[k] == 'a' then k = k + 10 else k = k + 2 end
+    if tag == 'a' then k = k + 12 else k = k + 2 end
 end
+if #ids > 64 then return refuse('batch: more than 64 operations') end
 begin_batch(ids)
 
 local out = {}
@@ -27,14 +34,12 @@ k = 1
 while k <= #ARGV do
     if ARGV[k] == 'a' then
         out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],
-            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), ARGV[k + 6], ARGV[k + 7],
-            ARGV[k + 8] == '1', ARGV[k + 9])
-        k = k + 10
-    elseif ARGV[k] == 'r' then
+            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), tonumber(ARGV[k + 6]), ARGV[k + 7],
+            ARGV[k + 8], ARGV[k + 9] == '1', ARGV[k + 10], tonumber(ARGV[k + 11]) or 0)
+        k = k + 12
+    else
         out[#out + 1] = op_release(ARGV[k + 1])
         k = k + 2
-    else
-        return redis.error_reply('ERR redis-semaphore batch: unknown operation ' .. tostring(ARGV[k]))
     end
 end
 save(batch, true)

@@ -25,7 +25,13 @@
 -- lose their TTL; it sorts after every real member.
 --
 -- Holder record: "permits|token|slot,slot,...|acquired_ms|pid|host|label".
--- Waiter record: "permits|limit|lease_ms|pad_ms|channel|pid|host|label".
+-- Waiter record: "permits|limit|lease_ms|pad_ms|heartbeat_ms|channel|pid|host|label".
+--
+-- Namespaces. A permit id is 36 characters of hexadecimal digits and '-' (uuid text:
+-- the client makes it); every script refuses any other id before its first write
+-- (valid_id). So an id from outside can only name a holder: the state fields are short
+-- words, waiter members and fields are 'w:' followed by an id (38 characters), and the
+-- sentinel is '~'; none of them is 36 such characters.
 --
 -- Invariants every script keeps:
 --   K1  The four keys exist together and expire together at 'exp'; 'exp' is at or
@@ -44,9 +50,38 @@
 --       int() formats with '%d' (a 64-bit integer, exact below 2^53 like every number
 --       here), which costs the server far less than printing a float ('%.0f' or the
 --       implicit '%.14g'); constant arguments are passed as strings for the same reason.
+--   K9  Bounded work: one call serves at most MAX_SERVE waiters, purges at most
+--       MAX_PURGE expired entries, and touches at most 2 * limit slot bits (the limit
+--       is at most 100,000, checked by the client); what is left is done by the next
+--       call, and a head that could be served at once is told to look again.
+--
+-- Failure points. Redis does not undo a script's writes, so every script either fails
+-- before its first write or runs to its end. What can still fail, and why never after
+-- a write:
+--   - a key of the wrong type: open() reads the TYPE of all four keys before anything
+--     else and repairs (a write, after which nothing can fail for a type, since every
+--     key then has the type the commands expect);
+--   - a bad argument (an id of another shape, a non-number): checked before open();
+--   - out of memory: without a shebang flag, Redis refuses only a script's *first*
+--     write when maxmemory is reached, never a later one;
+--   - PUBLISH refused by ACL (a user without the channel): sent with redis.pcall, its
+--     error ignored; a waiter that misses a message looks again on its timer;
+--   - an ACL user denied one of the other commands the scripts call: the README gives
+--     the rule a user needs (every command the scripts call, the key and channel
+--     patterns); a user denied some command fails at that command, which a user with
+--     the documented rule never is;
+--   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
+--     operations, refresh chunks of 500 ids).
+-- Partial loss (a key evicted, deleted or overwritten by hand): open() sees that the
+-- four keys do not all exist with their types, keeps 'ctr', 'limit' and 'cl' from the
+-- hash when it is readable, and starts the semaphore afresh without holders or
+-- waiters. That never exceeds the limit and never books a slot twice; the holders it
+-- drops learn it at their next renewal, waiters at their next look.
 
 local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local END_OF_TIME = 9000000000000000
+local MAX_SERVE = 64
+local MAX_PURGE = 512
 local t = redis.call('TIME')
 local t_s, t_us = tonumber(t[1]), tonumber(t[2])
 local now = t_s * 1000 + math.floor(t_us / 1000)
@@ -54,6 +89,16 @@ local now_us = t_s * 1000000 + t_us
 
 local function int(x)
     return string.format('%d', x)
+end
+
+-- Whether `id` has the shape of a permit id (see Namespaces above).
+local function valid_id(id)
+    return type(id) == 'string' and #id == 36 and not string.find(id, '[^%x%-]')
+end
+
+-- Fails the script (before any write: callers check first) for a bad argument.
+local function refuse(what)
+    return redis.error_reply('ERR redis-semaphore: ' .. what)
 end
 
 -- The fields of I that make up the state, in the order load() reads them.
@@ -83,6 +128,7 @@ local function new_state(v)
         over = {},
         pre = {},
         moved = false,
+        budget = MAX_SERVE,
     }
 end
 
@@ -101,15 +147,69 @@ end
 local function put(st, f, v) st.over[f] = v end
 local function del(st, f) st.over[f] = false end
 
--- Reads the semaphore's state with one HMGET; the holder and waiter records of `id`
--- are read along when it is given. In a batch, returns the batch's state with the
--- records of `id` as earlier operations of the batch left them.
+-- Creates the keys of a semaphore that has none. Every caller adds a deadline with
+-- extend() before it returns, which gives the keys their TTL (K1).
+local function create(st)
+    redis.call('ZADD', H, END_OF_TIME, '~')
+    redis.call('ZADD', Q, END_OF_TIME, '~')
+    redis.call('SETBIT', S, 0, 0)
+    redis.call('HSET', I, 'used', 0)
+    st.exists, st.exp, st.used, st.mind, st.qn, st.dirty = true, 0, 0, END_OF_TIME, 0, true
+    st.rec, st.wrec = false, false
+end
+
+-- The four keys do not agree (partial loss, or a key of another type): keep the
+-- counters that the hash still holds and start again without holders or waiters.
+-- Writes the new state at once (with a TTL: the old 'exp' when still ahead, so that a
+-- stored limit keeps its retention, else one second) and returns it.
+local function repair(info_is_hash)
+    local kept = {false, false, false, false}
+    if info_is_hash then
+        kept = redis.call('HMGET', I, 'ctr', 'limit', 'cl', 'exp')
+    end
+    redis.call('DEL', H, I, S, Q)
+    local exp = tonumber(kept[4]) or 0
+    if exp <= now then exp = now + 1000 end
+    local ctr = tonumber(kept[1]) or 0
+    redis.call('ZADD', H, END_OF_TIME, '~')
+    redis.call('ZADD', Q, END_OF_TIME, '~')
+    redis.call('SETBIT', S, 0, 0)
+    redis.call('HSET', I, 'exp', int(exp), 'used', 0, 'mind', int(END_OF_TIME), 'ctr', int(ctr),
+        'qn', 0, 'qseq', 0)
+    if kept[2] then redis.call('HSET', I, 'limit', kept[2]) end
+    if kept[3] then redis.call('HSET', I, 'cl', kept[3]) end
+    local e = int(exp)
+    for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], e) end
+    return new_state({int(exp), '0', false, int(ctr), kept[2], '0', '0'})
+end
+
+local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
+
+-- Checks that the four keys all exist with their types, or none does; repairs
+-- anything else (see "Partial loss"). Returns the repaired state, or nil.
+local function check_keys()
+    local present, right, info_is_hash = 0, 0, false
+    for k = 1, 4 do
+        local ty = redis.call('TYPE', KEY_TYPES[k][1])['ok']
+        if ty ~= 'none' then present = present + 1 end
+        if ty == KEY_TYPES[k][2] then right = right + 1 end
+        if k == 2 then info_is_hash = ty == 'hash' end
+    end
+    if present == 0 or right == 4 then return nil end
+    return repair(info_is_hash)
+end
+
+-- Reads the semaphore's state with one HMGET, after check_keys(); the holder and
+-- waiter records of `id` are read along when it is given. In a batch, returns the
+-- batch's state with the records of `id` as earlier operations of the batch left them.
 local function load(id)
     if batch then
         batch.rec, batch.wrec = field(batch, id), field(batch, 'w:' .. id)
         batch.moved, batch.climit = false, nil
         return batch
     end
+    local repaired = check_keys()
+    if repaired then return repaired end
     local v
     if id then
         v = redis.call('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'qseq', id, 'w:' .. id)
@@ -124,6 +224,15 @@ end
 -- Starts a batch over the permit ids `ids`: the state and all their records in one
 -- HMGET. Every load() until save(batch, true) returns this state.
 local function begin_batch(ids)
+    local repaired = check_keys()
+    if repaired then
+        batch = repaired
+        for k = 1, #ids do
+            batch.pre[ids[k]] = false
+            batch.pre['w:' .. ids[k]] = false
+        end
+        return
+    end
     local fields = {unpack(STATE)}
     for k = 1, #ids do
         fields[#fields + 1] = ids[k]
@@ -157,17 +266,10 @@ local function save(st, final)
         'exp', int(st.exp), 'qn', int(st.qn), 'qseq', int(st.qseq), unpack(hset))
 end
 
--- Creates the keys of a semaphore that has none. Leftovers of a partial loss (a key
--- evicted or deleted by hand) are dropped first so that K1, K2 and K4 hold again.
+-- Creates the keys of a semaphore that has none (K1, K2, K4 hold for empty keys).
 local function init(st)
     if st.exists then return end
-    redis.call('DEL', H, S, Q)
-    redis.call('ZADD', H, END_OF_TIME, '~')
-    redis.call('ZADD', Q, END_OF_TIME, '~')
-    redis.call('SETBIT', S, 0, 0)
-    redis.call('HSET', I, 'used', 0)
-    st.exists, st.exp, st.used, st.mind, st.qn, st.dirty = true, 0, 0, END_OF_TIME, 0, true
-    st.rec, st.wrec = false, false
+    create(st)
 end
 
 -- Keeps K1 when a deadline is added: when 'exp' would fall before `deadline`, push it
@@ -191,6 +293,11 @@ local function live(st, id)
     return dl ~= nil and dl > now
 end
 
+-- The deadline of holder `id` (known to be in h).
+local function deadline_of(id)
+    return tonumber(redis.call('ZSCORE', H, id)) or now
+end
+
 -- Frees the slots named in a holder record; returns its permit count.
 local function free_slots(rec)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
@@ -200,13 +307,16 @@ local function free_slots(rec)
     return tonumber(p) or 0
 end
 
--- Removes every holder and waiter whose deadline has passed (K2, K3, K4). Costs
--- nothing but a comparison while now < 'mind'.
+-- Removes the holders and waiters whose deadline has passed (K2, K3, K4), at most
+-- MAX_PURGE of them (K9): when more are left, 'mind' stays at the earliest of them, so
+-- the next call goes on. Costs nothing but a comparison while now < 'mind'.
 local function purge(st)
     if not st.exists or now < st.mind then return end
-    while true do
-        local ids = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, 256)
+    local done = 0
+    while done < MAX_PURGE do
+        local ids = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, 128)
         if #ids == 0 then break end
+        done = done + #ids
         local recs = redis.call('HMGET', I, unpack(ids))
         for k = 1, #ids do
             if string.sub(ids[k], 1, 2) == 'w:' then
@@ -231,22 +341,24 @@ local function purge(st)
     st.dirty = true
 end
 
--- Grants n permits to `id` (the caller checked K5). Returns the reply
--- {1, token, slot...}.
-local function grant(st, id, n, lease, pad, origin)
-    local reply = {1, 0}
+-- Grants n permits to `id` until `deadline` (the caller checked K5). Returns the reply
+-- {1, now, token, deadline, slot...}. The lowest free slots are found by BITPOS from
+-- the last one found, so n permits cost n BITPOS and n SETBIT calls.
+local function grant(st, id, n, deadline, pad, origin)
+    local reply = {1, now, 0, deadline}
     local slots = {}
+    local from = 0
     for k = 1, n do
-        local b = redis.call('BITPOS', S, '0')
+        local b = redis.call('BITPOS', S, '0', int(math.floor(from / 8)))
         local bs = int(b)
         redis.call('SETBIT', S, bs, '1')
         slots[k] = bs
-        reply[k + 2] = b
+        reply[k + 4] = b
+        from = b + 1
     end
     local token = math.max(st.ctr + 1, now_us)
     st.ctr = token
-    reply[2] = token
-    local deadline = now + lease
+    reply[3] = token
     redis.call('ZADD', H, int(deadline), id)
     if deadline < st.mind then st.mind = deadline end
     extend(st, deadline, pad)
@@ -268,19 +380,29 @@ local function dequeue(st, id)
     st.dirty = true
 end
 
--- Parses "permits|token|slots|..." into the reply shape {1, token, slot...}.
-local function grant_reply(rec)
+-- Parses "permits|token|slots|..." into the reply shape {1, now, token, deadline,
+-- slot...}.
+local function grant_reply(rec, deadline)
     local p, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
-    local out = {1, tonumber(tok)}
+    local out = {1, now, tonumber(tok), deadline}
     for slot in string.gmatch(slots, '%d+') do out[#out + 1] = tonumber(slot) end
     return out
 end
 
+-- Sends a wake-up; a PUBLISH refused (ACL) is not an error (see Failure points).
+local function tell(chan, msg)
+    if chan ~= '' then redis.pcall('PUBLISH', chan, msg) end
+end
+
 -- Serves the queue in order (K6): grants to the head while it fits, tells each served
--- waiter's client on its channel ("G id token slots"), and drops a head that asks for
--- more than the limit ("F id limit"). When the queue moved and its new head must still
--- wait, that head is told when to look again ("H id retry_ms"), so that a lease that
--- ends without a release wakes it at that moment. Returns the granted ids as a set.
+-- waiter's client on its channel ("G id token deadline slots"), and drops a head that
+-- asks for more than the limit ("F id limit"). When the queue moved and its new head
+-- must still wait, that head is told when to look again ("H id retry_ms"), so that a
+-- lease that ends without a release wakes it at that moment; when the call's budget
+-- (K9) ran out first, it is told to look at once ("H id 0"). A served waiter's permit
+-- first lasts only its heartbeat (at most its lease): if its process died while it
+-- waited, the permit comes back that soon; its client renews it to a full lease.
+-- Returns the granted ids as a set.
 local function serve(st)
     local served = {}
     while st.qn > 0 do
@@ -294,32 +416,34 @@ local function serve(st)
         if not wrec then
             dequeue(st, head)
         else
-            local n, wlimit, lease, pad, chan, origin =
-                string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-            n = tonumber(n)
+            local n, wlimit, lease, pad, hb, chan =
+                string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|')
+            n = tonumber(n) or 1
+            local origin = string.match(wrec, '^%d+|%d+|%d+|%d+|%d+|[^|]*|(.*)$') or ''
             local limit = st.limit or tonumber(wlimit)
-            if n > limit then
+            if st.budget <= 0 then
+                tell(chan, 'H ' .. head .. ' 0')
+                break
+            elseif n > limit then
                 dequeue(st, head)
-                if chan ~= '' then redis.call('PUBLISH', chan, 'F ' .. head .. ' ' .. limit) end
+                tell(chan, 'F ' .. head .. ' ' .. limit)
             elseif st.used + n > limit then
-                if st.moved and chan ~= '' then
+                if st.moved then
                     local retry = -1
                     if st.mind < END_OF_TIME then retry = st.mind - now end
-                    redis.call('PUBLISH', chan, 'H ' .. head .. ' ' .. int(retry))
+                    tell(chan, 'H ' .. head .. ' ' .. int(retry))
                 end
                 break
             else
-                local reply = grant(st, head, n, tonumber(lease), tonumber(pad), origin)
+                st.budget = st.budget - 1
+                local first = math.min(tonumber(lease), tonumber(hb))
+                local reply = grant(st, head, n, now + first, tonumber(pad), origin)
                 dequeue(st, head)
                 served[head] = reply
-                if chan ~= '' then
-                    local msg = 'G ' .. head .. ' ' .. int(reply[2]) .. ' '
-                    msg = msg .. table.concat(reply, ',', 3)
-                    redis.call('PUBLISH', chan, msg)
-                end
+                local msg = 'G ' .. head .. ' ' .. int(reply[3]) .. ' ' .. int(reply[4]) .. ' '
+                tell(chan, msg .. table.concat(reply, ',', 5))
             end
         end
     end
     return served
 end
-

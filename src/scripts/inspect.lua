@@ -5,6 +5,8 @@
 --        the same, then {now, id, record, deadline, ...}       for 'holders'
 --        (stored: the limit set_limit stored, client: the limit the last acquiring
 --        client passed, -1 when absent; exists: 1 when the semaphore has keys)
+-- Errors: none after open(); 'holders' lists at most 100,000 holders (the most a
+-- semaphore can have, K9) and reads waiters' members only to skip them, 1000 at a time.
 --
 -- Keeps: changes nothing but the purge and the serving of the queue it allows (K2,
 -- K3, K4, K6); a semaphore with no keys is reported empty and no key is created.
@@ -19,15 +21,30 @@ local out = {limit, st.used, st.qn, st.limit or -1, client_limit, st.exists and 
 if ARGV[2] ~= 'holders' then return out end
 out[#out + 1] = now
 if not st.exists then return out end
-local all = redis.call('ZRANGE', H, 0, -1, 'WITHSCORES')
-for k = 1, #all, 2 do
-    local member = all[k]
-    if member ~= '~' and string.sub(member, 1, 2) ~= 'w:' then
-        local rec = redis.call('HGET', I, member)
-        if rec then
-            out[#out + 1] = member
-            out[#out + 1] = rec
-            out[#out + 1] = tonumber(all[k + 1])
+local listed, from = 0, 0
+while listed < 100000 do
+    local page = redis.call('ZRANGE', H, from, from + 999, 'WITHSCORES')
+    if #page == 0 then break end
+    from = from + 1000
+    local ids = {}
+    for k = 1, #page, 2 do
+        local member = page[k]
+        if member ~= '~' and string.sub(member, 1, 2) ~= 'w:' then
+            ids[#ids + 1] = member
+            ids[#ids + 1] = page[k + 1]
+        end
+    end
+    if #ids > 0 then
+        local names = {}
+        for k = 1, #ids, 2 do names[#names + 1] = ids[k] end
+        local recs = redis.call('HMGET', I, unpack(names))
+        for k = 1, #names do
+            if recs[k] then
+                out[#out + 1] = names[k]
+                out[#out + 1] = recs[k]
+                out[#out + 1] = tonumber(ids[2 * k])
+                listed = listed + 1
+            end
         end
     end
 end

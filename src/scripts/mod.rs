@@ -137,6 +137,14 @@ pub(crate) fn pad_ms(lease_ms: u64) -> u64 {
     lease_ms.clamp(1, 1000)
 }
 
+/// How long a queued waiter lives without a heartbeat renewal, and how long a permit
+/// pushed to it lasts before its client renews it: at most one second, and never more
+/// than the lease, so a process that dies while waiting costs the others about a
+/// second, whatever the lease.
+pub(crate) fn heartbeat_ms(lease_ms: u64) -> u64 {
+    lease_ms.clamp(1, 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,37 +7,47 @@
 
 -- acquire: grant n permits to permit id `id`, or queue it, or say when to look again.
 --
--- Arguments: id, permits n, the caller's limit (text), lease ms, pad ms,
+-- Arguments: id, permits n, the caller's limit (text), lease ms, pad ms, heartbeat ms
+--       (how long a queued waiter, and a permit pushed to it, lives without renewal),
 --       origin "pid|host|label", mode ('t' try, never queued; 'w' wait, queued when
---       not granted), fair (boolean), the caller's wake-up channel
--- Reply: {1, token, slot...}          granted (or granted before to this same id)
---        {0, retry_ms, is_head}       not now; retry_ms is when the earliest lease
---                                     ends (-1: none), is_head 1 when the caller
---                                     heads the queue
---        {-1, limit}                  n is above the limit: it can never be granted
+--       not granted), fair (boolean), the caller's wake-up channel, cutoff (server ms:
+--       the caller has given up on this call by then, so it must not run; 0: none)
+-- Reply: {1, now, token, deadline, slot...}  granted (or granted before to this same
+--                                            id), lasting until `deadline` (server ms)
+--        {0, now, retry_ms, is_head}         not now; retry_ms is when to look again
+--                                            (-1: no time known), is_head 1 when the
+--                                            caller heads the queue
+--        {-1, now, limit}                    n is above the limit: never grantable
+--        {-2, now}                           past the cutoff: nothing was done
+-- `now` is the server's time of the call, in ms, for the client's clock anchor.
 --
 -- Keeps: K5 (used + n <= limit before any grant, after expired holders are purged);
 -- K6 (on a fair semaphore a caller goes first only when the queue is empty or it has
 -- been served from its head); the same id is granted at most once while its lease
--- lives (a repeat returns the first grant, including one made by serve while it
--- waited); tokens strictly increase, also across the keys expiring (the counter never
--- falls below TIME in microseconds); slots are the lowest free ones and all below the
--- limit, because exactly `used` bits are set (K2) and used + n <= limit; K1 for the
--- new deadlines; a waiter is queued once, with a heartbeat of one lease.
+-- lives (a repeat returns the first grant with its own deadline, including one made by
+-- serve while it waited); tokens strictly increase, also across the keys expiring (the
+-- counter never falls below TIME in microseconds); slots are the lowest free ones and
+-- all below the limit, because exactly `used` bits are set (K2) and used + n <= limit;
+-- K1 for the new deadlines; a waiter is queued once, with a heartbeat; a call that
+-- comes after its cutoff writes nothing, so a call whose reply the client stopped
+-- waiting for cannot leave a grant behind that the client's clean-up has missed.
+-- Fails only before its first write: a bad id is refused by the caller (acquire.lua,
+-- batch.lua) before anything runs.
 
-local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
+local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, chan, cutoff)
+    if cutoff > 0 and now >= cutoff then return {-2, now} end
     local st = load(id)
     local limit = st.limit or tonumber(climit)
     st.climit = climit
 
-    if st.rec and live(st, id) then return grant_reply(st.rec) end
+    if st.rec and live(st, id) then return grant_reply(st.rec, deadline_of(id)) end
     if n > limit then
         if st.wrec then
             dequeue(st, id)
             serve(st)
             save(st)
         end
-        return {-1, limit}
+        return {-1, now, limit}
     end
 
     purge(st)
@@ -53,7 +63,7 @@ local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
     if st.used + n <= limit and (st.qn == 0 or not fair) then
         init(st)
         if queued then dequeue(st, id) end
-        local reply = grant(st, id, n, lease, pad, origin)
+        local reply = grant(st, id, n, now + lease, pad, origin)
         save(st)
         return reply
     end
@@ -62,27 +72,40 @@ local function op_acquire(id, n, climit, lease, pad, origin, mode, fair, chan)
     if st.mind < END_OF_TIME then retry = st.mind - now end
     if mode ~= 'w' then
         save(st)
-        return {0, retry, 0}
+        return {0, now, retry, 0}
     end
 
     init(st)
-    local heartbeat = now + lease
+    local heartbeat = now + hb
     if queued then
         redis.call('ZADD', H, 'XX', int(heartbeat), 'w:' .. id)
     else
         st.qseq = st.qseq + 1
         redis.call('ZADD', Q, int(st.qseq), id)
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
-        put(st, 'w:' .. id, n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|' .. chan .. '|' .. origin)
+        put(st, 'w:' .. id, n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|'
+            .. int(hb) .. '|' .. chan .. '|' .. origin)
         st.qn = st.qn + 1
         st.dirty = true
     end
     if heartbeat < st.mind then st.mind = heartbeat end
     extend(st, heartbeat, pad)
     save(st)
-    local head = redis.call('ZRANGE', Q, 0, 0)[1]
-    if st.mind < END_OF_TIME then retry = st.mind - now end
-    return {0, retry, head == id and 1 or 0}
+    -- The head looks again when the earliest deadline passes (a lease that ends without
+    -- a release); the next few waiters when the head's heartbeat would end, so that a
+    -- head whose process died is replaced within a heartbeat, not a lease.
+    local rank = redis.call('ZRANK', Q, id)
+    if rank == 0 then
+        if st.mind < END_OF_TIME then retry = st.mind - now end
+        return {0, now, retry, 1}
+    end
+    retry = -1
+    if rank and rank < 4 then
+        local head = redis.call('ZRANGE', Q, 0, 0)[1]
+        local hdl = head and tonumber(redis.call('ZSCORE', H, 'w:' .. head))
+        if hdl then retry = math.max(hdl - now, 0) end
+    end
+    return {0, now, retry, 0}
 end
 
 -- release: give back the permits of permit id `id`, then serve the queue.

@@ -1,9 +1,13 @@
 -- refresh: renew the leases of the permit ids (and waiter heartbeats 'w:'..id)
 -- ARGV[3..] to now + ARGV[1] ms.
 --
--- ARGV: 1 lease ms, 2 pad ms, 3.. ids
+-- ARGV: 1 lease ms, 2 pad ms, 3.. ids (at most 1000; the client sends more in
+--       several calls)
 -- Reply: {-1}               the semaphore's keys are gone (server reset or flush)
 --        {0, lost_id...}    the ids that are no longer there; every other one renewed
+-- Errors: a bad lease or more than 1000 ids, before anything is written. An argument
+-- that is neither a permit id nor 'w:' and a permit id is reported lost, never renewed
+-- (so the sentinel '~' keeps its score).
 --
 -- Keeps: an id that is not there (released, force-released, expired, served) is never
 -- brought back (ZADD XX only touches members that exist, after expired ones are
@@ -11,6 +15,8 @@
 -- frees goes to the queue (K6); K1 for the new deadlines.
 
 local lease, pad = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not lease or lease < 1 or not pad then return refuse('bad lease') end
+if #ARGV > 1002 then return refuse('refresh: more than 1000 ids') end
 local st = load()
 if not st.exists then return {-1} end
 purge(st)
@@ -21,18 +27,27 @@ local lost = {0}
 local CHUNK = 500
 for first = 3, #ARGV, CHUNK do
     local ids = {}
-    for k = first, math.min(first + CHUNK - 1, #ARGV) do ids[#ids + 1] = ARGV[k] end
-    local scores = redis.call('ZMSCORE', H, unpack(ids))
-    local args = {}
-    for k = 1, #ids do
-        if scores[k] then
-            args[#args + 1] = d
-            args[#args + 1] = ids[k]
+    for k = first, math.min(first + CHUNK - 1, #ARGV) do
+        local id = ARGV[k]
+        if valid_id(id) or (string.sub(id, 1, 2) == 'w:' and valid_id(string.sub(id, 3))) then
+            ids[#ids + 1] = id
         else
-            lost[#lost + 1] = ids[k]
+            lost[#lost + 1] = id
         end
     end
-    if #args > 0 then redis.call('ZADD', H, 'XX', unpack(args)) end
+    if #ids > 0 then
+        local scores = redis.call('ZMSCORE', H, unpack(ids))
+        local args = {}
+        for k = 1, #ids do
+            if scores[k] then
+                args[#args + 1] = d
+                args[#args + 1] = ids[k]
+            else
+                lost[#lost + 1] = ids[k]
+            end
+        end
+        if #args > 0 then redis.call('ZADD', H, 'XX', unpack(args)) end
+    end
 end
 extend(st, deadline, pad)
 save(st)

@@ -2,5 +2,8 @@
 --
 -- ARGV: 1 id
 -- Reply: op_release's.
+-- Errors: an id that is not a permit id, before anything is written (so an id from
+-- outside, such as force_release's, can never name a state field or a waiter).
 
+if not valid_id(ARGV[1]) then return refuse('not a permit id') end
 return op_release(ARGV[1])

@@ -2,20 +2,27 @@
 --
 -- ARGV: 1 new limit, 2 retention ms
 -- Reply: the previous stored limit, or -1 when none was stored
+-- Errors: a limit or retention that is not a positive number, before anything is
+-- written.
 --
 -- Keeps: K1 (the keys are created with a TTL, and kept for at least the retention
 -- so that the stored limit outlives idle moments); holders above a lowered limit
 -- keep their permits, and no grant is made until used + n fits the new limit (K5);
--- a raised limit serves the queue at once (K6).
+-- a raised limit serves the queue at once, up to MAX_SERVE waiters, the rest from the
+-- next calls (K6, K9).
 
+local new_limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not new_limit or new_limit < 1 or not retention or retention < 0 then
+    return refuse('bad limit')
+end
 local st = load()
 local previous = st.limit or -1
 init(st)
-st.limit = tonumber(ARGV[1])
+st.limit = new_limit
 st.moved = true
-extend(st, now + tonumber(ARGV[2]), 0)
+extend(st, now + retention, 0)
 purge(st)
 serve(st)
-put(st, 'limit', ARGV[1])
+put(st, 'limit', int(new_limit))
 save(st)
 return previous
