@@ -52,7 +52,7 @@
 --       implicit '%.14g'); constant arguments are passed as strings for the same reason.
 --   K9  Bounded work: one call serves at most MAX_SERVE waiters, purges at most
 --       MAX_PURGE expired entries, and touches at most 2 * limit slot bits (the limit
---       is at most 100,000, checked by the client); what is left is done by the next
+--       is at most 10,000, checked by the client); what is left is done by the next
 --       call, and a head that could be served at once is told to look again.
 --
 -- Failure points. Redis does not undo a script's writes, so every script either fails
@@ -350,6 +350,8 @@ local function grant(st, id, n, deadline, pad, origin)
     local from = 0
     for k = 1, n do
         local b = redis.call('BITPOS', S, '0', int(math.floor(from / 8)))
+        -- a start past the string's end answers -1: every bit from `from` on is clear
+        if b < 0 then b = from end
         local bs = int(b)
         redis.call('SETBIT', S, bs, '1')
         slots[k] = bs

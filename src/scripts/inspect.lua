@@ -5,7 +5,7 @@
 --        the same, then {now, id, record, deadline, ...}       for 'holders'
 --        (stored: the limit set_limit stored, client: the limit the last acquiring
 --        client passed, -1 when absent; exists: 1 when the semaphore has keys)
--- Errors: none after open(); 'holders' lists at most 100,000 holders (the most a
+-- Errors: none after open(); 'holders' lists at most 10,000 holders (the most a
 -- semaphore can have, K9) and reads waiters' members only to skip them, 1000 at a time.
 --
 -- Keeps: changes nothing but the purge and the serving of the queue it allows (K2,
@@ -22,7 +22,7 @@ if ARGV[2] ~= 'holders' then return out end
 out[#out + 1] = now
 if not st.exists then return out end
 local listed, from = 0, 0
-while listed < 100000 do
+while listed < 10000 and from < 200000 do
     local page = redis.call('ZRANGE', H, from, from + 999, 'WITHSCORES')
     if #page == 0 then break end
     from = from + 1000

@@ -1,0 +1,398 @@
+//! Regression tests for the faults of issue #11, one or more per finding: each failed
+//! before the change that fixed it. Real servers, no sleeps as synchronisation.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_semaphore::{Client, Error, MAX_LIMIT};
+use support::{RedisServer, wait_for, wait_until};
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+/// The acquire script as the client sends it.
+fn acquire_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/ops.lua"),
+        include_str!("../src/scripts/acquire.lua")
+    ))
+}
+
+fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    for part in ["h", "i", "s", "q"] {
+        inv.key(format!("redsem:{{{name}}}:{part}"));
+    }
+    inv
+}
+
+/// Queues waiter `id` (wait mode, no wake-up channel) for one permit with the given
+/// lease: a waiter whose process then dies (nobody renews its heartbeat).
+fn queue_dead_waiter(conn: &mut redis::Connection, name: &str, id: &str, limit: u32, lease: u64) {
+    queue_waiter_with_heartbeat(conn, name, id, limit, lease, lease.min(1000));
+}
+
+/// As [`queue_dead_waiter`], with a heartbeat of `hb` ms instead of the client's.
+fn queue_waiter_with_heartbeat(
+    conn: &mut redis::Connection,
+    name: &str,
+    id: &str,
+    limit: u32,
+    lease: u64,
+    hb: u64,
+) {
+    let script = acquire_script();
+    let mut inv = call_on(&script, name);
+    inv.arg(id)
+        .arg(1)
+        .arg(limit)
+        .arg(lease)
+        .arg(1000)
+        .arg(hb)
+        .arg("1|dead|")
+        .arg("w")
+        .arg("1")
+        .arg("")
+        .arg("0");
+    let reply: Vec<i64> = inv.invoke(conn).unwrap();
+    assert_eq!(reply[0], 0, "queued, not granted: {reply:?}");
+}
+
+fn uuid(k: usize) -> String {
+    format!("dddddddd-0000-4000-8000-{k:012}")
+}
+
+fn server_ms(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// Every key of semaphore `name` has a TTL.
+fn assert_ttls(conn: &mut redis::Connection, name: &str) {
+    for part in ["h", "i", "s", "q"] {
+        let key = format!("redsem:{{{name}}}:{part}");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn).unwrap();
+        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+    }
+}
+
+/// Finding 1: the client's deadline is the server's, on every path. A permit's
+/// `lease_left()` never exceeds what the server has left for it, for a direct grant, a
+/// grant pushed to a waiter, and one kept by a timed-out wait.
+#[test]
+fn lease_left_never_exceeds_the_servers_on_any_path() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c
+        .semaphore_builder("deadline")
+        .limit(1)
+        .lease(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let check = |conn: &mut redis::Connection, p: &redis_semaphore::Permit| {
+        let left = p.lease_left();
+        let deadline: i64 = redis::cmd("ZSCORE")
+            .arg("redsem:{deadline}:h")
+            .arg(p.id())
+            .query(conn)
+            .unwrap();
+        let server_left = deadline - server_ms(conn);
+        assert!(
+            left.as_millis() as i64 <= server_left + 1,
+            "client {left:?} > server {server_left} ms"
+        );
+    };
+    let first = sem.try_acquire().unwrap().unwrap();
+    check(&mut conn, &first);
+    // a waiter in another client is pushed the permit when `first` goes
+    let other = client(&server);
+    let sem2 = other
+        .semaphore_builder("deadline")
+        .limit(1)
+        .lease(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let waiter = std::thread::spawn(move || sem2.acquire().unwrap());
+    wait_until(Duration::from_secs(5), "the waiter to queue", || {
+        sem.queue_len().unwrap() == 1
+    });
+    drop(first);
+    let pushed = waiter.join().unwrap();
+    check(&mut conn, &pushed);
+    // a pushed permit first lasts a heartbeat (at most a second), until renewed
+    assert!(pushed.lease_left() <= Duration::from_millis(1000));
+    wait_until(
+        Duration::from_secs(5),
+        "the pushed permit's renewal",
+        || pushed.lease_left() > Duration::from_millis(1000),
+    );
+    check(&mut conn, &pushed);
+}
+
+/// Finding 1 (the cutoff): an acquire that reaches the server after the time its
+/// caller gave up writes nothing.
+#[test]
+fn an_acquire_after_its_cutoff_does_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let script = acquire_script();
+    let mut inv = call_on(&script, "cutoff");
+    let past = server_ms(&mut conn) - 1;
+    inv.arg(uuid(1))
+        .arg(1)
+        .arg(3)
+        .arg(10_000)
+        .arg(1000)
+        .arg(1000)
+        .arg("1|x|")
+        .arg("t")
+        .arg("1")
+        .arg("")
+        .arg(past);
+    let reply: Vec<i64> = inv.invoke(&mut conn).unwrap();
+    assert_eq!(reply[0], -2, "{reply:?}");
+    assert!(support::keys(&mut conn, "redsem:*").is_empty());
+}
+
+/// Finding 2: serving thousands of waiters at once (a raised limit) cannot fail
+/// halfway: one call serves a bounded number, the next calls the rest, and the state
+/// agrees with itself all along.
+#[test]
+fn serving_thousands_of_waiters_is_bounded_and_never_fails_halfway() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("many", 1).unwrap();
+    let held = sem.try_acquire().unwrap().unwrap();
+    // waiters that stay queued for the test (a long heartbeat), with no channel
+    for k in 0..4000 {
+        queue_waiter_with_heartbeat(&mut conn, "many", &uuid(k), 1, 60_000, 60_000);
+    }
+    assert_eq!(sem.queue_len().unwrap(), 4000);
+    sem.set_limit(5000).unwrap();
+    drop(held);
+    // every call serves a bounded share; calls go on until all are served
+    wait_until(Duration::from_secs(20), "every waiter served", || {
+        sem.queue_len().unwrap() == 0
+    });
+    let status = sem.status().unwrap();
+    assert_eq!(status.held, 4000);
+    let bits: i64 = redis::cmd("BITCOUNT")
+        .arg("redsem:{many}:s")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(bits, 4000, "one slot bit per permit held");
+    assert_ttls(&mut conn, "many");
+}
+
+/// Finding 2: a user whose ACL lacks the channel permission still releases fully (the
+/// wake-up is best effort; the waiter finds its grant on its next look).
+#[test]
+fn a_user_without_publish_permission_still_releases() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nopub")
+        .arg("on")
+        .arg(">secret")
+        .arg("~redsem:*")
+        .arg("resetchannels")
+        .arg("+@all")
+        .exec(&mut conn)
+        .unwrap();
+    let url = format!("redis://nopub:secret@127.0.0.1:{}/", server.port());
+    let restricted = Client::open(&url).unwrap();
+    let sem = restricted.semaphore("acl", 1).unwrap();
+    let p = sem.try_acquire().unwrap().unwrap();
+    // a waiter of another (unrestricted) client queues behind it
+    let other = client(&server).semaphore("acl", 1).unwrap();
+    let waiter = std::thread::spawn(move || {
+        other
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap()
+            .map(|p| p.slots().to_vec())
+    });
+    wait_until(Duration::from_secs(5), "the waiter to queue", || {
+        sem.queue_len().unwrap() == 1
+    });
+    p.release().expect("the release runs to its end");
+    let status = sem.status().unwrap();
+    assert_eq!(
+        (status.held, status.queued),
+        (1, 0),
+        "served at once: {status:?}"
+    );
+    assert_eq!(waiter.join().unwrap(), Some(vec![0]));
+}
+
+/// Finding 3: an id from outside can only name a holder.
+#[test]
+fn force_release_refuses_what_is_not_a_permit_id() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("ids", 2).unwrap();
+    sem.set_limit(2).unwrap();
+    let a = sem.try_acquire().unwrap().unwrap();
+    let b = sem.try_acquire().unwrap().unwrap();
+    queue_dead_waiter(&mut conn, "ids", &uuid(7), 2, 60_000);
+    let waiter_member = format!("w:{}", uuid(7));
+    for bad in [
+        "limit",
+        "used",
+        "ctr",
+        "exp",
+        "mind",
+        "qn",
+        "qseq",
+        "cl",
+        "~",
+        waiter_member.as_str(),
+        "",
+        "not-a-permit",
+    ] {
+        let r = sem.force_release(bad);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let status = sem.status().unwrap();
+    assert_eq!(
+        (status.held, status.stored_limit, status.queued),
+        (2, Some(2), 1)
+    );
+    assert!(sem.force_release(a.id()).unwrap());
+    assert!(!sem.force_release(&uuid(99)).unwrap());
+    drop(b);
+}
+
+/// Finding 4: a lost holders zset is repaired: a crashed holder's record cannot keep
+/// the semaphore full for ever, and the keys have TTLs again.
+#[test]
+fn a_lost_holders_zset_is_repaired() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("lost-h", 1).unwrap();
+    let crashed = sem.try_acquire().unwrap().unwrap();
+    std::mem::forget(crashed); // a holder that never comes back
+    redis::cmd("DEL")
+        .arg("redsem:{lost-h}:h")
+        .exec(&mut conn)
+        .unwrap();
+    let p = sem
+        .try_acquire()
+        .unwrap()
+        .expect("the semaphore was repaired");
+    assert_eq!(p.slots(), &[0]);
+    assert_eq!(sem.status().unwrap().held, 1);
+    assert_ttls(&mut conn, "lost-h");
+}
+
+/// Finding 4: with the slot bitmap gone, no two live holders share a slot: the repair
+/// drops the old holders, which learn it at their next renewal.
+#[test]
+fn a_lost_slot_bitmap_never_books_a_slot_twice() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c
+        .semaphore_builder("lost-s")
+        .limit(2)
+        .auto_refresh(false)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let old = sem.try_acquire().unwrap().unwrap();
+    redis::cmd("DEL")
+        .arg("redsem:{lost-s}:s")
+        .exec(&mut conn)
+        .unwrap();
+    let new = sem.try_acquire().unwrap().unwrap();
+    let holders = sem.holders().unwrap();
+    assert_eq!(
+        holders.len(),
+        1,
+        "only the new holder is booked: {holders:?}"
+    );
+    assert_eq!(holders[0].id, new.id());
+    assert!(matches!(old.refresh(), Err(Error::PermitLost { .. })));
+    assert!(old.is_lost());
+    assert_ttls(&mut conn, "lost-s");
+}
+
+/// Finding 5: waiters whose process died are handed permits that come back within
+/// about a heartbeat (a second), not a lease, and live waiters behind them get them.
+#[test]
+fn dead_waiters_cost_about_a_second_not_a_lease() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let lease = Duration::from_secs(60);
+    let sem = c
+        .semaphore_builder("dead")
+        .limit(5)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let held: Vec<_> = (0..5)
+        .map(|_| sem.try_acquire().unwrap().unwrap())
+        .collect();
+    for k in 0..5 {
+        queue_dead_waiter(&mut conn, "dead", &uuid(k), 5, lease.as_millis() as u64);
+    }
+    let live = c
+        .semaphore_builder("dead")
+        .limit(5)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let waiter = std::thread::spawn(move || {
+        let started = Instant::now();
+        let p = live.acquire_timeout(Duration::from_secs(30)).unwrap();
+        (p.is_some(), started.elapsed())
+    });
+    wait_until(Duration::from_secs(5), "the live waiter to queue", || {
+        sem.queue_len().unwrap() == 6
+    });
+    drop(held); // the five permits go to the five dead waiters first
+    let (got, waited) = waiter.join().unwrap();
+    assert!(got, "the live waiter got a permit");
+    assert!(
+        waited < Duration::from_secs(10),
+        "waited {waited:?}: the dead waiters held the permits far past a heartbeat"
+    );
+    assert_ttls(&mut conn, "dead");
+}
+
+/// Finding 6: one call's work is bounded: a limit past MAX_LIMIT is refused before any
+/// network call, and a grant of MAX_LIMIT permits at once works.
+#[test]
+fn limits_past_the_maximum_are_refused_and_the_maximum_works() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let too_big = c.semaphore("big", MAX_LIMIT + 1);
+    assert!(
+        matches!(too_big, Err(Error::InvalidArgument(_))),
+        "{too_big:?}"
+    );
+    let sem = c.semaphore("big", MAX_LIMIT).unwrap();
+    assert!(matches!(
+        sem.set_limit(MAX_LIMIT + 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    let all = sem.try_acquire_many(MAX_LIMIT).unwrap().unwrap();
+    assert_eq!(all.slots().len(), MAX_LIMIT as usize);
+    assert_eq!(all.slots()[MAX_LIMIT as usize - 1], MAX_LIMIT - 1);
+    all.release().unwrap();
+    let one = wait_for(Duration::from_secs(5), "a permit", || {
+        sem.try_acquire().unwrap()
+    });
+    assert_eq!(one.slots(), &[0]);
+}
