@@ -52,8 +52,10 @@
 //! publishes the grant on the waiting client's channel; one listener thread and
 //! connection per client serves all its waiters. The head waiter also looks again at
 //! the moment the earliest lease ends, so a crashed holder's permit goes to it then.
-//! A queued waiter has a heartbeat of one lease, renewed by the client's background
-//! thread: a waiter whose process dies leaves the queue within about one lease.
+//! A queued waiter has a heartbeat of at most a second (never more than the lease),
+//! renewed by the client's background thread: a waiter whose process dies leaves the
+//! queue within about a second, and a permit pushed to it lasts only that long until
+//! its client renews it, so it comes back as soon.
 //!
 //! # Leases and refresh
 //!
