@@ -33,7 +33,23 @@
 --   C6  Time is read once, from TIME, here; a waiter is live while now < its
 --       heartbeat deadline, and dead waiters are purged before waking anyone.
 
+--
+-- Failure points. Redis does not undo a script's writes, so every script fails before
+-- its first write or runs to its end:
+--   - the count key of another type, or not an integer: count() fails, and every
+--     script reads the count before it writes;
+--   - a waiter key of another type: fix_waiter_keys() deletes it before anything else
+--     (the waiter keys hold only wake-up hints, so no permit is lost; waiters put
+--     themselves back at their next look);
+--   - a change out of range: check_range() fails before the write;
+--   - out of memory: Redis refuses only a script's first write;
+--   - PUBLISH refused by ACL: sent with redis.pcall, its error ignored (a waiter also
+--     looks again on its timer);
+--   - an ACL user denied another command: the README's ACL rule names every command.
+-- Work per call is bounded: a wake-up pass looks at SCAN waiters, a purge at 256.
+
 local C, Q, HB, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
 local MAX = 4294967295
 -- how many queued waiters one wake-up pass looks at (bounds the script's work)
 local SCAN = 64
@@ -57,6 +73,21 @@ local function count()
     end
     return c
 end
+
+-- A waiter key of another type is deleted before anything else is written; the count
+-- is read first, so a bad count fails the script before that write.
+local function fix_waiter_keys()
+    local bad = {}
+    for _, kt in ipairs({{Q, 'zset'}, {HB, 'zset'}, {W, 'hash'}}) do
+        local ty = redis.call('TYPE', kt[1])['ok']
+        if ty ~= 'none' and ty ~= kt[2] then bad[#bad + 1] = kt[1] end
+    end
+    if #bad > 0 then
+        count()
+        redis.call('DEL', unpack(bad))
+    end
+end
+fix_waiter_keys()
 
 -- C1: refuses a change that would take the count out of range.
 local function check_range(c, delta)
@@ -100,7 +131,7 @@ local function wake(budget)
             local n, chan = string.match(rec, '^(%d+)|(.*)$')
             n = tonumber(n)
             if n and n <= budget and chan ~= '' then
-                redis.call('PUBLISH', chan, 'L ' .. ids[k])
+                redis.pcall('PUBLISH', chan, 'L ' .. ids[k])
                 budget = budget - n
                 told = told + 1
                 if budget <= 0 then break end
