@@ -182,10 +182,22 @@ impl Client {
     /// lowest latency, build the pool's `redis::Client` with TCP_NODELAY on and the
     /// pool with `test_on_check_out(false)`.
     ///
+    /// The pool must hold at least two connections: the client's wake-up listener
+    /// keeps one for as long as the client lives (blocking acquires are woken through
+    /// it), and every other call needs another.
+    ///
     /// # Errors
     ///
-    /// Only if the background thread cannot be started.
+    /// [`Error::InvalidArgument`] for a pool of fewer than two connections; otherwise
+    /// only if the background thread cannot be started.
     pub fn from_pool(pool: r2d2::Pool<redis::Client>) -> Result<Client> {
+        if pool.max_size() < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "a pool given to Client::from_pool needs at least 2 connections, this one has \
+                 {}: the wake-up listener keeps one for the client's lifetime",
+                pool.max_size()
+            )));
+        }
         let defaults = ClientBuilder::default();
         let op = defaults.operation_timeout;
         ClientInner::start(Pool::User(pool, op), op, None, defaults.connect_timeout)

@@ -246,29 +246,50 @@ impl Grantor for SemInner {
 }
 
 impl SemInner {
+    /// Sends the release, all of it (pool checkout, a wait for a shared call, the call,
+    /// one retry) ending by one deadline: the operation timeout from now. A release
+    /// that fails on a broken connection is sent once more on a fresh one (the script
+    /// is safe to run twice): after a `CLIENT KILL` or a restart every idle pooled
+    /// connection may be dead, and the slot would otherwise stay taken for a lease.
     fn give_back(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);
-        let reply = self
+        let deadline = Instant::now() + shared.op_timeout;
+        let first = self
             .combiner
             .run(
                 Op::Release {
                     id: permit.id.clone(),
                 },
-                &|ops| self.exec(ops),
+                &|ops| self.exec_until(ops, deadline),
                 shared.op_timeout,
             )
-            .map_err(|f| match Error::from(f) {
-                Error::Redis(e) => self.error(e),
-                other => other,
-            })?;
-        let status: i64 =
-            redis::from_redis_value(reply).map_err(|e| Error::reply("release", e.to_string()))?;
+            .map_err(Error::from);
+        let (status, retried) = match first {
+            Ok(reply) => (
+                redis::from_redis_value(reply)
+                    .map_err(|e| Error::reply("release", e.to_string()))?,
+                false,
+            ),
+            Err(Error::Redis(e)) if broken(&e) && Instant::now() < deadline => {
+                log::debug!("redis-semaphore: release of {} again: {e}", permit.id);
+                match self.release_fresh(&permit.id, deadline) {
+                    Ok(status) => (status, true),
+                    Err(Error::Redis(e2)) => return Err(self.error(e2)),
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(Error::Redis(e)) => return Err(self.error(e)),
+            Err(other) => return Err(other),
+        };
         match status {
             1 => Ok(()),
             2 => Err(Error::LeaseExpired {
                 id: permit.id.clone(),
             }),
+            // the first try may have run before its connection broke: then it released
+            // the permit, and "not held" is its own doing, not a loss
+            0 if retried && permit.lost_reason().is_none() => Ok(()),
             0 => {
                 let reason = permit.gone_reason();
                 Err(Error::PermitLost {
@@ -279,6 +300,11 @@ impl SemInner {
             other => Err(Error::reply("release", format!("unknown status {other}"))),
         }
     }
+}
+
+/// Whether a failed command broke its connection (so another connection may work).
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() && !e.is_timeout()
 }
 
 impl Drop for Permit {

@@ -94,17 +94,80 @@ impl SemInner {
     /// `deadline`.
     pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>> {
         let shared = &self.client.inner.shared;
-        let conn = shared
-            .pool
-            .get(Some(deadline.saturating_duration_since(Instant::now())))?;
-        self.exec_on(conn, ops)
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        let mut conn = shared.pool.get(Some(left()))?;
+        let short = left() < shared.op_timeout;
+        if short {
+            // this call only; the operation timeout is restored before the connection
+            // goes back to the pool
+            let _ = conn.set_read_timeout(Some(left()));
+            let _ = conn.set_write_timeout(Some(left()));
+        }
+        let result = self.exec_on_conn(&mut conn, ops);
+        if short {
+            let restored = conn
+                .set_read_timeout(Some(shared.op_timeout))
+                .and_then(|()| conn.set_write_timeout(Some(shared.op_timeout)));
+            if let Err(e) = restored {
+                log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
+            }
+        }
+        result
+    }
+
+    /// A release of `id` on a brand-new connection (not one of the pool's idle ones,
+    /// which a `CLIENT KILL` or a restart may all have broken), ending by `deadline`.
+    pub(crate) fn release_fresh(&self, id: &str, deadline: Instant) -> Result<i64> {
+        let shared = &self.client.inner.shared;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late_reply(&self.name));
+        }
+        let mut fresh;
+        let mut pooled;
+        let conn: &mut redis::Connection = match &shared.redis_client {
+            Some(client) => {
+                fresh = client
+                    .get_connection_with_timeout(left.min(shared.connect_timeout))
+                    .map_err(Error::Redis)?;
+                &mut fresh
+            }
+            None => {
+                pooled = shared.pool.get(Some(left))?;
+                &mut pooled
+            }
+        };
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left)).map_err(Error::Redis)?;
+        conn.set_write_timeout(Some(left)).map_err(Error::Redis)?;
+        let status = self
+            .keys
+            .invoke(&scripts::RELEASE)
+            .arg(id)
+            .invoke::<i64>(conn)
+            .map_err(Error::Redis);
+        if shared.redis_client.is_none() {
+            let _ = conn.set_read_timeout(Some(shared.op_timeout));
+            let _ = conn.set_write_timeout(Some(shared.op_timeout));
+        }
+        status
     }
 
     fn exec_on(&self, mut conn: crate::pool::Conn, ops: &[&Op]) -> Result<Vec<Value>> {
+        self.exec_on_conn(&mut conn, ops)
+    }
+
+    fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<Value>> {
         let clock = &self.client.inner.shared.clock;
         let anchor = match clock.get() {
             Some(a) => a,
-            None => read_server_time(&mut conn, clock)?,
+            None => read_server_time(conn, clock)?,
         };
         // acquire.lua's and release.lua's arguments; batch.lua takes the same after a tag
         let args = |inv: &mut ScriptInvocation<'_>, op: &Op| match op {
@@ -139,7 +202,7 @@ impl SemInner {
             });
             args(&mut inv, op);
             let sent = Instant::now();
-            let reply: Value = inv.invoke(&mut *conn).map_err(Error::Redis)?;
+            let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
             note_anchor(clock, sent, std::slice::from_ref(&reply));
             vec![reply]
         } else {
@@ -152,7 +215,7 @@ impl SemInner {
                 args(&mut inv, op);
             }
             let sent = Instant::now();
-            let replies: Vec<Value> = inv.invoke(&mut *conn).map_err(Error::Redis)?;
+            let replies: Vec<Value> = inv.invoke(conn).map_err(Error::Redis)?;
             note_anchor(clock, sent, &replies);
             replies
         };

@@ -396,3 +396,55 @@ fn limits_past_the_maximum_are_refused_and_the_maximum_works() {
     });
     assert_eq!(one.slots(), &[0]);
 }
+
+/// Finding 6: a release whose pooled connection was killed is sent again on a fresh
+/// connection, so the slot is free at once, not after the lease.
+#[test]
+fn a_release_on_a_killed_connection_is_retried_on_a_fresh_one() {
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let c = client(&server);
+    let sem = c
+        .semaphore_builder("killed")
+        .limit(1)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let p = sem.try_acquire().unwrap().unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut admin)
+        .unwrap();
+    p.release().expect("released through a fresh connection");
+    let other = client(&server).semaphore("killed", 1).unwrap();
+    assert!(other.try_acquire().unwrap().is_some(), "the slot is free");
+}
+
+/// Finding 6: the wake-up listener never takes a user pool's only connection.
+#[test]
+fn a_user_pool_of_one_connection_is_refused_and_two_work() {
+    let server = RedisServer::start();
+    let one = r2d2::Pool::builder()
+        .max_size(1)
+        .build_unchecked(redis::Client::open(server.url()).unwrap());
+    let r = Client::from_pool(one);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    let two = r2d2::Pool::builder()
+        .max_size(2)
+        .build_unchecked(redis::Client::open(server.url()).unwrap());
+    let c = Client::from_pool(two).unwrap();
+    let sem = c.semaphore("pool2", 1).unwrap();
+    let p = sem.try_acquire().unwrap().unwrap();
+    let sem2 = sem.clone();
+    let waiter = std::thread::spawn(move || sem2.acquire_timeout(Duration::from_secs(10)));
+    wait_until(Duration::from_secs(5), "the waiter to queue", || {
+        sem.queue_len().unwrap() == 1
+    });
+    drop(p);
+    let got = waiter.join().unwrap().unwrap();
+    assert!(got.is_some(), "the waiter was woken through the listener");
+}
