@@ -13,8 +13,8 @@
 //!
 //! What each caller sees is unchanged: its operation runs exactly once, atomically, in
 //! one script, with the reply it would have had alone at that instant (see
-//! `scripts/batch.lua`); it waits for a free call at most the operation timeout (C4),
-//! then for its own call.
+//! `scripts/batch.lua`); it waits for a free call at most until its deadline (C4), a
+//! release for the reply no longer either (C5).
 //! Blocking acquires, refreshes and everything else bypass the combiner.
 //!
 //! Invariants:
@@ -28,16 +28,24 @@
 //! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
 //!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty, so
 //!   no operation is left waiting for a leader that will not come.
-//! - C4 A queued operation waits for a call at most its patience (the operation
-//!   timeout); then, if it is still in the queue, it leaves it unsent, so that a
-//!   server that hangs costs a caller about one timeout, not one per call ahead of it.
+//! - C4 A queued operation waits for a call until its caller's deadline (the
+//!   operation timeout from its start); then, if it is still in the queue, it leaves
+//!   it unsent, so that a server that hangs costs a caller about one timeout, not one
+//!   per call ahead of it. A thread handed the lead after its deadline sends nothing:
+//!   it puts the others back at the head of the queue and passes the turn on.
+//! - C5 A release whose deadline passes while another thread's call carries it stops
+//!   waiting for that call (it may still run: a release is safe either way, and the
+//!   permit then ends with its lease), so a release, and so `Drop`, never blocks past
+//!   its deadline. A try-acquire waits for the call's outcome instead: it must know
+//!   whether it was granted (the script's cutoff ends that call's work by its own
+//!   deadline anyway).
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use redis::Value;
 
 use crate::error::{Error, Result};
@@ -78,8 +86,11 @@ pub(crate) type Exec<'a> = &'a dyn Fn(&[&Op]) -> Result<Vec<Value>>;
 pub(crate) enum Failed {
     /// The call that carried it failed; after a Redis timeout it may have run.
     Call(Error),
-    /// It waited its whole patience for a free call and was never sent (C4).
+    /// It waited until its deadline for a free call and was never sent (C4).
     NotSent(Duration),
+    /// A release whose deadline passed while a call carried it: the call may still
+    /// run it (C5).
+    Abandoned(Duration),
 }
 
 impl From<Failed> for Error {
@@ -90,6 +101,13 @@ impl From<Failed> for Error {
                 io::ErrorKind::TimedOut,
                 format!(
                     "waited {waited:?} for a free call to redis (every call in flight is slow)"
+                ),
+            ))),
+            Failed::Abandoned(waited) => Error::Redis(redis::RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "gave up after {waited:?} waiting for a shared call to redis to \
+                         answer (it may still run)"
                 ),
             ))),
         }
@@ -134,13 +152,15 @@ impl Slot {
 
 impl Combiner {
     /// Runs `op`, alone or in a batch with other threads' operations, and returns its
-    /// reply. Waits for a free call at most `patience` (C4).
+    /// reply. The caller waits until `deadline` at most for a free call (C4), and a
+    /// release no longer than that for the reply of a call that carries it (C5).
     pub(crate) fn run(
         &self,
         op: Op,
         exec: Exec<'_>,
-        patience: Duration,
+        deadline: Instant,
     ) -> std::result::Result<Value, Failed> {
+        let queued_at = Instant::now();
         if self.try_lead() {
             return self.lead(&op, Vec::new(), exec).map_err(Failed::Call);
         }
@@ -159,26 +179,36 @@ impl Combiner {
             queue.push(Arc::clone(&slot));
             slot
         };
-        let give_up_at = Instant::now() + patience;
+        let may_leave_a_call = matches!(slot.op, Op::Release { .. });
         let mut outcome = slot.outcome.lock();
         loop {
             match std::mem::replace(&mut *outcome, Outcome::Waiting) {
                 Outcome::Waiting => {
-                    if !slot.ready.wait_until(&mut outcome, give_up_at).timed_out() {
+                    if !slot.ready.wait_until(&mut outcome, deadline).timed_out()
+                        || !matches!(*outcome, Outcome::Waiting)
+                    {
                         continue;
                     }
-                    // C4: leave the queue unsent, unless a leader took it meanwhile (it
-                    // is then in a call, or this thread leads the next one)
+                    // C4: leave the queue unsent if it is still there
                     drop(outcome);
                     let mut queue = self.queue.lock();
                     if let Some(k) = queue.iter().position(|s| Arc::ptr_eq(s, &slot)) {
                         queue.remove(k);
-                        return Err(Failed::NotSent(patience));
+                        return Err(Failed::NotSent(queued_at.elapsed()));
                     }
-                    drop(queue);
+                    // Not in the queue: a leader took it. Leads are handed under the
+                    // queue lock (C3), so with that lock held the outcome is either a
+                    // lead already or still waiting because a call carries it.
                     outcome = slot.outcome.lock();
+                    drop(queue);
                     if matches!(*outcome, Outcome::Waiting) {
-                        slot.ready.wait(&mut outcome);
+                        if may_leave_a_call {
+                            // C5: the call goes on without this caller
+                            return Err(Failed::Abandoned(queued_at.elapsed()));
+                        }
+                        while matches!(*outcome, Outcome::Waiting) {
+                            slot.ready.wait(&mut outcome);
+                        }
                     }
                 }
                 Outcome::Done(reply) => return reply.map_err(Failed::Call),
@@ -192,6 +222,12 @@ impl Combiner {
                     drop(outcome);
                     // batch[0] is this slot (C3 hands the queue to its first thread)
                     let others = batch.split_off(1);
+                    if Instant::now() >= deadline {
+                        // too late to send anything of its own: the others go back to
+                        // the head of the queue and the turn passes on (C4)
+                        self.hand_back(others);
+                        return Err(Failed::NotSent(queued_at.elapsed()));
+                    }
                     return self.lead(&slot.op, others, exec).map_err(Failed::Call);
                 }
             }
@@ -256,7 +292,21 @@ impl Combiner {
 
     /// Ends a leader's turn (C3).
     fn hand_over(&self) {
+        self.pass_turn(self.queue.lock());
+    }
+
+    /// Ends the turn of a leader that did not send its call: `others` go back to the
+    /// head of the queue, in their order, and the turn passes on (C3).
+    fn hand_back(&self, others: Vec<Arc<Slot>>) {
         let mut queue = self.queue.lock();
+        queue.splice(0..0, others);
+        self.pass_turn(queue);
+    }
+
+    /// Gives the queue (up to a batch) to its first thread, or leaves when it is
+    /// empty. The lead is handed while the queue is locked, so a caller that holds
+    /// the lock and is in no queue is either in a call or already leading (C5).
+    fn pass_turn(&self, mut queue: MutexGuard<'_, Vec<Arc<Slot>>>) {
         if queue.is_empty() {
             self.leaders.fetch_sub(1, Ordering::AcqRel);
             return;
@@ -266,9 +316,9 @@ impl Combiner {
         } else {
             queue.drain(..MAX_BATCH).collect()
         };
-        drop(queue);
         let first = Arc::clone(&batch[0]);
         first.settle(Outcome::Lead(batch));
+        drop(queue);
     }
 }
 
@@ -292,7 +342,9 @@ impl Drop for Turn<'_> {
 mod tests {
     use super::*;
 
-    const LONG: Duration = Duration::from_secs(60);
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
 
     fn release(id: &str) -> Op {
         Op::Release { id: id.into() }
@@ -318,7 +370,7 @@ mod tests {
             echo(ops)
         };
         for k in 0..3 {
-            let v = c.run(release(&k.to_string()), &exec, LONG).unwrap();
+            let v = c.run(release(&k.to_string()), &exec, far()).unwrap();
             assert_eq!(v, Value::SimpleString(k.to_string()));
         }
         assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -341,7 +393,7 @@ mod tests {
                             std::thread::yield_now();
                             echo(ops)
                         };
-                        let v = c.run(release(&id), &exec, LONG).unwrap();
+                        let v = c.run(release(&id), &exec, far()).unwrap();
                         assert_eq!(v, Value::SimpleString(id));
                     }
                 })
@@ -356,7 +408,7 @@ mod tests {
     }
 
     #[test]
-    fn a_queued_operation_leaves_unsent_after_its_patience() {
+    fn a_queued_operation_leaves_unsent_at_its_deadline() {
         let c = Arc::new(Combiner::default());
         let (unblock, blocked) = crossbeam_channel::bounded::<()>(0);
         let leaders: Vec<_> = (0..MAX_IN_FLIGHT)
@@ -368,7 +420,7 @@ mod tests {
                         let _ = blocked.recv(); // a server that hangs
                         echo(ops)
                     };
-                    c.run(release(&format!("slow{k}")), &slow, LONG).is_ok()
+                    c.run(release(&format!("slow{k}")), &slow, far()).is_ok()
                 })
             })
             .collect();
@@ -378,11 +430,129 @@ mod tests {
             std::thread::yield_now();
         }
         let started = Instant::now();
-        let late = c.run(release("late"), &echo, Duration::from_millis(100));
+        let late = c.run(
+            release("late"),
+            &echo,
+            Instant::now() + Duration::from_millis(100),
+        );
         assert!(matches!(late, Err(Failed::NotSent(_))), "{late:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(c.queue.lock().is_empty(), "it left the queue");
         drop(unblock);
+        for l in leaders {
+            assert!(l.join().unwrap());
+        }
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
+    }
+
+    /// Starts `MAX_IN_FLIGHT` calls that hang until `gate` gives them a message (or
+    /// is dropped), and waits until they are all in flight.
+    fn hang_every_call(
+        c: &Arc<Combiner>,
+        gate: &crossbeam_channel::Receiver<()>,
+    ) -> Vec<std::thread::JoinHandle<bool>> {
+        let leaders: Vec<_> = (0..MAX_IN_FLIGHT)
+            .map(|k| {
+                let c = Arc::clone(c);
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    let slow = |ops: &[&Op]| {
+                        let _ = gate.recv(); // a server that hangs
+                        echo(ops)
+                    };
+                    c.run(release(&format!("slow{k}")), &slow, far()).is_ok()
+                })
+            })
+            .collect();
+        wait_until("the slow calls to start", || {
+            c.leaders.load(Ordering::SeqCst) == MAX_IN_FLIGHT
+        });
+        leaders
+    }
+
+    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_carried_release_stops_waiting_at_its_deadline() {
+        let c = Arc::new(Combiner::default());
+        let (unblock, gate) = crossbeam_channel::unbounded::<()>();
+        let leaders = hang_every_call(&c, &gate);
+        // "lead" queues first, so it leads the next call, carrying "carried"; that
+        // call hangs too
+        let lead = {
+            let c = Arc::clone(&c);
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let slow = |ops: &[&Op]| {
+                    assert_eq!(ops.len(), 2, "it carries the other release");
+                    let _ = gate.recv();
+                    echo(ops)
+                };
+                c.run(release("lead"), &slow, far()).is_ok()
+            })
+        };
+        wait_until("the lead to queue", || c.queue.lock().len() == 1);
+        let carried = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_millis(300);
+                let r = c.run(release("carried"), &echo, deadline);
+                (r, Instant::now().saturating_duration_since(deadline))
+            })
+        };
+        wait_until("the carried release to queue", || c.queue.lock().len() == 2);
+        unblock.send(()).unwrap(); // one slow call ends: "lead" takes the queue
+        let (r, late) = carried.join().unwrap();
+        assert!(matches!(r, Err(Failed::Abandoned(_))), "{r:?}");
+        assert!(
+            late < Duration::from_secs(2),
+            "returned {late:?} after its deadline"
+        );
+        drop(unblock);
+        for l in leaders {
+            assert!(l.join().unwrap());
+        }
+        assert!(lead.join().unwrap());
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
+        assert!(c.queue.lock().is_empty());
+    }
+
+    #[test]
+    fn the_next_in_the_queue_is_served_after_one_leaves_unsent() {
+        let c = Arc::new(Combiner::default());
+        let (unblock, gate) = crossbeam_channel::unbounded::<()>();
+        let leaders = hang_every_call(&c, &gate);
+        // "late" queues first with a deadline that passes while every call hangs;
+        // "next" queues behind it
+        let late = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
+                c.run(
+                    release("late"),
+                    &never,
+                    Instant::now() + Duration::from_millis(200),
+                )
+            })
+        };
+        wait_until("the late one to queue", || c.queue.lock().len() == 1);
+        let next = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.run(release("next"), &echo, far()))
+        };
+        wait_until("the next one to queue", || c.queue.lock().len() == 2);
+        let r = late.join().unwrap();
+        assert!(matches!(r, Err(Failed::NotSent(_))), "{r:?}");
+        assert_eq!(c.queue.lock().len(), 1, "only the late one left the queue");
+        drop(unblock);
+        let v = next.join().unwrap().unwrap();
+        assert_eq!(v, Value::SimpleString("next".into()));
         for l in leaders {
             assert!(l.join().unwrap());
         }
@@ -407,7 +577,7 @@ mod tests {
                                 echo(ops)
                             }
                         };
-                        let r = c.run(release(&format!("{t}-{k}")), &exec, LONG);
+                        let r = c.run(release(&format!("{t}-{k}")), &exec, far());
                         if k % 2 == 0 {
                             assert!(matches!(r, Err(Failed::Call(Error::Redis(_)))));
                         }

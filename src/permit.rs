@@ -262,7 +262,7 @@ impl SemInner {
                     id: permit.id.clone(),
                 },
                 &|ops| self.exec_until(ops, deadline),
-                shared.op_timeout,
+                deadline,
             )
             .map_err(Error::from);
         let (status, retried) = match first {

@@ -76,22 +76,9 @@ impl SemInner {
     }
 
     /// Sends hot-path operations in one script call: the operation's own script for
-    /// one, the batch script for several (the combiner's [`Exec`](crate::combine::Exec)).
-    /// Redis errors come back unsorted, as [`Error::Redis`].
-    pub(crate) fn exec(&self, ops: &[&Op]) -> Result<Vec<Value>> {
-        let shared = &self.client.inner.shared;
-        // a release (maybe from Drop) waits for a connection at most the operation
-        // timeout; a try-acquire as long as the pool's own checkout timeout
-        let wait = ops
-            .iter()
-            .any(|op| matches!(op, Op::Release { .. }))
-            .then_some(shared.op_timeout);
-        let conn = shared.pool.get(wait)?;
-        self.exec_on(conn, ops)
-    }
-
-    /// As [`exec`](SemInner::exec), but the whole call (checkout, write, read) ends by
-    /// `deadline`.
+    /// one, the batch script for several (the combiner's [`Exec`](crate::combine::Exec)),
+    /// the whole call (checkout, write, read) ending by `deadline`. Redis errors come
+    /// back unsorted, as [`Error::Redis`].
     pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>> {
         let shared = &self.client.inner.shared;
         let left = || {
@@ -157,10 +144,6 @@ impl SemInner {
             let _ = conn.set_write_timeout(Some(shared.op_timeout));
         }
         status
-    }
-
-    fn exec_on(&self, mut conn: crate::pool::Conn, ops: &[&Op]) -> Result<Vec<Value>> {
-        self.exec_on_conn(&mut conn, ops)
     }
 
     fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<Value>> {
@@ -1002,8 +985,8 @@ impl Semaphore {
                         fair: sem.fair,
                         give_up,
                     },
-                    &|ops| sem.exec(ops),
-                    shared.op_timeout,
+                    &|ops| sem.exec_until(ops, give_up),
+                    give_up,
                 )
                 .map_err(|f| {
                     in_doubt = matches!(f, Failed::Call(_));

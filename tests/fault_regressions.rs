@@ -448,3 +448,91 @@ fn a_user_pool_of_one_connection_is_refused_and_two_work() {
     let got = waiter.join().unwrap().unwrap();
     assert!(got.is_some(), "the waiter was woken through the listener");
 }
+
+/// Finding 6: concurrent drops with a hung server never block past the operation
+/// timeout, also when another thread's try-acquire carries them in its call (a call
+/// that started later than the drop and would otherwise be waited for in full).
+#[test]
+fn drops_with_a_hung_server_end_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_millis(400);
+    // scheduling on a loaded machine; well below a second operation timeout
+    const SLACK: Duration = Duration::from_millis(250);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let c = Client::builder()
+        .operation_timeout(OP)
+        .max_connections(8)
+        .build(&server.url())
+        .unwrap();
+    let sem = c
+        .semaphore_builder("hung")
+        .limit(20)
+        .lease(Duration::from_secs(2))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let permits: Vec<_> = (0..6)
+        .map(|_| sem.try_acquire().unwrap().unwrap())
+        .collect();
+    // scripts are held back while the pause lasts; CLIENT LIST still answers
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query(&mut admin)
+        .unwrap();
+    let hung_calls = |admin: &mut redis::Connection| {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines().filter(|l| l.contains("cmd=evalsha")).count()
+    };
+    // every call of the combiner in flight and hung
+    let tries: Vec<_> = (0..4)
+        .map(|_| {
+            let sem = sem.clone();
+            std::thread::spawn(move || sem.try_acquire().map(|p| p.is_some()))
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "four hung tries", || {
+        hung_calls(&mut admin) == 4
+    });
+    // The scenario's timing, not a wait for a condition: a try queues a little into
+    // the hung calls, then the drops a little later; when the hung calls end, the try
+    // leads the next call carrying the drops, a call that starts long after the drops
+    // did.
+    std::thread::sleep(OP / 20);
+    let next_try = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.try_acquire().map(|p| p.is_some()))
+    };
+    std::thread::sleep(OP / 20);
+    let drops: Vec<_> = permits
+        .into_iter()
+        .map(|p| {
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                drop(p);
+                start.elapsed()
+            })
+        })
+        .collect();
+    for d in drops {
+        let took = d.join().unwrap();
+        assert!(
+            took <= OP + SLACK,
+            "a drop blocked {took:?} (operation timeout {OP:?})"
+        );
+    }
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut admin)
+        .unwrap();
+    for t in tries.into_iter().chain([next_try]) {
+        // timed out or granted: either way an answer, never a hang
+        let _ = t.join().unwrap();
+    }
+    // whatever was not released ends with its lease: the semaphore is whole again
+    wait_until(Duration::from_secs(10), "every permit back", || {
+        sem.available().unwrap() == 20
+    });
+    assert_ttls(&mut admin, "hung");
+}
