@@ -91,6 +91,34 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+impl Conn {
+    /// Runs `f` with read and write timeouts of `budget` when that is shorter than the
+    /// operation timeout `op`, restored to `op` before the connection goes back to the
+    /// pool. A reply that comes after the short timeout is skipped by the connection,
+    /// so its next user does not read it.
+    pub(crate) fn within<R>(
+        &mut self,
+        budget: Duration,
+        op: Duration,
+        f: impl FnOnce(&mut redis::Connection) -> R,
+    ) -> R {
+        if budget >= op {
+            return f(self);
+        }
+        let budget = budget.max(Duration::from_millis(1));
+        let _ = self.set_read_timeout(Some(budget));
+        let _ = self.set_write_timeout(Some(budget));
+        let result = f(self);
+        let restored = self
+            .set_read_timeout(Some(op))
+            .and_then(|()| self.set_write_timeout(Some(op)));
+        if let Err(e) = restored {
+            log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
+        }
+        result
+    }
+}
+
 impl Deref for Conn {
     type Target = redis::Connection;
     fn deref(&self) -> &redis::Connection {

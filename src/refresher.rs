@@ -520,23 +520,9 @@ pub(crate) fn call_refresh(
     }
     let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
     let mut conn = shared.pool.get(Some(wait))?;
-    let reply = if wait < shared.op_timeout {
-        // A shorter timeout for this call only; the connection goes back to the pool
-        // with the operation timeout. A reply that comes after the timeout is skipped
-        // by the connection, so the next user does not read it.
-        let _ = conn.set_read_timeout(Some(wait));
-        let _ = conn.set_write_timeout(Some(wait));
-        let reply = inv.invoke::<Vec<redis::Value>>(&mut *conn);
-        let restored = conn
-            .set_read_timeout(Some(shared.op_timeout))
-            .and_then(|()| conn.set_write_timeout(Some(shared.op_timeout)));
-        if let Err(e) = restored {
-            log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
-        }
-        reply
-    } else {
-        inv.invoke::<Vec<redis::Value>>(&mut *conn)
-    };
+    let reply = conn.within(wait, shared.op_timeout, |c| {
+        inv.invoke::<Vec<redis::Value>>(c)
+    });
     let reply = reply.map_err(crate::Error::Redis)?;
     let mut it = reply.into_iter();
     match it.next() {

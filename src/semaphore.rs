@@ -87,23 +87,7 @@ impl SemInner {
                 .max(Duration::from_millis(1))
         };
         let mut conn = shared.pool.get(Some(left()))?;
-        let short = left() < shared.op_timeout;
-        if short {
-            // this call only; the operation timeout is restored before the connection
-            // goes back to the pool
-            let _ = conn.set_read_timeout(Some(left()));
-            let _ = conn.set_write_timeout(Some(left()));
-        }
-        let result = self.exec_on_conn(&mut conn, ops);
-        if short {
-            let restored = conn
-                .set_read_timeout(Some(shared.op_timeout))
-                .and_then(|()| conn.set_write_timeout(Some(shared.op_timeout)));
-            if let Err(e) = restored {
-                log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
-            }
-        }
-        result
+        conn.within(left(), shared.op_timeout, |c| self.exec_on_conn(c, ops))
     }
 
     /// A release of `id` on a brand-new connection (not one of the pool's idle ones,

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error, Permit, Semaphore};
-use support::{RedisServer, wait_until};
+use support::{RedisServer, acquire_script, batch_script, call_on, wait_until};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
@@ -483,11 +483,7 @@ fn acquire_and_release_are_one_command_each_on_the_server() {
 fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let script = redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/ops.lua"),
-        include_str!("../src/scripts/acquire.lua")
-    ));
+    let script = acquire_script();
     let run = |conn: &mut redis::Connection, id: &str| -> Vec<i64> {
         script
             .key("redsem:{twice}:h")
@@ -520,24 +516,6 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     let sem = client(&server).semaphore("twice", 3).unwrap();
     assert_eq!(sem.available().unwrap(), 2);
     assert_eq!(sem.holders().unwrap().len(), 1);
-}
-
-/// The batch script (common prelude, the operations, batch.lua), as the client sends it.
-fn batch_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/ops.lua"),
-        include_str!("../src/scripts/batch.lua")
-    ))
-}
-
-/// A call of `script` on the keys of semaphore `name`.
-fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
-    let mut inv = script.prepare_invoke();
-    for part in ["h", "i", "s", "q"] {
-        inv.key(format!("redsem:{{{name}}}:{part}"));
-    }
-    inv
 }
 
 /// Appends a one-permit try-acquire of `id` to a batch call.

@@ -6,27 +6,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error, MAX_LIMIT};
-use support::{RedisServer, wait_for, wait_until};
+use support::{RedisServer, acquire_script, call_on, wait_for, wait_until};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
-}
-
-/// The acquire script as the client sends it.
-fn acquire_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/ops.lua"),
-        include_str!("../src/scripts/acquire.lua")
-    ))
-}
-
-fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
-    let mut inv = script.prepare_invoke();
-    for part in ["h", "i", "s", "q"] {
-        inv.key(format!("redsem:{{{name}}}:{part}"));
-    }
-    inv
 }
 
 /// Queues waiter `id` (wait mode, no wake-up channel) for one permit with the given

@@ -411,3 +411,30 @@ pub fn keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
     found.dedup();
     found
 }
+
+/// The acquire script as the client sends it (common prelude, operations, acquire.lua).
+pub fn acquire_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/common.lua"),
+        include_str!("../../src/scripts/ops.lua"),
+        include_str!("../../src/scripts/acquire.lua")
+    ))
+}
+
+/// The batch script as the client sends it (common prelude, operations, batch.lua).
+pub fn batch_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/common.lua"),
+        include_str!("../../src/scripts/ops.lua"),
+        include_str!("../../src/scripts/batch.lua")
+    ))
+}
+
+/// A call of `script` on the four keys of semaphore `name`.
+pub fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    for part in ["h", "i", "s", "q"] {
+        inv.key(format!("redsem:{{{name}}}:{part}"));
+    }
+    inv
+}
