@@ -11,26 +11,24 @@
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the
 -- operations run one after the other exactly as separate calls would at the same
--- instant: they share one state, loaded once with every record they will need and
--- written once at the end, and read it through their predecessors' pending writes.
+-- instant: the plain ones on the fast path (batch_fast.lua), each writing at once; the
+-- rest share one state, loaded once (after the fast ones wrote) with every record they
+-- will need and written once at the end, and read it through their predecessors'
+-- pending writes.
 -- A batch sent twice (a resent command) is as safe as each of its operations sent
 -- twice.
 
-local ids = {}
-local k = 1
-while k <= #ARGV do
-    local tag = ARGV[k]
-    if tag ~= 'a' and tag ~= 'r' then return refuse('batch: unknown operation ' .. tostring(tag)) end
-    if not valid_id(ARGV[k + 1]) then return refuse('not a permit id') end
-    if tag == 'a' and (tonumber(ARGV[k + 2]) or 0) < 1 then return refuse('bad permit count') end
-    ids[#ids + 1] = ARGV[k + 1]
-    if tag == 'a' then k = k + 12 else k = k + 2 end
-end
-if #ids > 64 then return refuse('batch: more than 64 operations') end
-begin_batch(ids)
+-- batch_fast.lua ran the plain operations up to position k of ARGV (their replies
+-- are in `out`); the full logic runs the rest, in order, its state loaded after the
+-- fast operations wrote theirs.
 
-local out = {}
-k = 1
+local ids = {}
+local j = k
+while j <= #ARGV do
+    ids[#ids + 1] = ARGV[j + 1]
+    if ARGV[j] == 'a' then j = j + 12 else j = j + 2 end
+end
+begin_batch(ids)
 while k <= #ARGV do
     if ARGV[k] == 'a' then
         out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],

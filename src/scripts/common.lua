@@ -78,23 +78,8 @@
 -- waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look.
 
-local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local END_OF_TIME = 9000000000000000
-local MAX_SERVE = 64
-local MAX_PURGE = 512
-local t = redis.call('TIME')
-local t_s, t_us = tonumber(t[1]), tonumber(t[2])
-local now = t_s * 1000 + math.floor(t_us / 1000)
-local now_us = t_s * 1000000 + t_us
-
-local function int(x)
-    return string.format('%d', x)
-end
-
--- Whether `id` has the shape of a permit id (see Namespaces above).
-local function valid_id(id)
-    return type(id) == 'string' and #id == 36 and not string.find(id, '[^%x%-]')
-end
+-- The key names, the constants, the time (`now`, `now_us`), int() and valid_id() are
+-- defined by head.lua, which comes first in every script.
 
 -- Fails the script (before any write: callers check first) for a bad argument.
 local function refuse(what)

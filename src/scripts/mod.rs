@@ -1,9 +1,12 @@
 //! The Lua side of the protocol: one script per operation, each loaded through
 //! [`redis::Script`] (EVALSHA with the NOSCRIPT fallback), and the key layout they share.
 //!
-//! Every script is `common.lua` (key layout, invariants K1–K8, helpers), for the hot path
-//! then `ops.lua` (acquire and release as functions), followed by its own body; the
-//! invariants each part keeps are written at its top.
+//! Every script is `head.lua` (key names, the server's time), `common.lua` (key layout,
+//! invariants K1–K9, helpers), for the hot path then `ops.lua` (acquire and release as
+//! functions), followed by its own body; the invariants each part keeps are written at
+//! its top. The hot-path scripts (acquire, release, batch) carry the fast paths of
+//! `fast.lua` between `head.lua` and `common.lua`: a plain grant, "no" or release
+//! returns before the full logic is even set up.
 
 use std::sync::LazyLock;
 
@@ -11,15 +14,26 @@ use redis::Script;
 
 macro_rules! script {
     ($file:literal) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("common.lua"), include_str!($file))))
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("head.lua"),
+                include_str!("common.lua"),
+                include_str!($file)
+            ))
+        })
     };
 }
 
-/// A script whose body calls the hot-path operations of `ops.lua`.
+/// A script of the hot path: the fast paths (`fast.lua`), then `first` (which returns
+/// when its fast path answers), then the full logic of `common.lua` and `ops.lua` and
+/// the script's own body.
 macro_rules! script_with_ops {
-    ($file:literal) => {
+    ($first:expr, $file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("head.lua"),
+                include_str!("fast.lua"),
+                $first,
                 include_str!("common.lua"),
                 include_str!("ops.lua"),
                 include_str!($file)
@@ -29,11 +43,14 @@ macro_rules! script_with_ops {
 }
 
 /// Grants permits to a permit id, or answers when to try again.
-pub(crate) static ACQUIRE: LazyLock<Script> = script_with_ops!("acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    script_with_ops!(include_str!("acquire_fast.lua"), "acquire.lua");
 /// Frees the permits of a permit id.
-pub(crate) static RELEASE: LazyLock<Script> = script_with_ops!("release.lua");
+pub(crate) static RELEASE: LazyLock<Script> =
+    script_with_ops!(include_str!("release_fast.lua"), "release.lua");
 /// Several try-acquires and releases in one call (see `combine.rs`).
-pub(crate) static BATCH: LazyLock<Script> = script_with_ops!("batch.lua");
+pub(crate) static BATCH: LazyLock<Script> =
+    script_with_ops!(include_str!("batch_fast.lua"), "batch.lua");
 /// Renews the leases of a batch of permit ids.
 pub(crate) static REFRESH: LazyLock<Script> = script!("refresh.lua");
 /// Reads limit, permits in use and holders.
@@ -188,7 +205,7 @@ mod tests {
         ] {
             assert_eq!(s.get_hash().len(), 40);
         }
-        assert!(!include_str!("common.lua").starts_with("#!"));
+        assert!(!include_str!("head.lua").starts_with("#!"));
     }
 
     #[test]

@@ -412,18 +412,26 @@ pub fn keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
     found
 }
 
-/// The acquire script as the client sends it (common prelude, operations, acquire.lua).
+/// The acquire script as the client sends it (head, fast paths, common prelude,
+/// operations, acquire.lua).
 pub fn acquire_script() -> redis::Script {
     redis::Script::new(concat!(
+        include_str!("../../src/scripts/head.lua"),
+        include_str!("../../src/scripts/fast.lua"),
+        include_str!("../../src/scripts/acquire_fast.lua"),
         include_str!("../../src/scripts/common.lua"),
         include_str!("../../src/scripts/ops.lua"),
         include_str!("../../src/scripts/acquire.lua")
     ))
 }
 
-/// The batch script as the client sends it (common prelude, operations, batch.lua).
+/// The batch script as the client sends it (head, fast paths, common prelude,
+/// operations, batch.lua).
 pub fn batch_script() -> redis::Script {
     redis::Script::new(concat!(
+        include_str!("../../src/scripts/head.lua"),
+        include_str!("../../src/scripts/fast.lua"),
+        include_str!("../../src/scripts/batch_fast.lua"),
         include_str!("../../src/scripts/common.lua"),
         include_str!("../../src/scripts/ops.lua"),
         include_str!("../../src/scripts/batch.lua")

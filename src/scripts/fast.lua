@@ -1,0 +1,95 @@
+-- Fast paths of the hot operations: a plain grant of one permit, a plain "no" to a
+-- try, and a plain release, each with only the commands it needs. They run before
+-- common.lua's machinery is even set up; whenever anything is not plain (the keys
+-- missing or not agreeing, a waiter queued, an expired entry to purge, a repeated id,
+-- several permits at once) they answer nil and write nothing, and the full logic
+-- (common.lua, ops.lua) decides. Both give exactly the reply and the state the full
+-- logic would give in the same case, and keep the same invariants (common.lua).
+--
+-- Failure points: none after the first write. Every read that could meet a key of
+-- another type is a redis.pcall whose error means "not plain"; the first write of a
+-- grant (ZADD to h) is a pcall too, and the only error it can meet (h of another
+-- type) leaves nothing written; every later write is to a key whose type an earlier
+-- read or write has shown. Out of memory refuses only a script's first write.
+
+-- Grant one permit to `id`, or say "no" to a try; nil when not plain.
+-- Plain: the hash exists and has no record for `id`, nobody is queued ('qn' 0), no
+-- deadline has passed ('mind' ahead, so nothing needs a purge), and the four keys
+-- exist; for a grant also h, s and q of their types (anything else: the full logic
+-- repairs). A "no" writes nothing, so it needs no more than the keys to exist.
+-- Reply: op_acquire's {1, now, token, deadline, slot} or {0, now, retry, 0}.
+local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
+    if n ~= 1 or not lease or not pad or (cutoff > 0 and now >= cutoff) then return nil end
+    local v = redis.pcall('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'cl', id)
+    if v.err or not v[1] or v[8] or (tonumber(v[6]) or 0) ~= 0 then return nil end
+    local mind = tonumber(v[3]) or END_OF_TIME
+    local used = tonumber(v[2])
+    local limit = tonumber(v[5]) or tonumber(climit)
+    if now >= mind or not used or not limit or limit < 1 then return nil end
+    -- a key lost is repaired by the full logic at once; a key of another type is
+    -- found below before a grant writes, or when 'mind' passes (a purge)
+    if redis.call('EXISTS', H, S, Q) ~= 3 then return nil end
+    if used + 1 > limit then
+        if mode ~= 't' then return nil end
+        local retry = -1
+        if mind < END_OF_TIME then retry = mind - now end
+        return {0, now, retry, 0}
+    end
+    if redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+    -- exactly `used` bits are set (K2) and used < limit, so the lowest clear bit is a
+    -- slot below the limit (past the string's end when every bit in it is set)
+    local b = redis.pcall('BITPOS', S, '0')
+    if type(b) ~= 'number' then return nil end
+    local deadline = now + lease
+    local added = redis.pcall('ZADD', H, int(deadline), id)
+    if type(added) ~= 'number' then return nil end
+    local slot = int(b)
+    redis.call('SETBIT', S, slot, '1')
+    local token = math.max((tonumber(v[4]) or 0) + 1, now_us)
+    local f = {'used', int(used + 1), 'ctr', int(token),
+        id, '1|' .. int(token) .. '|' .. slot .. '|' .. int(now) .. '|' .. origin}
+    if deadline < mind then
+        f[#f + 1] = 'mind'
+        f[#f + 1] = int(deadline)
+    end
+    if v[7] ~= climit then
+        f[#f + 1] = 'cl'
+        f[#f + 1] = climit
+    end
+    if (tonumber(v[1]) or 0) < deadline then
+        local e = int(deadline + pad)
+        f[#f + 1] = 'exp'
+        f[#f + 1] = e
+        redis.call('PEXPIREAT', H, e)
+        redis.call('PEXPIREAT', I, e)
+        redis.call('PEXPIREAT', S, e)
+        redis.call('PEXPIREAT', Q, e)
+    end
+    redis.call('HSET', I, unpack(f))
+    return {1, now, token, deadline, b}
+end
+
+-- Release `id`; nil when not plain.
+-- Plain: the hash holds a record for `id`, nobody is queued (so nobody is served),
+-- h holds `id`, s exists and q is a zset.
+-- Reply: op_release's 1 (live) or 2 (its lease had ended).
+local function fast_release(id)
+    local v = redis.pcall('HMGET', I, 'used', 'qn', id)
+    if v.err or not v[3] or (tonumber(v[2]) or 0) ~= 0 or not tonumber(v[1]) then return nil end
+    local p, slots = string.match(v[3], '^(%d+)|%d+|([%d,]*)|')
+    if not p then return nil end
+    local dl = redis.pcall('ZSCORE', H, id)
+    if type(dl) ~= 'string' then return nil end
+    local len = redis.pcall('STRLEN', S)
+    if type(len) ~= 'number' or len == 0 or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+    for slot in string.gmatch(slots, '%d+') do
+        redis.call('SETBIT', S, slot, '0')
+    end
+    redis.call('ZREM', H, id)
+    redis.call('HDEL', I, id)
+    local used = tonumber(v[1]) - tonumber(p)
+    if used < 0 then used = 0 end
+    redis.call('HSET', I, 'used', int(used))
+    if tonumber(dl) > now then return 1 end
+    return 2
+end

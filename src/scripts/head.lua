@@ -1,0 +1,25 @@
+-- First part of every redis-semaphore script (before the fast path, if the script has
+-- one, and before common.lua): the key names, the limits of one call's work, the
+-- server's time read once (K7), and the two helpers the fast paths need. See
+-- common.lua for the key layout and the invariants.
+
+local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local END_OF_TIME = 9000000000000000
+local MAX_SERVE = 64
+local MAX_PURGE = 512
+local t = redis.call('TIME')
+local t_s, t_us = tonumber(t[1]), tonumber(t[2])
+local now = t_s * 1000 + math.floor(t_us / 1000)
+local now_us = t_s * 1000000 + t_us
+
+local function int(x)
+    return string.format('%d', x)
+end
+
+-- Whether `id` has the shape of a permit id (see Namespaces in common.lua). (An
+-- anchored pattern: measured about 3 µs cheaper per call than searching for a bad
+-- character.)
+local function valid_id(id)
+    return type(id) == 'string' and #id == 36 and string.find(id, '^[%x%-]+$') ~= nil
+end
+
