@@ -134,6 +134,15 @@
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).
 //!
+//! Each hot-path script (acquire, release, and the batch below) starts with a fast
+//! path that does only what a plain case needs: granting one permit while nobody
+//! queues and no lease has passed, saying "no" to a try, or releasing a permit nobody
+//! waits for. It reads the state with one `HMGET`, checks that the keys exist with
+//! their types before its first write, and answers before the rest of the script is
+//! even set up. Anything else (keys missing or not agreeing, a queue to serve, an
+//! expired holder to purge, a repeated id, several permits at once) falls through to
+//! the full logic, which decides exactly as it would alone.
+//!
 //! When several threads of one [`Client`] try-acquire or release on the same semaphore
 //! at the same moment, their operations share script calls: a thread that finds four
 //! calls of that semaphore in flight queues its operation, and the queued operations
