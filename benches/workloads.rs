@@ -2407,8 +2407,14 @@ fn w9(ctx: &mut Ctx) -> R<()> {
         p.release()?;
     }
     let idle = (used_memory(&mut ctx.admin)? - before) / count as f64;
-    let ttl_ms: i64 = redis::cmd("PTTL").arg("redsem:{w9:acct:0}:i").query(&mut ctx.admin)?;
-    let ttl = if ttl_ms >= 0 { ttl_ms as f64 / 1000.0 } else { 0.0 };
+    let ttl_ms: i64 = redis::cmd("PTTL")
+        .arg("redsem:{w9:acct:0}:i")
+        .query(&mut ctx.admin)?;
+    let ttl = if ttl_ms >= 0 {
+        ttl_ms as f64 / 1000.0
+    } else {
+        0.0
+    };
     ctx.row(
         "w9",
         &format!("Redis bytes / semaphore with one holder ({count} semaphores)"),
@@ -2416,7 +2422,13 @@ fn w9(ctx: &mut Ctx) -> R<()> {
         "≤ 300",
         Some(with_holder <= 300.0),
     );
-    ctx.row("w9", "keys / semaphore", format!("{keys_each:.1}"), "", None);
+    ctx.row(
+        "w9",
+        "keys / semaphore",
+        format!("{keys_each:.1}"),
+        "",
+        None,
+    );
     ctx.row(
         "w9",
         "Redis bytes / idle semaphore (just released)",
