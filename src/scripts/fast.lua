@@ -6,17 +6,15 @@
 -- (common.lua, ops.lua) decides. Both give exactly the reply and the state the full
 -- logic would give in the same case, and keep the same invariants (common.lua).
 --
--- Failure points: none after the first write. Every read that could meet a key of
--- another type is a redis.pcall whose error means "not plain"; the first write of a
--- grant (ZADD to h) is a pcall too, and the only error it can meet (h of another
--- type) leaves nothing written; every later write is to a key whose type an earlier
--- read or write has shown. Out of memory refuses only a script's first write.
+-- Failure points: none after the first write. Every key is read before anything is
+-- written, each read a redis.pcall whose error (a key of another type) means "not
+-- plain", so every write is to a key whose type a read has shown. Out of memory
+-- refuses only a script's first write.
 
 -- Grant one permit to `id`, or say "no" to a try; nil when not plain.
--- Plain: the hash exists and has no record for `id`, nobody is queued ('qn' 0), no
--- deadline has passed ('mind' ahead, so nothing needs a purge), and the four keys
--- exist; for a grant also h, s and q of their types (anything else: the full logic
--- repairs). A "no" writes nothing, so it needs no more than the keys to exist.
+-- Plain: the four keys exist with their types (anything else: the full logic
+-- repairs, also before a "no"), the hash has no record for `id`, nobody is queued
+-- ('qn' 0), and no deadline has passed ('mind' ahead, so nothing needs a purge).
 -- Reply: op_acquire's {1, now, token, deadline, slot} or {0, now, retry, 0}.
 local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     if n ~= 1 or not lease or not pad or (cutoff > 0 and now >= cutoff) then return nil end
@@ -26,23 +24,24 @@ local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     local used = tonumber(v[2])
     local limit = tonumber(v[5]) or tonumber(climit)
     if now >= mind or not used or not limit or limit < 1 then return nil end
-    -- a key lost is repaired by the full logic at once; a key of another type is
-    -- found below before a grant writes, or when 'mind' passes (a purge)
-    if redis.call('EXISTS', H, S, Q) ~= 3 then return nil end
+    -- the other three keys exist with their types (h and q hold the sentinel '~', s
+    -- is never empty), else the full logic repairs; after these reads no command
+    -- below can meet a key of another type
+    local hs, qs, len = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('STRLEN', S)
+    if type(hs) ~= 'string' or type(qs) ~= 'string' or type(len) ~= 'number' or len == 0 then
+        return nil
+    end
     if used + 1 > limit then
         if mode ~= 't' then return nil end
         local retry = -1
         if mind < END_OF_TIME then retry = mind - now end
         return {0, now, retry, 0}
     end
-    if redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
     -- exactly `used` bits are set (K2) and used < limit, so the lowest clear bit is a
     -- slot below the limit (past the string's end when every bit in it is set)
-    local b = redis.pcall('BITPOS', S, '0')
-    if type(b) ~= 'number' then return nil end
+    local b = redis.call('BITPOS', S, '0')
     local deadline = now + lease
-    local added = redis.pcall('ZADD', H, int(deadline), id)
-    if type(added) ~= 'number' then return nil end
+    redis.call('ZADD', H, int(deadline), id)
     local slot = int(b)
     redis.call('SETBIT', S, slot, '1')
     local token = math.max((tonumber(v[4]) or 0) + 1, now_us)

@@ -446,3 +446,25 @@ pub fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvoca
     }
     inv
 }
+
+/// The release script as the client sends it (head, fast paths, common prelude,
+/// operations, release.lua).
+pub fn release_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/head.lua"),
+        include_str!("../../src/scripts/fast.lua"),
+        include_str!("../../src/scripts/release_fast.lua"),
+        include_str!("../../src/scripts/common.lua"),
+        include_str!("../../src/scripts/ops.lua"),
+        include_str!("../../src/scripts/release.lua")
+    ))
+}
+
+/// The cancel script as the client sends it (head, common prelude, cancel.lua).
+pub fn cancel_script() -> redis::Script {
+    redis::Script::new(concat!(
+        include_str!("../../src/scripts/head.lua"),
+        include_str!("../../src/scripts/common.lua"),
+        include_str!("../../src/scripts/cancel.lua")
+    ))
+}
