@@ -1,0 +1,1402 @@
+//! Model-based property test of the leased semaphore's Lua scripts (issue #11), against
+//! a real Redis.
+//!
+//! Random sequences of operations run against a private `redis-server` and, step by
+//! step, against [`Model`], a small Rust model of what the scripts promise. After every
+//! step the test reads the four keys of the semaphore directly (`TYPE`, `PTTL`,
+//! `HGETALL`, `ZRANGE`, `GET`) and checks:
+//!
+//! - the invariants of `src/scripts/common.lua`: every key exists with its type and a
+//!   TTL, or none exists (K1); `used` = the permits of the holder records = the 1 bits
+//!   of the slot bitmap, and the bits are exactly the holders' slots, so no slot is
+//!   booked twice (K2); `mind` is at most every deadline and `exp` at least every
+//!   deadline (K1, K3); `qn` = the waiters in the queue = the waiter records = the `w:`
+//!   members (K4); no step raises `used` above the limit in force (K5: a lowered limit
+//!   may leave `used` above it, but then it never grows); fencing tokens strictly
+//!   increase over the whole run, in grant order, and `ctr` is the last one;
+//! - that Redis agrees with the model: the same holders (permits, token, slots, expired
+//!   or not), the same waiters in the same order, the same stored limit, and every
+//!   reply (granted with exactly the slots the model predicts, busy, refused, released,
+//!   released late, not held, lost) is the one the model predicts.
+//!
+//! Operations: `try_acquire_many`, `acquire_many_timeout` (which queues, times out and
+//! cancels), `Permit::release` and `Permit::refresh`, `set_limit` (0, lowering,
+//! raising), `force_release` with any string (state fields, `~`, `w:` members, random
+//! text, random uuid-shaped ids, ids of live and of released permits: a repeated
+//! release), the acquire script called directly with a few fixed ids (so the same id
+//! acquires again, and waiters that nobody renews are queued: the queue, fairness and
+//! serving are exercised), the cancel script, `status`/`holders`, a lease or a waiter's
+//! heartbeat that ends (the deadline in the `h` zset is rewritten to the past with
+//! `ZADD XX` and `mind` set to 0, as if time had passed: no sleeping), and a key
+//! deleted or replaced by another type (the next script repairs: it keeps `ctr`,
+//! `limit` and `cl` while the hash is readable and drops every holder and waiter).
+//!
+//! Not modelled: real time (leases are 60 s, nothing ends by itself during a case;
+//! the 1 s retention of keys rebuilt without their hash is tolerated when they
+//! vanish), concurrency (one thread; waits last 10 ms and cancel themselves), batches of
+//! several operations, the wake-up messages, the client limit `cl`, `qseq`, and the
+//! exact deadlines (only whether each has passed). Fencing tokens: within a semaphore
+//! they increase because of `ctr`; when the hash is lost `ctr` is lost with it, and the
+//! tokens still increase only because a token is never below the server's `TIME` in
+//! microseconds (`max(ctr + 1, now_us)`), which the test checks as well.
+//!
+//! `REDSEM_MODEL_CASES` sets the number of cases (default 256) and `REDSEM_MODEL_STEPS`
+//! the most steps per case (default 40). Failing cases are kept in
+//! `proptest-regressions/model.txt` and replayed first; the minimal ones found so far
+//! are also plain tests at the end of this file.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use redis_semaphore::{Client, Error, MAX_LIMIT, Permit, Semaphore};
+use support::RedisServer;
+
+const LEASE_MS: u64 = 60_000;
+/// What `~` is scored with in h and q.
+const END_OF_TIME: i64 = 9_000_000_000_000_000;
+/// How long a failing `acquire_many_timeout` waits.
+const WAIT: Duration = Duration::from_millis(10);
+/// A deadline long past, for a lease or heartbeat that ended.
+const PAST_MS: i64 = 1;
+
+// ---------------------------------------------------------------------------------
+// Operations
+
+/// What an id-taking operation names.
+#[derive(Debug, Clone)]
+enum Target {
+    /// One of the ids seen in this case (the fixed direct ids first, then every
+    /// permit granted through the API, released or not), by index modulo their number.
+    Known(usize),
+    /// Any text: state fields, `~`, `w:` members, random text, uuid-shaped ids.
+    Text(String),
+}
+
+/// How a key is damaged.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    /// `DEL`.
+    Delete,
+    /// Replaced by another type: a string (a list for the bitmap, which is a string).
+    Replace,
+    /// Replaced by a list.
+    List,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// `try_acquire_many(n)`.
+    Try(u32),
+    /// `acquire_many_timeout(n, 10 ms)`.
+    Acquire(u32),
+    /// `Permit::release` of the k-th permit held by the test.
+    Release(usize),
+    /// `Permit::refresh` of the k-th permit held by the test.
+    Refresh(usize),
+    /// `force_release` (and, for text that is no permit id, the release script called
+    /// directly, which must refuse it too).
+    ForceRelease(Target),
+    /// `set_limit(n)`.
+    SetLimit(u32),
+    /// The lease of a known id (`permit`: of a permit the test holds) ends.
+    Expire { k: usize, permit: bool },
+    /// The heartbeat of direct waiter k ends.
+    ExpireWaiter(usize),
+    /// Key k (h, i, s, q) is damaged.
+    Tamper(usize, Damage),
+    /// The acquire script called directly for fixed id `who` (mode 'w' queues it, with
+    /// a heartbeat of a minute and nobody renewing it).
+    Direct { who: usize, n: u32, wait: bool },
+    /// The cancel script called directly for fixed id `who`.
+    Cancel(usize),
+    /// `status()` and `holders()`.
+    Inspect,
+}
+
+/// The fixed ids of the direct calls.
+const DIRECT_IDS: usize = 4;
+
+fn direct_id(k: usize) -> String {
+    format!("00000000-0000-4000-8000-{:012}", k % DIRECT_IDS)
+}
+
+fn text_strategy() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "limit", "used", "ctr", "exp", "mind", "qn", "qseq", "cl", "~", "", "w:", "w:~",
+        ])
+        .prop_map(str::to_owned),
+        (0..DIRECT_IDS).prop_map(|k| format!("w:{}", direct_id(k))),
+        "\\PC{0,40}",
+        "[0-9a-fA-F-]{36}",
+        "[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+        "[0-9a-f-]{35}|[0-9a-f-]{37}",
+    ]
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let damage = prop_oneof![
+        Just(Damage::Delete),
+        Just(Damage::Replace),
+        Just(Damage::List)
+    ];
+    prop_oneof![
+        6 => (0u32..=5).prop_map(Op::Try),
+        3 => (0u32..=5).prop_map(Op::Acquire),
+        5 => any::<usize>().prop_map(Op::Release),
+        2 => any::<usize>().prop_map(Op::Refresh),
+        2 => any::<usize>().prop_map(|k| Op::ForceRelease(Target::Known(k))),
+        2 => text_strategy().prop_map(|t| Op::ForceRelease(Target::Text(t))),
+        3 => prop_oneof![1 => Just(0u32), 8 => 1u32..=5, 1 => Just(MAX_LIMIT + 1)]
+            .prop_map(Op::SetLimit),
+        3 => (any::<usize>(), any::<bool>()).prop_map(|(k, permit)| Op::Expire { k, permit }),
+        1 => (0..DIRECT_IDS).prop_map(Op::ExpireWaiter),
+        1 => (0usize..4, damage).prop_map(|(k, d)| Op::Tamper(k, d)),
+        5 => (0..DIRECT_IDS, 0u32..=5, any::<bool>())
+            .prop_map(|(who, n, wait)| Op::Direct { who, n, wait }),
+        1 => (0..DIRECT_IDS).prop_map(Op::Cancel),
+        2 => Just(Op::Inspect),
+    ]
+}
+
+/// One case: the client's limit, fairness, and the operations.
+fn case_strategy(max_steps: usize) -> impl Strategy<Value = (u32, bool, Vec<Op>)> {
+    (
+        1u32..=4,
+        any::<bool>(),
+        prop::collection::vec(op_strategy(), 1..=max_steps),
+    )
+}
+
+// ---------------------------------------------------------------------------------
+// The model
+
+/// How often each path of the scripts was taken over the run (for the coverage check).
+static SEEN: Mutex<BTreeMap<&'static str, usize>> = Mutex::new(BTreeMap::new());
+
+fn seen(what: &'static str) {
+    *SEEN.lock().unwrap().entry(what).or_default() += 1;
+}
+
+/// What the model knows of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Absent,
+    Right,
+    Wrong,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MHolder {
+    permits: u32,
+    /// Known from a reply, or read from Redis after the step (a waiter served by a
+    /// script).
+    token: Option<u64>,
+    slots: Vec<u32>,
+    /// Its lease ended (rewritten to the past); still booked until purged.
+    expired: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MWaiter {
+    id: String,
+    permits: u32,
+    /// The limit in force when it queued (used when no limit is stored).
+    limit: u32,
+    expired: bool,
+}
+
+/// A reply of the acquire script, as the model predicts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Acq {
+    /// Granted now, or granted before to the same id: permits... slots.
+    Granted { slots: Vec<u32>, token: Option<u64> },
+    /// Not now.
+    Busy,
+    /// More than the limit in force.
+    Refused(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    /// The limit every client of the case passes.
+    climit: u32,
+    fair: bool,
+    /// h, i, s, q.
+    keys: [Key; 4],
+    stored: Option<u32>,
+    holders: BTreeMap<String, MHolder>,
+    queue: VecDeque<MWaiter>,
+    /// The `ctr` field: the last token granted (0 on a fresh hash).
+    ctr: u64,
+    /// The keys were rebuilt without their hash: they are kept 1 s only, until a grant,
+    /// a queued waiter, a refresh or a set_limit extends them.
+    short_exp: bool,
+    /// Ids granted during the current step, in grant order.
+    step_grants: Vec<String>,
+}
+
+impl Model {
+    fn new(climit: u32, fair: bool) -> Model {
+        Model {
+            climit,
+            fair,
+            keys: [Key::Absent; 4],
+            stored: None,
+            holders: BTreeMap::new(),
+            queue: VecDeque::new(),
+            ctr: 0,
+            short_exp: false,
+            step_grants: Vec::new(),
+        }
+    }
+
+    fn exists(&self) -> bool {
+        self.keys.iter().all(|k| *k == Key::Right)
+    }
+
+    fn damaged(&self) -> bool {
+        let present = self.keys.iter().filter(|k| **k != Key::Absent).count();
+        let right = self.keys.iter().filter(|k| **k == Key::Right).count();
+        !(present == 0 || right == 4)
+    }
+
+    /// The permits booked: live and expired-but-not-purged holders (the `used` field).
+    fn used(&self) -> u32 {
+        self.holders.values().map(|h| h.permits).sum()
+    }
+
+    /// All keys gone: a fresh semaphore.
+    fn forget(&mut self) {
+        self.keys = [Key::Absent; 4];
+        self.holders.clear();
+        self.queue.clear();
+        self.stored = None;
+        self.ctr = 0;
+        self.short_exp = false;
+    }
+
+    /// check_keys(): the repair of partial loss, at the start of every script that
+    /// loads the state.
+    fn load(&mut self) {
+        if !self.damaged() {
+            return;
+        }
+        let info_is_hash = self.keys[1] == Key::Right;
+        seen(if info_is_hash {
+            "repair keeping the hash"
+        } else {
+            "repair without the hash"
+        });
+        if !self.holders.is_empty() {
+            seen("repair dropping holders");
+        }
+        self.holders.clear();
+        self.queue.clear();
+        if !info_is_hash {
+            self.stored = None;
+            self.ctr = 0;
+            self.short_exp = true;
+        }
+        self.keys = [Key::Right; 4];
+    }
+
+    fn init(&mut self) {
+        if !self.exists() {
+            self.keys = [Key::Right; 4];
+        }
+    }
+
+    fn purge(&mut self) {
+        if !self.exists() {
+            return;
+        }
+        let before = (self.holders.len(), self.queue.len());
+        self.holders.retain(|_, h| !h.expired);
+        self.queue.retain(|w| !w.expired);
+        if before.0 > self.holders.len() {
+            seen("purge of a holder");
+        }
+        if before.1 > self.queue.len() {
+            seen("purge of a waiter");
+        }
+    }
+
+    fn grant(&mut self, id: &str, n: u32) -> Vec<u32> {
+        let taken: BTreeSet<u32> = self
+            .holders
+            .values()
+            .flat_map(|h| h.slots.iter().copied())
+            .collect();
+        let slots: Vec<u32> = (0..)
+            .filter(|s| !taken.contains(s))
+            .take(n as usize)
+            .collect();
+        self.holders.insert(
+            id.to_owned(),
+            MHolder {
+                permits: n,
+                token: None,
+                slots: slots.clone(),
+                expired: false,
+            },
+        );
+        self.step_grants.push(id.to_owned());
+        self.short_exp = false;
+        slots
+    }
+
+    /// serve(): grants to the head of the queue while it fits; drops a head above the
+    /// limit. Returns the ids served.
+    fn serve(&mut self) -> Vec<String> {
+        let mut served = Vec::new();
+        while let Some(head) = self.queue.front().cloned() {
+            let limit = self.stored.unwrap_or(head.limit);
+            if head.permits > limit {
+                seen("head above the limit dropped");
+                self.queue.pop_front();
+            } else if self.used() + head.permits > limit {
+                break;
+            } else {
+                seen("waiter served");
+                self.queue.pop_front();
+                self.grant(&head.id, head.permits);
+                served.push(head.id);
+            }
+        }
+        served
+    }
+
+    fn existing(&self, id: &str) -> Option<Acq> {
+        self.holders
+            .get(id)
+            .filter(|h| !h.expired)
+            .map(|h| Acq::Granted {
+                slots: h.slots.clone(),
+                token: h.token,
+            })
+    }
+
+    fn granted(&self, id: &str) -> Acq {
+        let h = &self.holders[id];
+        Acq::Granted {
+            slots: h.slots.clone(),
+            token: h.token,
+        }
+    }
+
+    /// op_acquire (ops.lua), for a caller whose limit is `climit`.
+    fn acquire(&mut self, id: &str, n: u32, wait: bool) -> Acq {
+        self.load();
+        let limit = self.stored.unwrap_or(self.climit);
+        if let Some(g) = self.existing(id) {
+            seen("repeated acquire");
+            return g;
+        }
+        if n > limit {
+            seen("acquire above the limit");
+            if let Some(k) = self.queue.iter().position(|w| w.id == id) {
+                self.queue.remove(k);
+                self.serve();
+            }
+            return Acq::Refused(limit);
+        }
+        self.purge();
+        if !self.queue.is_empty() && self.serve().iter().any(|s| s == id) {
+            return self.granted(id);
+        }
+        let queued = self.queue.iter().position(|w| w.id == id);
+        if self.used() + n <= limit && (self.queue.is_empty() || !self.fair) {
+            self.init();
+            if let Some(k) = queued {
+                self.queue.remove(k);
+            }
+            if self.used() + n == limit {
+                seen("grant up to the limit");
+            }
+            seen("grant");
+            self.grant(id, n);
+            return self.granted(id);
+        }
+        if self.used() + n <= limit {
+            seen("held back by a fair queue");
+        }
+        if self.used() > limit {
+            seen("busy over a lowered limit");
+        }
+        if !wait {
+            seen("busy");
+            return Acq::Busy;
+        }
+        self.init();
+        if queued.is_none() {
+            seen("queued");
+            self.queue.push_back(MWaiter {
+                id: id.to_owned(),
+                permits: n,
+                limit,
+                expired: false,
+            });
+        }
+        Acq::Busy
+    }
+
+    /// op_release: 0 not held, 1 released, 2 released after its lease ended.
+    fn release(&mut self, id: &str) -> i64 {
+        self.load();
+        let Some(h) = self.holders.remove(id) else {
+            seen("release of what is not held");
+            return 0;
+        };
+        seen(if h.expired {
+            "release after the lease"
+        } else {
+            "release"
+        });
+        if !self.queue.is_empty() {
+            self.purge();
+            self.serve();
+        }
+        if h.expired { 2 } else { 1 }
+    }
+
+    /// cancel.lua: the grant when the waiter had been granted, else None.
+    fn cancel(&mut self, id: &str) -> Option<Acq> {
+        self.load();
+        if let Some(g) = self.existing(id) {
+            return Some(g);
+        }
+        if let Some(k) = self.queue.iter().position(|w| w.id == id) {
+            self.queue.remove(k);
+        }
+        self.purge();
+        self.serve();
+        None
+    }
+
+    fn set_limit(&mut self, n: u32) {
+        self.load();
+        self.init();
+        self.stored = Some(n);
+        self.short_exp = false;
+        self.purge();
+        self.serve();
+    }
+
+    /// inspect.lua: (limit, used, queued, stored, exists).
+    fn inspect(&mut self) -> (u32, u32, u32, Option<u32>, bool) {
+        self.load();
+        self.purge();
+        if !self.queue.is_empty() {
+            self.serve();
+        }
+        (
+            self.stored.unwrap_or(self.climit),
+            self.used(),
+            self.queue.len() as u32,
+            self.stored,
+            self.exists(),
+        )
+    }
+
+    /// refresh.lua for one permit id: whether it was renewed.
+    fn refresh(&mut self, id: &str) -> bool {
+        self.load();
+        if !self.exists() {
+            return false;
+        }
+        self.purge();
+        if !self.queue.is_empty() {
+            self.serve();
+        }
+        self.short_exp = false;
+        let renewed = self.holders.contains_key(id);
+        seen(if renewed {
+            "renewed"
+        } else {
+            "refresh of a lost permit"
+        });
+        renewed
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Redis side
+
+fn key(name: &str, k: usize) -> String {
+    format!("redsem:{{{name}}}:{}", ["h", "i", "s", "q"][k])
+}
+
+fn script(body: &'static str, ops: bool) -> redis::Script {
+    let common = include_str!("../src/scripts/common.lua");
+    let ops_lua = include_str!("../src/scripts/ops.lua");
+    redis::Script::new(&if ops {
+        format!("{common}{ops_lua}{body}")
+    } else {
+        format!("{common}{body}")
+    })
+}
+
+struct Scripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    cancel: redis::Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            acquire: script(include_str!("../src/scripts/acquire.lua"), true),
+            release: script(include_str!("../src/scripts/release.lua"), true),
+            cancel: script(include_str!("../src/scripts/cancel.lua"), false),
+        }
+    }
+}
+
+fn invoke<'a>(s: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
+    let mut inv = s.prepare_invoke();
+    for k in 0..4 {
+        inv.key(key(name, k));
+    }
+    inv
+}
+
+/// The state of the four keys, read in one MULTI.
+struct Raw {
+    now_ms: i64,
+    now_us: i64,
+    types: [String; 4],
+    pttl: [i64; 4],
+}
+
+fn read_raw(conn: &mut redis::Connection, name: &str) -> Raw {
+    let mut p = redis::pipe();
+    p.atomic().cmd("TIME");
+    for k in 0..4 {
+        p.cmd("TYPE").arg(key(name, k));
+    }
+    for k in 0..4 {
+        p.cmd("PTTL").arg(key(name, k));
+    }
+    #[allow(clippy::type_complexity)]
+    let (time, t0, t1, t2, t3, p0, p1, p2, p3): (
+        (i64, i64),
+        String,
+        String,
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = p.query(conn).expect("read types");
+    Raw {
+        now_ms: time.0 * 1000 + time.1 / 1000,
+        now_us: time.0 * 1_000_000 + time.1,
+        types: [t0, t1, t2, t3],
+        pttl: [p0, p1, p2, p3],
+    }
+}
+
+/// The contents of the four keys, read in one MULTI (all of the right type).
+struct Contents {
+    info: HashMap<String, String>,
+    h: Vec<(String, i64)>,
+    q: Vec<(String, i64)>,
+    bits: BTreeSet<u32>,
+}
+
+fn pairs(flat: Vec<String>) -> Vec<(String, i64)> {
+    flat.chunks(2)
+        .map(|c| {
+            let score: f64 = c[1].parse().expect("a score");
+            (c[0].clone(), score as i64)
+        })
+        .collect()
+}
+
+fn read_contents(conn: &mut redis::Connection, name: &str) -> Contents {
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("HGETALL")
+        .arg(key(name, 1))
+        .cmd("ZRANGE")
+        .arg(key(name, 0))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("ZRANGE")
+        .arg(key(name, 3))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("GET")
+        .arg(key(name, 2));
+    let (info, h, q, s): (HashMap<String, String>, Vec<String>, Vec<String>, Vec<u8>) =
+        p.query(conn).expect("read contents");
+    let mut bits = BTreeSet::new();
+    for (byte, b) in s.iter().enumerate() {
+        for bit in 0..8 {
+            if b & (0x80 >> bit) != 0 {
+                bits.insert((byte * 8 + bit) as u32);
+            }
+        }
+    }
+    Contents {
+        info,
+        h: pairs(h),
+        q: pairs(q),
+        bits,
+    }
+}
+
+fn num<T: std::str::FromStr>(s: &str, what: &str) -> T {
+    s.parse()
+        .unwrap_or_else(|_| panic!("{what}: not a number: {s:?}"))
+}
+
+/// "permits|token|slot,slot|acquired|pid|host|label" -> (permits, token, slots).
+fn parse_holder(rec: &str) -> (u32, u64, Vec<u32>) {
+    let f: Vec<&str> = rec.split('|').collect();
+    assert!(f.len() >= 6, "holder record {rec:?}");
+    let slots = if f[2].is_empty() {
+        Vec::new()
+    } else {
+        f[2].split(',').map(|s| num(s, "slot")).collect()
+    };
+    (num(f[0], "permits"), num(f[1], "token"), slots)
+}
+
+const STATE_FIELDS: [&str; 8] = ["used", "ctr", "limit", "exp", "mind", "qn", "qseq", "cl"];
+const TYPES: [&str; 4] = ["zset", "hash", "string", "zset"];
+
+// ---------------------------------------------------------------------------------
+// One case
+
+struct Run<'a> {
+    conn: &'a mut redis::Connection,
+    scripts: &'a Scripts,
+    sem: Semaphore,
+    name: String,
+    model: Model,
+    /// Permits granted through the API and not yet released by the test.
+    permits: Vec<Permit>,
+    /// The direct ids, then every id granted through the API.
+    known: Vec<String>,
+    /// The highest token seen in this case.
+    last_token: u64,
+    log: Vec<String>,
+}
+
+impl Run<'_> {
+    fn note(&mut self, s: String) {
+        self.log.push(s);
+    }
+
+    fn check_acq(&mut self, what: &str, want: &Acq, got: &Acq) {
+        let same = match (want, got) {
+            (
+                Acq::Granted {
+                    slots: a,
+                    token: ta,
+                },
+                Acq::Granted {
+                    slots: b,
+                    token: tb,
+                },
+            ) => a == b && (ta.is_none() || ta == tb),
+            (a, b) => a == b,
+        };
+        assert!(
+            same,
+            "{what}: the model says {want:?}, Redis {got:?}\nlog:\n{}",
+            self.log.join("\n")
+        );
+    }
+
+    /// Records the token of a grant the test saw in a reply.
+    fn set_token(&mut self, id: &str, token: u64) {
+        let h = self
+            .model
+            .holders
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("granted {id} is not in the model"));
+        match h.token {
+            Some(t) => assert_eq!(t, token, "the same grant's token changed ({id})"),
+            None => h.token = Some(token),
+        }
+    }
+
+    fn step(&mut self, op: &Op) {
+        self.model.step_grants.clear();
+        let used_before = self.model.used();
+        // keys rebuilt without their hash last a second unless extended: they may be
+        // gone (the model then has nothing but its counter to lose)
+        if self.model.short_exp && self.model.exists() {
+            let left: i64 = redis::cmd("EXISTS")
+                .arg(key(&self.name, 1))
+                .query(self.conn)
+                .unwrap();
+            if left == 0 {
+                self.note("(the keys rebuilt without their hash expired)".into());
+                seen("keys rebuilt without their hash expired");
+                self.model.forget();
+            }
+        }
+        self.note(format!("{op:?}"));
+        match op {
+            Op::Try(n) => self.try_acquire(*n),
+            Op::Acquire(n) => self.acquire(*n),
+            Op::Release(k) => self.release(*k),
+            Op::Refresh(k) => self.refresh(*k),
+            Op::ForceRelease(t) => self.force_release(t),
+            Op::SetLimit(n) => self.set_limit(*n),
+            Op::Expire { k, permit } => {
+                let id = if *permit && !self.permits.is_empty() {
+                    self.permits[k % self.permits.len()].id().to_owned()
+                } else {
+                    self.known[k % self.known.len()].clone()
+                };
+                self.expire(&id, false);
+            }
+            Op::ExpireWaiter(k) => self.expire(&direct_id(*k), true),
+            Op::Tamper(k, d) => self.tamper(*k, *d),
+            Op::Direct { who, n, wait } => self.direct(&direct_id(*who), *n, *wait),
+            Op::Cancel(who) => self.cancel(&direct_id(*who)),
+            Op::Inspect => self.inspect(),
+        }
+        self.check(used_before);
+    }
+
+    fn try_acquire(&mut self, n: u32) {
+        let r = self.sem.try_acquire_many(n);
+        if n == 0 {
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+            return;
+        }
+        if n > self.model.climit {
+            assert!(matches!(r, Err(Error::PermitsExceedLimit { .. })), "{r:?}");
+            return;
+        }
+        let placeholder = "model:try";
+        let want = self.model.acquire(placeholder, n, false);
+        self.api_outcome("try_acquire_many", placeholder, n, want, r);
+    }
+
+    fn acquire(&mut self, n: u32) {
+        let r = self.sem.acquire_many_timeout(n, WAIT);
+        if n == 0 {
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+            return;
+        }
+        if n > self.model.climit {
+            assert!(matches!(r, Err(Error::PermitsExceedLimit { .. })), "{r:?}");
+            return;
+        }
+        // one try, then (not granted) one look that queues it, then the cancel at
+        // the timeout; the look and the cancel change nothing the model compares
+        let placeholder = "model:acquire";
+        let mut want = self.model.acquire(placeholder, n, false);
+        if want == Acq::Busy {
+            let look = self.model.acquire(placeholder, n, true);
+            assert_eq!(look, Acq::Busy, "nothing changed since the try");
+            let cancelled = self.model.cancel(placeholder);
+            assert_eq!(cancelled, None, "nothing was granted since the look");
+        } else if let Acq::Refused(_) = want {
+        } else {
+            want = self.model.granted(placeholder);
+        }
+        self.api_outcome("acquire_many_timeout", placeholder, n, want, r);
+    }
+
+    /// Compares what a try or an acquire returned with the model, and renames the
+    /// model's placeholder to the permit's id.
+    fn api_outcome(
+        &mut self,
+        what: &str,
+        placeholder: &str,
+        n: u32,
+        want: Acq,
+        r: redis_semaphore::Result<Option<Permit>>,
+    ) {
+        let got = match &r {
+            Ok(Some(p)) => Acq::Granted {
+                slots: p.slots().to_vec(),
+                token: Some(p.token()),
+            },
+            Ok(None) => Acq::Busy,
+            Err(Error::PermitsExceedLimit {
+                requested, limit, ..
+            }) => {
+                assert_eq!(*requested, n);
+                Acq::Refused(*limit)
+            }
+            Err(e) => panic!("{what}({n}): {e}"),
+        };
+        self.check_acq(&format!("{what}({n})"), &want, &got);
+        if let Ok(Some(p)) = r {
+            assert_eq!(p.permits(), n);
+            let h = self.model.holders.remove(placeholder).expect("the grant");
+            let id = p.id().to_owned();
+            self.model.holders.insert(id.clone(), h);
+            for g in &mut self.model.step_grants {
+                if g == placeholder {
+                    *g = id.clone();
+                }
+            }
+            self.set_token(&id, p.token());
+            self.note(format!("  granted {id} slots {:?}", p.slots()));
+            self.known.push(id);
+            self.permits.push(p);
+        }
+    }
+
+    fn release(&mut self, k: usize) {
+        if self.permits.is_empty() {
+            return;
+        }
+        let p = self.permits.remove(k % self.permits.len());
+        let id = p.id().to_owned();
+        let want = self.model.release(&id);
+        let r = p.release();
+        let got = match &r {
+            Ok(()) => 1,
+            Err(Error::LeaseExpired { .. }) => 2,
+            Err(Error::PermitLost { .. }) => 0,
+            Err(e) => panic!("release: {e}"),
+        };
+        assert_eq!(got, want, "release of {id}: {r:?}");
+    }
+
+    fn refresh(&mut self, k: usize) {
+        if self.permits.is_empty() {
+            return;
+        }
+        let p = &self.permits[k % self.permits.len()];
+        let id = p.id().to_owned();
+        let lost_before = p.is_lost();
+        let r = p.refresh();
+        if lost_before {
+            // known lost: refused on the client, no call
+            assert!(matches!(r, Err(Error::PermitLost { .. })), "{r:?}");
+            return;
+        }
+        let want = self.model.refresh(&id);
+        match r {
+            Ok(()) => assert!(want, "refresh of {id} renewed a permit the model lost"),
+            Err(Error::PermitLost { .. }) => {
+                assert!(!want, "refresh of {id}: lost, the model holds it");
+                assert!(self.permits[k % self.permits.len()].is_lost());
+            }
+            Err(e) => panic!("refresh: {e}"),
+        }
+    }
+
+    fn force_release(&mut self, t: &Target) {
+        let id = match t {
+            Target::Known(k) => self.known[k % self.known.len()].clone(),
+            Target::Text(s) => s.clone(),
+        };
+        let is_id = id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let r = self.sem.force_release(&id);
+        if !is_id {
+            assert!(
+                matches!(r, Err(Error::InvalidArgument(_))),
+                "force_release({id:?}): {r:?}"
+            );
+            // the script refuses it too, before anything is written
+            let direct: redis::RedisResult<i64> = invoke(&self.scripts.release, &self.name)
+                .arg(&id)
+                .invoke(self.conn);
+            assert!(direct.is_err(), "release script took {id:?}: {direct:?}");
+            return;
+        }
+        let want = self.model.release(&id) != 0;
+        match r {
+            Ok(got) => assert_eq!(got, want, "force_release({id:?})"),
+            Err(e) => panic!("force_release({id:?}): {e}"),
+        }
+    }
+
+    fn set_limit(&mut self, n: u32) {
+        let r = self.sem.set_limit(n);
+        if n == 0 || n > MAX_LIMIT {
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+            return;
+        }
+        r.unwrap();
+        self.model.set_limit(n);
+    }
+
+    fn expire(&mut self, id: &str, waiter: bool) {
+        // only on intact keys: HSET would create the hash otherwise
+        if !self.model.exists() || self.model.short_exp {
+            return;
+        }
+        let member = if waiter {
+            format!("w:{id}")
+        } else {
+            id.to_owned()
+        };
+        let changed: i64 = redis::cmd("ZADD")
+            .arg(key(&self.name, 0))
+            .arg("XX")
+            .arg("CH")
+            .arg(PAST_MS)
+            .arg(&member)
+            .query(self.conn)
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(key(&self.name, 1))
+            .arg("mind")
+            .arg(0)
+            .exec(self.conn)
+            .unwrap();
+        let in_model = if waiter {
+            match self.model.queue.iter_mut().find(|w| w.id == id) {
+                Some(w) => {
+                    let was = w.expired;
+                    w.expired = true;
+                    Some(was)
+                }
+                None => None,
+            }
+        } else {
+            self.model.holders.get_mut(id).map(|h| {
+                let was = h.expired;
+                h.expired = true;
+                was
+            })
+        };
+        // ZADD CH counts a changed score: 1 for a member ended now, 0 for one ended
+        // before (same score) or absent
+        let want = i64::from(in_model == Some(false));
+        assert_eq!(changed, want, "ZADD XX of {member}: model {in_model:?}");
+    }
+
+    fn tamper(&mut self, k: usize, d: Damage) {
+        let name = key(&self.name, k);
+        redis::cmd("DEL").arg(&name).exec(self.conn).unwrap();
+        let list = matches!(d, Damage::List) || (matches!(d, Damage::Replace) && k == 2);
+        match d {
+            Damage::Delete => self.model.keys[k] = Key::Absent,
+            Damage::Replace | Damage::List => {
+                if list {
+                    redis::cmd("RPUSH")
+                        .arg(&name)
+                        .arg("x")
+                        .exec(self.conn)
+                        .unwrap();
+                } else {
+                    redis::cmd("SET")
+                        .arg(&name)
+                        .arg("x")
+                        .exec(self.conn)
+                        .unwrap();
+                }
+                self.model.keys[k] = Key::Wrong;
+            }
+        }
+        if self.model.keys.iter().all(|k| *k == Key::Absent) {
+            self.model.forget();
+        }
+    }
+
+    fn direct(&mut self, id: &str, n: u32, wait: bool) {
+        // the acquire script called directly (no wake-up channel, no cutoff), with a
+        // lease and a heartbeat of a minute
+        let r: redis::RedisResult<Vec<i64>> = invoke(&self.scripts.acquire, &self.name)
+            .arg(id)
+            .arg(n)
+            .arg(self.model.climit)
+            .arg(LEASE_MS)
+            .arg(1000)
+            .arg(LEASE_MS)
+            .arg("1|model|")
+            .arg(if wait { "w" } else { "t" })
+            .arg(if self.model.fair { "1" } else { "0" })
+            .arg("")
+            .arg("0")
+            .invoke(self.conn);
+        if n == 0 {
+            assert!(r.is_err(), "the acquire script took 0 permits: {r:?}");
+            return;
+        }
+        let reply = r.expect("acquire script");
+        let want = self.model.acquire(id, n, wait);
+        let got = match reply.as_slice() {
+            [1, _now, token, _deadline, slots @ ..] => {
+                let token = u64::try_from(*token).expect("token");
+                Acq::Granted {
+                    slots: slots.iter().map(|&s| s as u32).collect(),
+                    token: Some(token),
+                }
+            }
+            [0, _now, _retry, _head] => Acq::Busy,
+            [-1, _now, limit] => Acq::Refused(*limit as u32),
+            other => panic!("acquire reply {other:?}"),
+        };
+        self.check_acq(
+            &format!("direct acquire {id} n={n} wait={wait}"),
+            &want,
+            &got,
+        );
+        if let Acq::Granted { token: Some(t), .. } = got {
+            self.set_token(id, t);
+        }
+    }
+
+    fn cancel(&mut self, id: &str) {
+        let reply: Vec<i64> = invoke(&self.scripts.cancel, &self.name)
+            .arg(id)
+            .invoke(self.conn)
+            .expect("cancel script");
+        let want = self.model.cancel(id);
+        match (reply.as_slice(), want) {
+            ([0, _now], None) => {}
+            ([1, _now, token, _deadline, slots @ ..], Some(g)) => {
+                let got = Acq::Granted {
+                    slots: slots.iter().map(|&s| s as u32).collect(),
+                    token: Some(*token as u64),
+                };
+                self.check_acq(&format!("cancel {id}"), &g, &got);
+            }
+            (r, w) => panic!("cancel {id}: Redis {r:?}, model {w:?}"),
+        }
+    }
+
+    fn inspect(&mut self) {
+        let (limit, used, queued, stored, exists) = self.model.inspect();
+        let s = self.sem.status().expect("status");
+        assert_eq!(
+            (s.limit, s.held, s.queued, s.stored_limit),
+            (limit, used, queued, stored),
+            "status {s:?}"
+        );
+        assert_eq!(s.available, limit.saturating_sub(used));
+        if !self.model.short_exp {
+            assert_eq!(s.exists, exists, "status {s:?}");
+        }
+        let holders = self.sem.holders().expect("holders");
+        let got: BTreeMap<String, (u32, u64, Vec<u32>)> = holders
+            .into_iter()
+            .map(|h| {
+                assert!(h.lease_left > Duration::ZERO, "{h:?}");
+                (h.id, (h.permits, h.token, h.slots))
+            })
+            .collect();
+        // the holders the model knows, with the tokens read from Redis for the ones
+        // served in earlier steps (checked there)
+        let want: BTreeSet<(String, u32, Vec<u32>)> = self
+            .model
+            .holders
+            .iter()
+            .map(|(id, h)| (id.clone(), h.permits, h.slots.clone()))
+            .collect();
+        let got_set: BTreeSet<(String, u32, Vec<u32>)> = got
+            .iter()
+            .map(|(id, (p, _, s))| (id.clone(), *p, s.clone()))
+            .collect();
+        assert_eq!(got_set, want, "holders()");
+        for (id, (_, token, _)) in &got {
+            if let Some(t) = self.model.holders[id].token {
+                assert_eq!(*token, t, "holders(): token of {id}");
+            }
+        }
+    }
+
+    /// Reads the keys and checks the invariants and the model's agreement.
+    fn check(&mut self, used_before: u32) {
+        let raw = read_raw(self.conn, &self.name);
+        let none = raw.types.iter().all(|t| t == "none");
+        if none && self.model.short_exp && self.model.exists() {
+            self.note("(the keys rebuilt without their hash expired)".into());
+            seen("keys rebuilt without their hash expired");
+            assert!(self.model.holders.is_empty() && self.model.queue.is_empty());
+            self.model.forget();
+        }
+        for (k, (state, right_type)) in self.model.keys.iter().zip(TYPES).enumerate() {
+            let want = match state {
+                Key::Absent => "none",
+                Key::Right => right_type,
+                Key::Wrong => {
+                    if k == 2 {
+                        "list"
+                    } else {
+                        "!"
+                    }
+                }
+            };
+            let t = &raw.types[k];
+            let ok = if want == "!" {
+                t == "string" || t == "list"
+            } else {
+                t == want
+            };
+            assert!(
+                ok,
+                "{}: type {t}, the model says {:?}\nlog:\n{}",
+                key(&self.name, k),
+                state,
+                self.log.join("\n")
+            );
+        }
+        if !self.model.exists() {
+            assert!(
+                self.model.step_grants.is_empty(),
+                "grants with damaged keys?"
+            );
+            if !self.model.damaged() {
+                assert!(self.model.holders.is_empty() && self.model.queue.is_empty());
+            }
+            return;
+        }
+        // K1: every key with a TTL
+        for k in 0..4 {
+            assert!(
+                raw.pttl[k] > 0,
+                "{} has no TTL ({})\nlog:\n{}",
+                key(&self.name, k),
+                raw.pttl[k],
+                self.log.join("\n")
+            );
+        }
+        let c = read_contents(self.conn, &self.name);
+        let field = |f: &str| -> i64 {
+            num(
+                c.info
+                    .get(f)
+                    .unwrap_or_else(|| panic!("field {f} missing: {:?}", c.info)),
+                f,
+            )
+        };
+        let m = &self.model.clone();
+        let log = self.log.join("\n");
+        let ctx = || format!("\ninfo {:?}\nmodel {m:?}\nlog:\n{log}", c.info);
+
+        // K2: used = the holders' permits = the bits; the bits are their slots
+        let used = field("used");
+        assert_eq!(used, i64::from(m.used()), "used{}", ctx());
+        let slots: Vec<u32> = m.holders.values().flat_map(|h| h.slots.clone()).collect();
+        let distinct: BTreeSet<u32> = slots.iter().copied().collect();
+        assert_eq!(distinct.len(), slots.len(), "a slot booked twice{}", ctx());
+        assert_eq!(c.bits, distinct, "slot bitmap{}", ctx());
+        // K5: a step never raises used above the limit in force
+        let limit = m.stored.unwrap_or(m.climit);
+        assert!(
+            m.used() <= limit || m.used() <= used_before,
+            "used {} over the limit {limit} (was {used_before}){}",
+            m.used(),
+            ctx()
+        );
+        assert_eq!(
+            c.info.get("limit").map(|l| num::<u32>(l, "limit")),
+            m.stored,
+            "stored limit{}",
+            ctx()
+        );
+        // K4: the queue
+        assert_eq!(field("qn"), m.queue.len() as i64, "qn{}", ctx());
+        let (tilde, q) = c.q.split_last().expect("q holds ~");
+        assert_eq!(tilde, &("~".to_owned(), END_OF_TIME), "q's sentinel");
+        let q_ids: Vec<&str> = q.iter().map(|(id, _)| id.as_str()).collect();
+        let m_ids: Vec<&str> = m.queue.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(q_ids, m_ids, "queue order{}", ctx());
+        for w in &m.queue {
+            let rec = c
+                .info
+                .get(&format!("w:{}", w.id))
+                .unwrap_or_else(|| panic!("no record of waiter {}{}", w.id, ctx()));
+            let f: Vec<&str> = rec.split('|').collect();
+            assert_eq!(
+                (num::<u32>(f[0], "n"), num::<u32>(f[1], "limit")),
+                (w.permits, w.limit),
+                "waiter record {rec}"
+            );
+        }
+        // h: the sentinel, the holders, the waiters; deadlines passed or not as the
+        // model says; K1 (exp), K3 (mind)
+        let mut want_h: BTreeMap<String, bool> = m
+            .holders
+            .iter()
+            .map(|(id, h)| (id.clone(), h.expired))
+            .collect();
+        for w in &m.queue {
+            want_h.insert(format!("w:{}", w.id), w.expired);
+        }
+        let (tilde, h) = c.h.split_last().expect("h holds ~");
+        assert_eq!(tilde, &("~".to_owned(), END_OF_TIME), "h's sentinel");
+        let got_h: BTreeMap<String, bool> = h
+            .iter()
+            .map(|(id, dl)| (id.clone(), *dl <= raw.now_ms))
+            .collect();
+        assert_eq!(got_h, want_h, "h (member -> ended){}", ctx());
+        let mind = field("mind");
+        let exp = field("exp");
+        for (member, dl) in &c.h {
+            assert!(mind <= *dl, "mind {mind} after {member}'s {dl}{}", ctx());
+            if member != "~" {
+                assert!(exp >= *dl, "exp {exp} before {member}'s {dl}{}", ctx());
+            }
+        }
+        // the hash holds nothing but the state, the holders and the waiters
+        for f in c.info.keys() {
+            let known = STATE_FIELDS.contains(&f.as_str())
+                || m.holders.contains_key(f)
+                || f.strip_prefix("w:")
+                    .is_some_and(|id| m.queue.iter().any(|w| w.id == id));
+            assert!(known, "stray field {f:?}{}", ctx());
+        }
+        // the holder records, and the tokens of this step's grants in grant order
+        let mut records = BTreeMap::new();
+        for (id, h) in &m.holders {
+            let rec = c
+                .info
+                .get(id)
+                .unwrap_or_else(|| panic!("no record of holder {id}{}", ctx()));
+            let (permits, token, slots) = parse_holder(rec);
+            assert_eq!(
+                (permits, &slots),
+                (h.permits, &h.slots),
+                "record of {id}{}",
+                ctx()
+            );
+            if let Some(t) = h.token {
+                assert_eq!(token, t, "token of {id}{}", ctx());
+            }
+            records.insert(id.clone(), token);
+        }
+        let grants = std::mem::take(&mut self.model.step_grants);
+        for id in &grants {
+            let token = records[id];
+            assert!(
+                token > self.last_token,
+                "token {token} of {id} not above {}{}",
+                self.last_token,
+                ctx()
+            );
+            assert!(token as i64 <= raw.now_us + 1000, "token from the future");
+            self.last_token = token;
+        }
+        for id in &grants {
+            self.model.holders.get_mut(id).unwrap().token = Some(records[id]);
+        }
+        if let Some(last) = grants.last() {
+            self.model.ctr = records[last];
+        }
+        let ctr = field("ctr") as u64;
+        assert_eq!(ctr, self.model.ctr, "ctr{}", ctx());
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The test
+
+fn env_or(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs one case against `server`; panics on the first disagreement.
+fn run_case(server: &RedisServer, client: &Client, climit: u32, fair: bool, ops: &[Op]) {
+    let name = format!(
+        "model-{}-{}",
+        std::process::id(),
+        CASE.fetch_add(1, Ordering::Relaxed)
+    );
+    let sem = client
+        .semaphore_builder(&name)
+        .limit(climit)
+        .lease(Duration::from_millis(LEASE_MS))
+        .fair(fair)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let mut conn = server.conn();
+    let scripts = Scripts::new();
+    let mut run = Run {
+        conn: &mut conn,
+        scripts: &scripts,
+        sem,
+        name,
+        model: Model::new(climit, fair),
+        permits: Vec::new(),
+        known: (0..DIRECT_IDS).map(direct_id).collect(),
+        last_token: 0,
+        log: vec![format!("climit {climit} fair {fair}")],
+    };
+    for op in ops {
+        run.step(op);
+    }
+    run.step(&Op::Inspect);
+    // the permits left are released (each a release script run) when dropped
+}
+
+#[test]
+fn scripts_agree_with_the_model() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let cases = env_or("REDSEM_MODEL_CASES", 256) as u32;
+    let steps = env_or("REDSEM_MODEL_STEPS", 40);
+    let config = Config {
+        cases,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/model.txt",
+        ))),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&case_strategy(steps), |(climit, fair, ops)| {
+        run_case(&server, &client, climit, fair, &ops);
+        Ok::<(), TestCaseError>(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let seen = SEEN.lock().unwrap();
+    eprintln!("paths taken: {seen:#?}");
+    // the default run takes every path of the scripts that the model knows
+    if cases >= 64 && steps >= 30 {
+        let missed: Vec<&str> = PATHS
+            .iter()
+            .copied()
+            .filter(|p| !seen.contains_key(p))
+            .collect();
+        assert!(missed.is_empty(), "paths never taken: {missed:?}");
+    }
+}
+
+/// Every path counted by `seen`.
+const PATHS: [&str; 20] = [
+    "repair keeping the hash",
+    "repair without the hash",
+    "repair dropping holders",
+    "purge of a holder",
+    "purge of a waiter",
+    "head above the limit dropped",
+    "waiter served",
+    "repeated acquire",
+    "acquire above the limit",
+    "grant up to the limit",
+    "grant",
+    "held back by a fair queue",
+    "busy over a lowered limit",
+    "busy",
+    "queued",
+    "release of what is not held",
+    "release after the lease",
+    "release",
+    "renewed",
+    "refresh of a lost permit",
+];
