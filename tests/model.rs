@@ -25,20 +25,25 @@
 //! text, random uuid-shaped ids, ids of live and of released permits: a repeated
 //! release), the acquire script called directly with a few fixed ids (so the same id
 //! acquires again, and waiters that nobody renews are queued: the queue, fairness and
-//! serving are exercised), the cancel script, `status`/`holders`, a lease or a waiter's
-//! heartbeat that ends (the deadline in the `h` zset is rewritten to the past with
-//! `ZADD XX` and `mind` set to 0, as if time had passed: no sleeping), and a key
-//! deleted or replaced by another type (the next script repairs: it keeps `ctr`,
-//! `limit` and `cl` while the hash is readable and drops every holder and waiter).
+//! serving are exercised), the batch script with several tries and releases in one
+//! call (which must act as the same operations one after the other), the cancel
+//! script, `status`/`holders`, a lease or a waiter's heartbeat that ends (the deadline
+//! in the `h` zset is rewritten to the past with `ZADD XX` and `mind` set to 0, as if
+//! time had passed: no sleeping), and a key deleted or replaced by another type (the
+//! next script repairs: it keeps `ctr`, `limit` and `cl` while the hash is readable and
+//! drops every holder and waiter).
 //!
-//! Not modelled: real time (leases are 60 s, nothing ends by itself during a case;
-//! the 1 s retention of keys rebuilt without their hash is tolerated when they
-//! vanish), concurrency (one thread; waits last 10 ms and cancel themselves), batches of
-//! several operations, the wake-up messages, the client limit `cl`, `qseq`, and the
-//! exact deadlines (only whether each has passed). Fencing tokens: within a semaphore
-//! they increase because of `ctr`; when the hash is lost `ctr` is lost with it, and the
-//! tokens still increase only because a token is never below the server's `TIME` in
-//! microseconds (`max(ctr + 1, now_us)`), which the test checks as well.
+//! Not modelled: a key overwritten with a value of its own type (two ignored tests at
+//! the end show that open() does not repair that); real time (leases are 60 s, nothing
+//! ends by itself during a case; keys rebuilt without their hash are kept only 1 s,
+//! and their vanishing is tolerated); concurrency (one thread: the client's combiner
+//! never batches, the batch script is called directly instead; waits last 10 ms and
+//! cancel themselves); the wake-up messages; the refresh of waiters' heartbeats; the
+//! client limit `cl`, `qseq` and the exact deadlines (only whether each has passed).
+//! Fencing tokens: within a semaphore they increase because of `ctr`; when the hash is
+//! lost `ctr` is lost with it, and the tokens still increase only because a token is
+//! never below the server's `TIME` in microseconds (`max(ctr + 1, now_us)`), which the
+//! test checks as well.
 //!
 //! `REDSEM_MODEL_CASES` sets the number of cases (default 256) and `REDSEM_MODEL_STEPS`
 //! the most steps per case (default 40). Failing cases are kept in
@@ -1763,4 +1768,80 @@ fn a_batch_that_serves_releases_and_grants_one_id_again() {
         ],
         &["waiter served", "release", "grant", "repeated acquire"],
     );
+}
+
+/// A semaphore of limit `limit`, lease a minute, no automatic refresh, on `server`.
+fn manual_semaphore(server: &RedisServer, name: &str, limit: u32) -> Semaphore {
+    Client::open(&server.url())
+        .unwrap()
+        .semaphore_builder(name)
+        .limit(limit)
+        .lease(Duration::from_millis(LEASE_MS))
+        .auto_refresh(false)
+        .build()
+        .unwrap()
+}
+
+/// Not repaired: a key overwritten by hand with a value of the *same* type. Here the
+/// slot bitmap is overwritten with an empty string (`SET redsem:{NAME}:s "" KEEPTTL`):
+/// all four keys exist with their types, so open() sees nothing to repair, the
+/// holder's bit is gone, and the next grant books its slot again; both holders renew
+/// fine. The header of common.lua promises a repair for a key "overwritten by hand",
+/// and issue #11 asks that a key that "does not agree with the others" be repaired.
+#[test]
+#[ignore = "bug: a slot bitmap overwritten by hand with a string (same type) is not repaired: \
+            two live holders get slot 0 (open() checks only the key types)"]
+fn a_bitmap_overwritten_with_a_string_never_books_a_slot_twice() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = manual_semaphore(&server, "same-type-s", 2);
+    let a = sem.try_acquire().unwrap().unwrap();
+    redis::cmd("SET")
+        .arg("redsem:{same-type-s}:s")
+        .arg("")
+        .arg("KEEPTTL")
+        .exec(&mut conn)
+        .unwrap();
+    let b = sem.try_acquire().unwrap().unwrap();
+    let valid: Vec<Vec<u32>> = [&a, &b]
+        .into_iter()
+        .filter(|p| p.refresh().is_ok())
+        .map(|p| p.slots().to_vec())
+        .collect();
+    let slots: BTreeSet<u32> = valid.iter().flatten().copied().collect();
+    assert_eq!(
+        slots.len(),
+        valid.iter().flatten().count(),
+        "two valid holders share a slot: {valid:?}"
+    );
+}
+
+/// Not repaired either: the info hash replaced by hand with another hash (`DEL`, then
+/// `HSET` of any field): `used` reads 0 while the holder is still in h, so a limit-1
+/// semaphore grants a second permit and both holders renew.
+#[test]
+#[ignore = "bug: an info hash replaced by hand with another hash (same type) is not repaired: \
+            a limit-1 semaphore then has two valid holders"]
+fn an_info_hash_replaced_by_another_hash_never_exceeds_the_limit() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = manual_semaphore(&server, "same-type-i", 1);
+    let a = sem.try_acquire().unwrap().unwrap();
+    redis::cmd("DEL")
+        .arg("redsem:{same-type-i}:i")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{same-type-i}:i")
+        .arg("x")
+        .arg("y")
+        .exec(&mut conn)
+        .unwrap();
+    let b = sem.try_acquire().unwrap();
+    let valid = [Some(&a), b.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter(|p| p.refresh().is_ok())
+        .count();
+    assert!(valid <= 1, "{valid} valid holders of a limit-1 semaphore");
 }
