@@ -72,9 +72,10 @@
 --     the documented rule never is;
 --   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
 --     operations, refresh chunks of 500 ids).
--- Partial loss (a key evicted, deleted or overwritten by hand): open() sees that the
--- four keys do not all exist with their types, keeps 'ctr', 'limit' and 'cl' from the
--- hash when it is readable, and starts the semaphore afresh without holders or
+-- Partial loss (a key evicted, deleted or overwritten by hand): check_keys() sees that
+-- the four keys do not all exist with their types, or do not agree (the hash without
+-- its state, a bitmap whose bits are not 'used'), keeps 'ctr', 'limit' and 'cl' from
+-- the hash when it is readable, and starts the semaphore afresh without holders or
 -- waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look.
 
@@ -170,8 +171,9 @@ end
 
 local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
 
--- Checks that the four keys all exist with their types, or none does; repairs
--- anything else (see "Partial loss"). Returns the repaired state, or nil.
+-- Checks that the four keys all exist with their types and agree (the hash holds the
+-- state, and the slot bitmap has exactly 'used' bits set, K2), or that none exists;
+-- repairs anything else (see "Partial loss"). Returns the repaired state, or nil.
 local function check_keys()
     local present, right, info_is_hash = 0, 0, false
     for k = 1, 4 do
@@ -180,7 +182,12 @@ local function check_keys()
         if ty == KEY_TYPES[k][2] then right = right + 1 end
         if k == 2 then info_is_hash = ty == 'hash' end
     end
-    if present == 0 or right == 4 then return nil end
+    if present == 0 then return nil end
+    if right == 4 then
+        local v = redis.call('HMGET', I, 'exp', 'used')
+        local used = tonumber(v[2])
+        if v[1] and used and redis.call('BITCOUNT', S) == used then return nil end
+    end
     return repair(info_is_hash)
 end
 

@@ -12,8 +12,8 @@
 -- refuses only a script's first write.
 
 -- Grant one permit to `id`, or say "no" to a try; nil when not plain.
--- Plain: the four keys exist with their types (anything else: the full logic
--- repairs, also before a "no"), the hash has no record for `id`, nobody is queued
+-- Plain: the four keys exist with their types and agree (anything else: the full
+-- logic repairs, also before a "no"), the hash has no record for `id`, nobody is queued
 -- ('qn' 0), and no deadline has passed ('mind' ahead, so nothing needs a purge).
 -- Reply: op_acquire's {1, now, token, deadline, slot} or {0, now, retry, 0}.
 local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
@@ -25,12 +25,11 @@ local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     local limit = tonumber(v[5]) or tonumber(climit)
     if now >= mind or not used or not limit or limit < 1 then return nil end
     -- the other three keys exist with their types (h and q hold the sentinel '~', s
-    -- is never empty), else the full logic repairs; after these reads no command
-    -- below can meet a key of another type
-    local hs, qs, len = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('STRLEN', S)
-    if type(hs) ~= 'string' or type(qs) ~= 'string' or type(len) ~= 'number' or len == 0 then
-        return nil
-    end
+    -- is never empty) and agree (s has exactly `used` bits set, K2), else the full
+    -- logic repairs; after these reads no command below can meet a key of another type
+    local hs, qs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('BITCOUNT', S)
+    if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
+    if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
     if used + 1 > limit then
         if mode ~= 't' then return nil end
         local retry = -1
@@ -70,7 +69,7 @@ end
 
 -- Release `id`; nil when not plain.
 -- Plain: the hash holds a record for `id`, nobody is queued (so nobody is served),
--- h holds `id`, s exists and q is a zset.
+-- h holds `id`, s has exactly 'used' bits set and q is a zset.
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
 local function fast_release(id)
     local v = redis.pcall('HMGET', I, 'used', 'qn', id)
@@ -79,8 +78,9 @@ local function fast_release(id)
     if not p then return nil end
     local dl = redis.pcall('ZSCORE', H, id)
     if type(dl) ~= 'string' then return nil end
-    local len = redis.pcall('STRLEN', S)
-    if type(len) ~= 'number' or len == 0 or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+    -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
+    local bits = redis.pcall('BITCOUNT', S)
+    if bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
     for slot in string.gmatch(slots, '%d+') do
         redis.call('SETBIT', S, slot, '0')
     end
