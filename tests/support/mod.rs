@@ -197,6 +197,29 @@ impl RedisServer {
         }
     }
 
+    /// Crash and start again keeping the data: SIGKILL, wait, then a new server on the
+    /// same port with the same arguments, which loads whatever it persisted (start it
+    /// with `--appendonly yes --appendfsync always` to lose nothing acknowledged).
+    pub fn restart_keeping_data(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(StartError::PortTrouble(msg)) if Instant::now() < deadline => {
+                    eprintln!(
+                        "redis-server restart on port {} failed, retrying: {msg}",
+                        self.port
+                    );
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(StartError::PortTrouble(msg) | StartError::Fatal(msg)) => {
+                    panic!("restart on port {}: {msg}", self.port)
+                }
+            }
+        }
+    }
+
     /// Kills the server (SIGKILL) and reaps it. Does nothing when it is already stopped.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -467,4 +490,147 @@ pub fn cancel_script() -> redis::Script {
         include_str!("../../src/scripts/common.lua"),
         include_str!("../../src/scripts/cancel.lua")
     ))
+}
+
+/// A TCP proxy on a free loopback port in front of a server, for network faults: it
+/// forwards bytes both ways until [`cut`](Proxy::cut), which makes it a black hole
+/// (bytes in either direction vanish, connections stay open, new ones are accepted
+/// and hear nothing: what a client sees of a partition) until [`heal`](Proxy::heal),
+/// which closes every connection that lived through the cut (their streams lost
+/// bytes). [`reset`](Proxy::reset) closes every connection at once.
+pub struct Proxy {
+    port: u16,
+    shared: std::sync::Arc<ProxyShared>,
+}
+
+#[derive(Default)]
+struct ProxyShared {
+    cut: std::sync::atomic::AtomicBool,
+    stop: std::sync::atomic::AtomicBool,
+    /// Both sockets of every live connection, and whether it lived through a cut.
+    conns: Mutex<Vec<(TcpStream, TcpStream, bool)>>,
+}
+
+impl ProxyShared {
+    fn close_where(&self, pred: impl Fn(bool) -> bool) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        Self::close_in(&mut conns, pred);
+    }
+
+    fn close_in(conns: &mut Vec<(TcpStream, TcpStream, bool)>, pred: impl Fn(bool) -> bool) {
+        conns.retain(|(a, b, cut)| {
+            if pred(*cut) {
+                let _ = a.shutdown(std::net::Shutdown::Both);
+                let _ = b.shutdown(std::net::Shutdown::Both);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+impl Proxy {
+    /// Starts forwarding a free loopback port to `127.0.0.1:target`.
+    pub fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = std::sync::Arc::new(ProxyShared::default());
+        let sh = std::sync::Arc::clone(&shared);
+        thread::spawn(move || {
+            use std::sync::atomic::Ordering::SeqCst;
+            for client in listener.incoming() {
+                if sh.stop.load(SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect((Ipv4Addr::LOCALHOST, target)) else {
+                    continue; // the server is down: the client sees its connection close
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                    continue;
+                };
+                {
+                    // under the lock, so a heal sees it (and its cut mark) whole
+                    let mut conns = sh.conns.lock().unwrap_or_else(|e| e.into_inner());
+                    let cut = sh.cut.load(SeqCst);
+                    conns.push((c2, s2, cut));
+                }
+                for (from, to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ] {
+                    let (Ok(mut from), Ok(mut to)) = (from, to) else {
+                        continue;
+                    };
+                    let sh = std::sync::Arc::clone(&sh);
+                    thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        loop {
+                            match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if sh.cut.load(SeqCst) {
+                                        continue; // the black hole
+                                    }
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, shared }
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts a partition: from now on nothing goes through.
+    pub fn cut(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut conns = self.shared.conns.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.cut.store(true, SeqCst);
+        for c in conns.iter_mut() {
+            c.2 = true;
+        }
+    }
+
+    /// Ends a partition: connections that lived through it are closed (their streams
+    /// lost bytes), and bytes flow again.
+    pub fn heal(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut conns = self.shared.conns.lock().unwrap_or_else(|e| e.into_inner());
+        ProxyShared::close_in(&mut conns, |cut| cut);
+        self.shared.cut.store(false, SeqCst);
+    }
+
+    /// Closes every connection through the proxy (both sides see it end).
+    pub fn reset(&self) {
+        self.shared.close_where(|_| true);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.shared.stop.store(true, SeqCst);
+        self.shared.close_where(|_| true);
+        // wake the accept loop so it sees `stop`
+        let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
+    }
 }

@@ -1,0 +1,441 @@
+//! Fault injection across processes (issue #11): "never more valid holders than the
+//! limit, whatever fails", checked from outside.
+//!
+//! Worker processes (this test binary started again with `REDSEM_HELPER`, two of them
+//! under `faketime` an hour ahead and behind) hold and release permits of one
+//! small-limit semaphore with short leases, each through its own TCP proxy the test starts in
+//! front of the data server. Meanwhile the test injects faults one after the other:
+//! SIGKILL of a worker (a new one replaces it), `CLIENT KILL` of every client
+//! connection, `CLIENT PAUSE`, `DEBUG SLEEP`, a crash and restart of the data server
+//! that keeps its AOF (`appendfsync always`), a partition (each worker has its own
+//! proxy; those of one, two or all workers drop every byte for 0.3–2 s, often longer
+//! than the lease, then close their connections, while the others go on and take the
+//! permits the server frees) and a reset of every proxied connection. After each fault it waits until work resumes.
+//!
+//! What "inside" means. A holder works in short steps. Before each it reads the
+//! observer's clock (`TIME` on a second, independent redis-server) and then checks its
+//! permit: `!is_lost()` and `lease_left()` more than the step. After the step it reads
+//! the observer's clock again and records the step. The step's valid interval on the
+//! observer's clock is `[e, min(l, e + left - (c - r)... )]`, made sound as follows:
+//! with `e` the observer's time of the first read, `r` the instant its reply came back,
+//! `c` the instant of the check and `left` the lease left at `c`, the permit is valid
+//! until `c + left` (the library promises its deadline is never after the server's),
+//! and `e <= r <= c`, so `e + left` is at most `c + left`: the interval
+//! `[e, min(l, e + left)]` lies inside the time the holder may believe itself valid
+//! and inside the time it really was inside. Two holders whose recorded intervals
+//! overlap were both valid at once; so the test asserts, over all recorded steps, that
+//! at no instant more than `limit` intervals overlap and never two with the same slot.
+//! No margin is needed, and clock skew does not matter: the observer's clock is the
+//! only one compared, and `lease_left()` runs on the monotonic clock, which faketime
+//! leaves alone (`FAKETIME_DONT_FAKE_MONOTONIC=1`).
+//!
+//! Also asserted: work resumes (new steps are recorded) within a few leases after
+//! every fault, the workers really overlapped (the test proved something), and at the
+//! end every key of the semaphore on the data server has a TTL.
+//!
+//! The default run takes about 20 s; `REDSEM_FAULT_SECS=300` runs five minutes, and
+//! `REDSEM_FAULT_SEED` replays a schedule (the seed is printed).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_semaphore::Client;
+use support::{Proxy, RedisServer, wait_until};
+
+const NAME: &str = "faults";
+const LIMIT: u32 = 3;
+const LEASE_MS: u64 = 600;
+/// Client operation timeout in the workers: calls end well within a lease.
+const OP_TIMEOUT_MS: u64 = 250;
+/// How long after a fault new work must have been recorded.
+const RESUME: Duration = Duration::from_secs(8);
+
+/// Runs the role named by `REDSEM_HELPER`; does nothing in a normal test run.
+#[test]
+fn helper() {
+    let Ok(role) = std::env::var("REDSEM_HELPER") else {
+        return;
+    };
+    assert_eq!(role, "fault-worker", "unknown helper role {role}");
+    let url = std::env::var("REDSEM_URL").unwrap();
+    let observer = std::env::var("REDSEM_OBSERVER").unwrap();
+    let me = std::env::var("REDSEM_WORKER").unwrap();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(OP_TIMEOUT_MS))
+        .connect_timeout(Duration::from_millis(OP_TIMEOUT_MS))
+        .checkout_timeout(Duration::from_millis(OP_TIMEOUT_MS))
+        .build(&url)
+        .unwrap();
+    let sem = client
+        .semaphore_builder(NAME)
+        .limit(LIMIT)
+        .lease(Duration::from_millis(LEASE_MS))
+        .build()
+        .unwrap();
+    println!("RESULT ready");
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let sem = &sem;
+            let observer = observer.as_str();
+            let who = format!("{me}.{t}");
+            s.spawn(move || work(sem, observer, &who));
+        }
+    });
+}
+
+/// One thread of a worker: acquire, work in short steps while valid, release; forever
+/// (the test kills the process).
+fn work(sem: &redis_semaphore::Semaphore, observer: &str, who: &str) {
+    let obs = redis::Client::open(observer).unwrap();
+    let mut conn = obs.get_connection().unwrap();
+    let mut rng = fastrand::Rng::new();
+    loop {
+        let permit = match sem.acquire_timeout(Duration::from_millis(1000)) {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(_) => {
+                // a fault: the library answered in time; go on
+                continue;
+            }
+        };
+        let slot = permit.slots()[0];
+        // short holds, and holds longer than the lease (kept by the refresher), so that
+        // a fault often finds a holder that stays inside until its permit runs out
+        let hold = Duration::from_millis(if rng.bool() {
+            rng.u64(20..100)
+        } else {
+            rng.u64(300..1500)
+        });
+        let start = Instant::now();
+        while start.elapsed() < hold {
+            let step = Duration::from_millis(rng.u64(3..15));
+            let e = observer_ms(&mut conn);
+            let left = permit.lease_left();
+            if permit.is_lost() || left <= step {
+                break;
+            }
+            std::thread::sleep(step); // the work: only while valid
+            let l = observer_ms(&mut conn);
+            let end = l.min(e + left.as_millis() as i64);
+            let _: i64 = redis::cmd("RPUSH")
+                .arg("steps")
+                .arg(format!("{e} {end} {slot} {} {who}", permit.token()))
+                .query(&mut conn)
+                .unwrap();
+        }
+        let _ = permit.release();
+    }
+}
+
+/// The observer's clock, in ms.
+fn observer_ms(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// A worker process, killed when dropped.
+struct Worker(Child);
+
+impl Worker {
+    fn start(k: usize, url: &str, observer: &str, skew: Option<&str>) -> Worker {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match skew {
+            Some(offset) => {
+                let mut c = Command::new("faketime");
+                c.arg("-f").arg(offset).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
+            .env("REDSEM_HELPER", "fault-worker")
+            .env("REDSEM_URL", url)
+            .env("REDSEM_OBSERVER", observer)
+            .env("REDSEM_WORKER", k.to_string())
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start worker {k} (faketime {skew:?}): {e}"));
+        let out = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines();
+        let ready = lines.any(|l| l.is_ok_and(|l| l.contains("RESULT ready")));
+        assert!(ready, "worker {k} did not start");
+        std::thread::spawn(move || lines.for_each(drop));
+        Worker(child)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One recorded step: its valid interval on the observer's clock, slot, token, who.
+#[derive(Debug, Clone)]
+struct Step {
+    from: i64,
+    to: i64,
+    slot: u32,
+    token: u64,
+    who: String,
+}
+
+fn steps(observer: &mut redis::Connection) -> Vec<Step> {
+    let raw: Vec<String> = redis::cmd("LRANGE")
+        .arg("steps")
+        .arg(0)
+        .arg(-1)
+        .query(observer)
+        .unwrap();
+    raw.iter()
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            Step {
+                from: f[0].parse().unwrap(),
+                to: f[1].parse().unwrap(),
+                slot: f[2].parse().unwrap(),
+                token: f[3].parse().unwrap(),
+                who: f[4].to_owned(),
+            }
+        })
+        .collect()
+}
+
+fn step_count(observer: &mut redis::Connection) -> usize {
+    redis::cmd("LLEN").arg("steps").query(observer).unwrap()
+}
+
+/// The most intervals that overlap at one instant, and the first two intervals of one
+/// slot that overlap, if any. Intervals are half-open `[from, to)`: one that ends when
+/// another starts does not overlap it.
+fn sweep(steps: &[Step]) -> (usize, Option<(Step, Step)>) {
+    let mut events: Vec<(i64, i32, usize)> = Vec::new();
+    for (k, s) in steps.iter().enumerate() {
+        if s.to > s.from {
+            events.push((s.from, 1, k));
+            events.push((s.to, -1, k));
+        }
+    }
+    // ends before starts at the same instant
+    events.sort_by_key(|&(t, d, _)| (t, d));
+    let (mut inside, mut most) = (0i64, 0usize);
+    let mut by_slot: std::collections::HashMap<u32, usize> = Default::default();
+    let mut clash = None;
+    for (_, d, k) in events {
+        inside += d as i64;
+        most = most.max(inside as usize);
+        let slot = steps[k].slot;
+        if d == 1 {
+            if let Some(&other) = by_slot.get(&slot)
+                && clash.is_none()
+                && steps[other].token != steps[k].token
+            {
+                clash = Some((steps[other].clone(), steps[k].clone()));
+            }
+            by_slot.insert(slot, k);
+        } else if by_slot.get(&slot) == Some(&k) {
+            by_slot.remove(&slot);
+        }
+    }
+    (most, clash)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillWorker,
+    ClientKill,
+    Pause,
+    DebugSleep,
+    Restart,
+    Partition,
+    Reset,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::KillWorker,
+    Fault::ClientKill,
+    Fault::Pause,
+    Fault::DebugSleep,
+    Fault::Restart,
+    Fault::Partition,
+    Fault::Reset,
+];
+
+#[test]
+fn never_more_valid_holders_than_the_limit_whatever_fails() {
+    assert!(
+        Command::new("faketime")
+            .args(["-f", "+0", "true"])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "this test needs faketime on PATH (Debian package faketime; scripts/test.sh installs it)"
+    );
+    let secs: u64 = std::env::var("REDSEM_FAULT_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let seed: u64 = std::env::var("REDSEM_FAULT_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("fault injection: {secs} s, REDSEM_FAULT_SEED={seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+
+    let mut data = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let observer = RedisServer::start();
+    let mut obs = observer.conn();
+    let skews = [None, Some("+1h"), Some("-1h"), None];
+    // each worker reaches the data server through its own proxy, so that a partition
+    // can cut some holders off while the others go on (and may take their permits)
+    let proxies: Vec<Proxy> = skews.iter().map(|_| Proxy::start(data.port())).collect();
+    let mut workers: Vec<Worker> = skews
+        .iter()
+        .enumerate()
+        .map(|(k, skew)| Worker::start(k, &proxies[k].url(), &observer.url(), *skew))
+        .collect();
+    let mut next_worker = workers.len();
+
+    let resumed = |obs: &mut redis::Connection, after: usize, what: &str| {
+        wait_until(RESUME, &format!("work to resume after {what}"), || {
+            step_count(obs) > after + 3
+        });
+    };
+    resumed(&mut obs, 0, "the start");
+
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut injected = Vec::new();
+    // every kind once first, then at random
+    let mut schedule: Vec<Fault> = FAULTS.to_vec();
+    rng.shuffle(&mut schedule);
+    let mut k = 0;
+    while Instant::now() < end || k < FAULTS.len() {
+        let fault = schedule
+            .get(k)
+            .copied()
+            .unwrap_or_else(|| FAULTS[rng.usize(..FAULTS.len())]);
+        k += 1;
+        let before = step_count(&mut obs);
+        let mut admin = data.conn();
+        match fault {
+            Fault::KillWorker => {
+                let victim = rng.usize(..workers.len());
+                let skew = skews[victim % skews.len()];
+                drop(std::mem::replace(
+                    &mut workers[victim],
+                    Worker::start(next_worker, &proxies[victim].url(), &observer.url(), skew),
+                ));
+                next_worker += 1;
+            }
+            Fault::ClientKill => {
+                let _: i64 = redis::cmd("CLIENT")
+                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+                    .query(&mut admin)
+                    .unwrap();
+            }
+            Fault::Pause => {
+                let ms = rng.u64(200..1200);
+                let _: () = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(ms)
+                    .arg("ALL")
+                    .query(&mut admin)
+                    .unwrap();
+            }
+            Fault::DebugSleep => {
+                let ms = rng.u64(200..1200);
+                let _: () = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg(format!("{:.3}", ms as f64 / 1000.0))
+                    .query(&mut admin)
+                    .unwrap();
+            }
+            Fault::Restart => {
+                drop(admin);
+                data.restart_keeping_data();
+            }
+            Fault::Partition => {
+                // one or two workers cut off (the others go on and take the permits
+                // the server frees), sometimes all of them
+                let ms = rng.u64(300..2000);
+                let mut cut: Vec<usize> = (0..proxies.len()).collect();
+                rng.shuffle(&mut cut);
+                cut.truncate([1, 2, 2, proxies.len()][rng.usize(..4)]);
+                for &w in &cut {
+                    proxies[w].cut();
+                }
+                // the fault's own length, not a wait for a condition
+                std::thread::sleep(Duration::from_millis(ms));
+                for &w in &cut {
+                    proxies[w].heal();
+                }
+            }
+            Fault::Reset => proxies.iter().for_each(Proxy::reset),
+        }
+        injected.push(fault);
+        resumed(&mut obs, before, &format!("{fault:?}"));
+        // some work between faults
+        let calm = step_count(&mut obs);
+        resumed(&mut obs, calm, &format!("the calm after {fault:?}"));
+    }
+    drop(workers);
+
+    let all = steps(&mut obs);
+    let (most, clash) = sweep(&all);
+    let processes: std::collections::HashSet<&str> = all
+        .iter()
+        .map(|s| s.who.split('.').next().unwrap_or(""))
+        .collect();
+    eprintln!(
+        "{} steps by {} processes, {} faults {:?}, at most {most} valid holders at once",
+        all.len(),
+        processes.len(),
+        injected.len(),
+        injected
+    );
+    assert!(
+        clash.is_none(),
+        "two valid holders in one slot (seed {seed}): {clash:?}"
+    );
+    assert!(
+        most <= LIMIT as usize,
+        "{most} valid holders at once, limit {LIMIT} (seed {seed})"
+    );
+    assert!(
+        most >= 2,
+        "the holders never overlapped: the test proved nothing (seed {seed})"
+    );
+
+    // no key without a TTL
+    let mut conn = data.conn();
+    for key in support::keys(&mut conn, "redsem:*") {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+    }
+}
+
+#[test]
+fn the_sweep_counts_overlaps_and_finds_a_shared_slot() {
+    let s = |from, to, slot, token| Step {
+        from,
+        to,
+        slot,
+        token,
+        who: "t".into(),
+    };
+    let (most, clash) = sweep(&[s(0, 10, 0, 1), s(5, 15, 1, 2), s(10, 20, 0, 3)]);
+    assert_eq!(most, 2);
+    assert!(
+        clash.is_none(),
+        "an end and a start at one instant do not overlap"
+    );
+    let (most, clash) = sweep(&[s(0, 10, 0, 1), s(9, 12, 0, 2), s(9, 11, 1, 3)]);
+    assert_eq!(most, 3);
+    assert!(clash.is_some());
+}
