@@ -76,17 +76,25 @@ fn lease_left_never_exceeds_the_servers_on_any_path() {
         .lease(Duration::from_millis(1500))
         .build()
         .unwrap();
+    // Sound against timing: the server's TIME T is read first (its reply received at
+    // instant r), then the client's lease left at instant c, then the permit's deadline
+    // on the server (the latest one: a renewal in between only moves it later). The
+    // server's deadline comes at most (deadline - T) after r, so a correct client has
+    // c + left <= r + (deadline - T).
     let check = |conn: &mut redis::Connection, p: &redis_semaphore::Permit| {
+        let t = server_ms(conn);
+        let r = std::time::Instant::now();
         let left = p.lease_left();
+        let c = std::time::Instant::now();
         let deadline: i64 = redis::cmd("ZSCORE")
             .arg("redsem:{deadline}:h")
             .arg(p.id())
             .query(conn)
             .unwrap();
-        let server_left = deadline - server_ms(conn);
+        let bound = (deadline - t) as i128 * 1000 - (c - r).as_micros() as i128;
         assert!(
-            left.as_millis() as i64 <= server_left + 1,
-            "client {left:?} > server {server_left} ms"
+            (left.as_micros() as i128) <= bound,
+            "client {left:?} > server {bound} µs"
         );
     };
     let first = sem.try_acquire().unwrap().unwrap();
