@@ -130,7 +130,9 @@
 //! holders, checks the limit and records the grant atomically, with the lease deadline
 //! computed from the Redis server's `TIME`, never the client's clock. All keys of a
 //! semaphore share the hash tag `{name}` (Redis Cluster ready) and carry a TTL past the
-//! last lease. Each script is safe to run twice for the same permit id (a timed-out
+//! last lease; the release that leaves a semaphore idle (nobody holding or waiting, no
+//! limit stored by `set_limit`) deletes them, so idle semaphores cost no memory. Each
+//! script is safe to run twice for the same permit id (a timed-out
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).
 //!

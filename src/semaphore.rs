@@ -751,6 +751,8 @@ impl Semaphore {
             .keys
             .invoke(&scripts::RELEASE)
             .arg(id)
+            // keep the keys, so that the holder learns "released", not "keys gone"
+            .arg("1")
             .invoke(&mut *conn)
             .map_err(|e| self.inner.error(e))?;
         Ok(status != 0)

@@ -770,3 +770,39 @@ fn contending_threads_get_errors_not_hangs_when_the_server_dies_and_recover_afte
     }
     assert_eq!(sem.available().unwrap(), 3, "{:?}", sem.holders().unwrap());
 }
+
+/// An idle semaphore costs no memory (#12): the holder's release that leaves nobody
+/// holding or waiting deletes the keys; a stored limit or an operator's
+/// `force_release` keeps them; tokens still increase across the deletion.
+#[test]
+fn the_release_that_leaves_a_semaphore_idle_deletes_its_keys() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("idle", 2).unwrap();
+    let a = sem.try_acquire().unwrap().unwrap();
+    let b = sem.try_acquire().unwrap().unwrap();
+    assert_eq!(support::keys(&mut conn, "redsem:{idle}:*").len(), 4);
+    let last = b.token();
+    a.release().unwrap();
+    assert_eq!(
+        support::keys(&mut conn, "redsem:{idle}:*").len(),
+        4,
+        "a holder is left: the keys stay"
+    );
+    b.release().unwrap();
+    assert!(support::keys(&mut conn, "redsem:{idle}:*").is_empty());
+    // a fresh start: slot 0, a larger token
+    let p = sem.try_acquire().unwrap().unwrap();
+    assert_eq!(p.slots(), &[0]);
+    assert!(p.token() > last);
+    // force_release keeps them, so the holder learns "released", not "keys gone"
+    assert!(sem.force_release(p.id()).unwrap());
+    assert_eq!(support::keys(&mut conn, "redsem:{idle}:*").len(), 4);
+    // a stored limit keeps them too
+    let stored = c.semaphore("stored", 2).unwrap();
+    stored.set_limit(3).unwrap();
+    stored.try_acquire().unwrap().unwrap().release().unwrap();
+    assert_eq!(support::keys(&mut conn, "redsem:{stored}:*").len(), 4);
+    assert_eq!(stored.limit().unwrap(), 3);
+}

@@ -25,7 +25,7 @@ while k <= #ARGV do
         reply = fast_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3], tonumber(ARGV[k + 4]),
             tonumber(ARGV[k + 5]), ARGV[k + 8], ARGV[k + 7], tonumber(ARGV[k + 11]) or 0)
     else
-        reply = fast_release(ARGV[k + 1])
+        reply = fast_release(ARGV[k + 1], false)
     end
     if not reply then break end
     out[#out + 1] = reply

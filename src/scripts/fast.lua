@@ -11,6 +11,33 @@
 -- plain", so every write is to a key whose type a read has shown. Out of memory
 -- refuses only a script's first write.
 
+-- Grant one permit to `id` on a semaphore without keys (the HMGET `v` of I found no
+-- 'exp'); nil when not plain: some key exists (the full logic repairs), or the
+-- caller's limit is below 1. Creates the four keys as create() and grant() would:
+-- slot 0, token now_us (max(ctr + 1, now_us) with ctr gone; see fast_release for why
+-- it is above every token granted before), K1-K4 hold for one holder.
+local function fast_create(id, climit, lease, pad, origin, v)
+    for k = 2, 8 do
+        if v[k] then return nil end
+    end
+    local limit = tonumber(climit)
+    if not limit or limit < 1 or redis.call('EXISTS', H, I, S, Q) ~= 0 then return nil end
+    local deadline = now + lease
+    local e = int(deadline + pad)
+    local d = int(deadline)
+    local token = int(now_us)
+    redis.call('ZADD', H, int(END_OF_TIME), '~', d, id)
+    redis.call('ZADD', Q, int(END_OF_TIME), '~')
+    redis.call('SETBIT', S, 0, 1)
+    redis.call('HSET', I, 'used', 1, 'ctr', token, 'mind', d, 'exp', e, 'qn', 0, 'qseq', 0,
+        'cl', climit, id, '1|' .. token .. '|0|' .. int(now) .. '|' .. origin)
+    redis.call('PEXPIREAT', H, e)
+    redis.call('PEXPIREAT', I, e)
+    redis.call('PEXPIREAT', S, e)
+    redis.call('PEXPIREAT', Q, e)
+    return {1, now, now_us, deadline, 0}
+end
+
 -- Grant one permit to `id`, or say "no" to a try; nil when not plain.
 -- Plain: the four keys exist with their types and agree (anything else: the full
 -- logic repairs, also before a "no"), the hash has no record for `id`, nobody is queued
@@ -19,7 +46,9 @@
 local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     if n ~= 1 or not lease or not pad or (cutoff > 0 and now >= cutoff) then return nil end
     local v = redis.pcall('HMGET', I, 'exp', 'used', 'mind', 'ctr', 'limit', 'qn', 'cl', id)
-    if v.err or not v[1] or v[8] or (tonumber(v[6]) or 0) ~= 0 then return nil end
+    if v.err then return nil end
+    if not v[1] then return fast_create(id, climit, lease, pad, origin, v) end
+    if v[8] or (tonumber(v[6]) or 0) ~= 0 then return nil end
     local mind = tonumber(v[3]) or END_OF_TIME
     local used = tonumber(v[2])
     local limit = tonumber(v[5]) or tonumber(climit)
@@ -71,8 +100,19 @@ end
 -- Plain: the hash holds a record for `id`, nobody is queued (so nobody is served),
 -- h holds `id`, s has exactly 'used' bits set and q is a zset.
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
-local function fast_release(id)
-    local v = redis.pcall('HMGET', I, 'used', 'qn', id)
+--
+-- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
+-- force_release passes so that the holder it names learns LostReason::Released, not
+-- Reset) that leaves nobody holding or queued, and no stored limit, deletes the four
+-- keys instead of writing them, so an
+-- idle semaphore costs no memory (its keys would otherwise stay until 'exp', about a
+-- lease). Nothing is lost: there are no holders or waiters, 'qseq' orders only
+-- waiters present, 'cl' is shown to operators only, and 'ctr' is needed only to keep
+-- tokens increasing: the next token is at least the server's TIME in microseconds
+-- then, so the keys are deleted only while 'ctr' is below now_us (a batch that
+-- granted several tokens in one microsecond leaves the keys to their TTL).
+local function fast_release(id, keep)
+    local v = redis.pcall('HMGET', I, 'used', 'qn', id, 'limit', 'ctr')
     if v.err or not v[3] or (tonumber(v[2]) or 0) ~= 0 or not tonumber(v[1]) then return nil end
     local p, slots = string.match(v[3], '^(%d+)|%d+|([%d,]*)|')
     if not p then return nil end
@@ -81,14 +121,20 @@ local function fast_release(id)
     -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
     local bits = redis.pcall('BITCOUNT', S)
     if bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+    local used = tonumber(v[1]) - tonumber(p)
+    if used < 0 then used = 0 end
+    local reply = 2
+    if tonumber(dl) > now then reply = 1 end
+    if not keep and used == 0 and not v[4] and (tonumber(v[5]) or 0) < now_us then
+        -- idle: 'qn' is 0 and, by K2 and K4, h holds no holder or waiter but `id`
+        redis.call('DEL', H, I, S, Q)
+        return reply
+    end
     for slot in string.gmatch(slots, '%d+') do
         redis.call('SETBIT', S, slot, '0')
     end
     redis.call('ZREM', H, id)
     redis.call('HDEL', I, id)
-    local used = tonumber(v[1]) - tonumber(p)
-    if used < 0 then used = 0 end
     redis.call('HSET', I, 'used', int(used))
-    if tonumber(dl) > now then return 1 end
-    return 2
+    return reply
 end

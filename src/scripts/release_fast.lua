@@ -4,6 +4,6 @@
 
 if not valid_id(ARGV[1]) then return redis.error_reply('ERR redis-semaphore: not a permit id') end
 do
-    local reply = fast_release(ARGV[1])
+    local reply = fast_release(ARGV[1], ARGV[2] == '1')
     if reply then return reply end
 end
