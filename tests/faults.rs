@@ -150,6 +150,9 @@ impl Worker {
             }
             None => Command::new(&exe),
         };
+        // its own process group, so that Drop kills the worker and not only faketime
+        // (which runs it as a child)
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
             .env("REDSEM_HELPER", "fault-worker")
             .env("REDSEM_URL", url)
@@ -171,7 +174,10 @@ impl Worker {
 }
 
 impl Drop for Worker {
+    /// SIGKILL to the worker's whole process group (faketime and the worker under it).
     fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
