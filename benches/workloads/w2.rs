@@ -1,0 +1,190 @@
+//! W2, contended throughput: loops of try-acquire then release at once on one semaphore of
+//! limit 5. 1 × 16 (one process, 16 threads sharing one `Client`) with its curve over 1–16
+//! threads: successful acquires/s, failed tries/s, server and client CPU per success.
+
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_semaphore::Client;
+use serde_json::json;
+
+use crate::measure::{Noise, ServerWork, mark, process_cpu_us, round, warm_up};
+use crate::{Ctx, R};
+
+/// What one W2 run measured.
+#[derive(Clone)]
+struct W2Run {
+    ok: u64,
+    failed: u64,
+    secs: f64,
+    work: ServerWork,
+    client_cpu_us: f64,
+    foreign: f64,
+}
+
+/// `threads` loops of try_acquire + release on one semaphore of limit 5, sharing one
+/// `Client` (as the Node peer's "1 process × 16 loops"), for `secs`.
+fn w2_run(ctx: &mut Ctx, threads: usize, secs: f64) -> R<W2Run> {
+    let client = Client::builder().max_connections(16).build(&ctx.url)?;
+    let sem = client.semaphore("w2", 5)?;
+    warm_up(&client, 16)?;
+    let ready = Barrier::new(threads + 1);
+    let go = Barrier::new(threads + 1);
+    let end = Mutex::new(Instant::now());
+    thread::scope(|s| -> R<W2Run> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    warm_up(&client, 5).expect("warm-up");
+                    ready.wait();
+                    go.wait();
+                    let end = *end.lock().unwrap();
+                    let (mut a, mut f) = (0u64, 0u64);
+                    while Instant::now() < end {
+                        match sem.try_acquire().expect("try_acquire") {
+                            Some(p) => {
+                                a += 1;
+                                p.release().expect("release");
+                            }
+                            None => f += 1,
+                        }
+                    }
+                    (a, f)
+                })
+            })
+            .collect();
+        ready.wait();
+        let before = mark(&mut ctx.admin)?;
+        let noise = Noise::start(ctx, &[]);
+        let cpu0 = process_cpu_us();
+        let start = Instant::now();
+        *end.lock().unwrap() = start + Duration::from_secs_f64(secs);
+        go.wait();
+        let (mut ok, mut failed) = (0, 0);
+        for w in workers {
+            let (a, f) = w.join().map_err(|_| "W2 worker panicked")?;
+            ok += a;
+            failed += f;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let client_cpu_us = process_cpu_us() - cpu0;
+        let foreign = noise.end();
+        let work = ServerWork::read(&mut ctx.admin)?.since(&before);
+        Ok(W2Run {
+            ok,
+            failed,
+            secs: elapsed,
+            work,
+            client_cpu_us,
+            foreign,
+        })
+    })
+}
+
+/// W2 at 16 threads for WORKLOADS.md's 10 s, then the throughput curve over 1–16
+/// threads for the chart.
+pub(crate) fn w2(ctx: &mut Ctx) -> R<()> {
+    let secs = ctx.size(1.0, 3.0, 10.0);
+    let r = w2_run(ctx, 16, secs)?;
+    let succ = r.ok as f64 / r.secs;
+    let fail = r.failed as f64 / r.secs;
+    let per = |x: f64| x / r.ok.max(1) as f64;
+    let ceil16 = ctx.ceiling.get("c_evalsha16").copied();
+    // the target: 32,000/s or 0.8 of the ceiling, whichever is lower, and at
+    // least 2 × npm redis-semaphore's 15,800/s
+    let target = ceil16.map_or(32_000.0, |c| (0.8 * c).min(32_000.0));
+    ctx.row(
+        "w2",
+        "successful acquires/s (16 threads, limit 5)",
+        format!("{succ:.0}"),
+        &format!("≥ {target:.0}"),
+        Some(succ >= target),
+    );
+    ctx.row(
+        "w2",
+        "… vs 2 × npm redis-semaphore (15,800/s)",
+        format!("{:.2} ×", succ / 15_800.0),
+        "≥ 2 ×",
+        Some(succ >= 31_600.0),
+    );
+    ctx.row("w2", "failed tries/s", format!("{fail:.0}"), "", None);
+    ctx.row(
+        "w2",
+        "Redis commands / successful acquire",
+        format!("{:.1}", per(r.work.commands() as f64)),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
+        "round trips / successful acquire",
+        format!("{:.2}", per(r.work.scripts() as f64)),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
+        "server CPU µs / successful acquire",
+        format!("{:.1}", per(r.work.cpu_s * 1e6)),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
+        "server µs per EVALSHA (commandstats)",
+        format!("{:.1}", r.work.usec_per_script()),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
+        "server CPU busy (of 1 core)",
+        format!("{:.0} %", 100.0 * r.work.cpu_s / r.secs),
+        "",
+        None,
+    );
+    ctx.row(
+        "w2",
+        "client CPU µs / successful acquire",
+        format!("{:.1}", per(r.client_cpu_us)),
+        "",
+        None,
+    );
+    ctx.emit(
+        "w2",
+        json!({
+            "threads": 16, "seconds": secs, "acquired_per_s": round(succ, 0), "failed_per_s": round(fail, 0),
+            "target_per_s": round(target, 0),
+            "redis_commands_per_acquire": round(per(r.work.commands() as f64), 2),
+            "round_trips_per_acquire": round(per(r.work.scripts() as f64), 3),
+            "server_cpu_us_per_acquire": round(per(r.work.cpu_s * 1e6), 2),
+            "server_usec_per_evalsha": round(r.work.usec_per_script(), 2),
+            "server_cpu_share": round(r.work.cpu_s / r.secs, 3),
+            "client_cpu_us_per_acquire": round(per(r.client_cpu_us), 2),
+            "commands": r.work.cmds_json(), "foreign_cpu": r.foreign,
+        }),
+    );
+    // throughput against clients, for the chart
+    let point = ctx.size(0.3, 1.0, 2.0);
+    let mut curve = Vec::new();
+    for t in [1usize, 2, 4, 8, 16] {
+        let r = if t == 16 {
+            r.clone()
+        } else {
+            w2_run(ctx, t, point)?
+        };
+        let (s, f) = (r.ok as f64 / r.secs, r.failed as f64 / r.secs);
+        println!(
+            "  w2 curve: {t:>2} threads: {s:>7.0} acquires/s, {f:>7.0} failed/s, server CPU {:.0} %",
+            100.0 * r.work.cpu_s / r.secs
+        );
+        curve.push((t as u32, s, f));
+    }
+    ctx.emit(
+        "w2_curve",
+        json!({"points": curve.iter().map(|(t, s, f)| json!({"threads": t, "acquired_per_s": round(*s, 0), "failed_per_s": round(*f, 0)})).collect::<Vec<_>>()}),
+    );
+    ctx.w2_curve = curve;
+    Ok(())
+}
