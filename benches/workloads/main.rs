@@ -19,6 +19,12 @@
 //! Helper processes (W3 skew, W4 holder and waiter, W5 holder) are this binary started
 //! again with `REDSEM_BENCH_ROLE` set: `main` plays the role and exits.
 //!
+//! Files: this one parses the arguments, runs the workloads asked for, prints the summary
+//! and saves; `measure.rs` holds what the workloads measure with (clocks, CPU, noise,
+//! percentiles, the private server and its `INFO`, warm-up, charts); `peer.rs` the helper
+//! processes and their roles; then one file per workload (`ceiling.rs` for C, `w1.rs` to
+//! `w9.rs`, `awake.rs`) and `smoke.rs`, the `cargo test` run.
+//!
 //! How things are measured (the why of each choice is at the code):
 //! - latencies: `CLOCK_MONOTONIC` (`clock_gettime`), comparable across processes;
 //! - Redis commands: `INFO commandstats` after `CONFIG RESETSTAT`, harness commands excluded,
@@ -60,6 +66,7 @@ use crate::measure::{Server, chart_w2, chart_w4, connect, info, reset};
 /// Errors of the bench: anything, with a message; a failed workload stops the run.
 type R<T> = Result<T, Box<dyn StdError + Send + Sync>>;
 
+/// How long a run is, chosen from the command line and the environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     /// `cargo test`: a few seconds, with assertions.
@@ -72,31 +79,46 @@ enum Mode {
 
 /// One figure of the summary table.
 struct Row {
+    /// Workload label (`w1`, `w2_4x4`, ...).
     workload: String,
+    /// What was measured.
     figure: String,
+    /// The figure, formatted.
     value: String,
+    /// The target it is held to, or empty.
     target: String,
+    /// Whether the target was met (`None`: no target).
     met: Option<bool>,
 }
 
 /// State of one run of the suite.
 struct Ctx {
+    /// Smoke, quick or full.
     mode: Mode,
+    /// The server the workloads run against.
     url: String,
+    /// Our redis-server's pid (none with `REDIS_URL`): its CPU is not foreign load.
     redis_pid: Option<u32>,
+    /// The driver's own connection (INFO, CONFIG RESETSTAT, FLUSHALL...).
     admin: redis::Connection,
+    /// Workload name prefixes from the command line; empty runs everything.
     filters: Vec<String>,
+    /// The summary table, in order.
     rows: Vec<Row>,
+    /// The JSON lines, in order (saved with `REDSEM_BENCH_SAVE=1`).
     json: Vec<Value>,
     /// EVALSHA rates (sequential, 16 threads) of C, for the W1/W2 ratios.
     ceiling: BTreeMap<String, f64>,
+    /// W2's (threads, successful acquires/s, failed tries/s), for its chart.
     w2_curve: Vec<(u32, f64, f64)>,
+    /// W4's hand-off latencies, µs, for its chart.
     w4_latencies_us: Vec<f64>,
     /// The awake variants' busy loops: not foreign load.
     busy_pids: Vec<u32>,
 }
 
 impl Ctx {
+    /// Whether workload `name` starts with one of the filters (or there are none).
     fn wants(&self, name: &str) -> bool {
         self.filters.is_empty() || self.filters.iter().any(|f| name.starts_with(f.as_str()))
     }
@@ -110,6 +132,7 @@ impl Ctx {
         }
     }
 
+    /// Prints a figure and keeps it for the summary table.
     fn row(
         &mut self,
         workload: &str,
@@ -133,6 +156,7 @@ impl Ctx {
         });
     }
 
+    /// Prints a JSON line tagged with `workload` and keeps it for saving.
     fn emit(&mut self, workload: &str, mut v: Value) {
         v["workload"] = json!(workload);
         println!("{v}");

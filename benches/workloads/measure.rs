@@ -57,6 +57,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+/// Every allocation of the bench goes through [`Counting`].
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
@@ -168,13 +169,18 @@ fn machine_busy_jiffies() -> u64 {
 /// "Foreign CPU" of WORKLOADS.md: what other programs used of the machine while a
 /// workload ran, in cores. Near 0 means the figure was taken on a quiet box.
 pub(crate) struct Noise {
+    /// When the window began.
     start: Instant,
+    /// Busy jiffies of the machine then.
     busy: u64,
+    /// Jiffies of our processes then.
     ours: u64,
+    /// Our processes besides this one: the server, helpers, busy loops.
     pids: Vec<u32>,
 }
 
 impl Noise {
+    /// Starts a window; `extra` are helper processes of this workload, not foreign.
     pub(crate) fn start(ctx: &Ctx, extra: &[u32]) -> Noise {
         let mut pids: Vec<u32> = extra.to_vec();
         pids.extend(ctx.redis_pid);
@@ -189,6 +195,7 @@ impl Noise {
         n
     }
 
+    /// Jiffies used so far by this process, its reaped children and [`Self::pids`].
     fn ours_now(&self) -> u64 {
         proc_jiffies("self", true)
             + self
@@ -220,12 +227,17 @@ const SYSTEM_REDIS_PORT: u16 = 6379;
 /// A redis-server child on a free loopback port in a temporary folder, persistence off
 /// (WORKLOADS.md's common setup), killed on drop.
 pub(crate) struct Server {
+    /// The redis-server process.
     pub(crate) child: Child,
+    /// Its port on 127.0.0.1.
     port: u16,
+    /// Its folder (log, no data), removed on drop.
     _dir: tempfile::TempDir,
 }
 
 impl Server {
+    /// Starts `redis-server` (or `$REDIS_SERVER_BIN`), retrying on another port if the
+    /// one picked was taken meanwhile.
     pub(crate) fn start() -> R<Server> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let mut last = String::new();
@@ -287,6 +299,7 @@ impl Server {
         Err(last.into())
     }
 
+    /// The server's `redis://` URL.
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
@@ -343,10 +356,13 @@ pub(crate) struct ServerWork {
     /// `EVALSHA`'s time includes its inner commands, whose own time is also listed under
     /// their names: the difference is what Lua itself costs.
     pub(crate) usec: BTreeMap<String, u64>,
+    /// Server CPU seconds (`used_cpu_user + used_cpu_sys`): cumulative as read,
+    /// the window's after [`since`](Self::since).
     pub(crate) cpu_s: f64,
 }
 
 impl ServerWork {
+    /// Reads `INFO commandstats` and `INFO cpu`.
     pub(crate) fn read(c: &mut redis::Connection) -> R<ServerWork> {
         let stats = info(c, "commandstats")?;
         let cmds = stats
@@ -412,6 +428,7 @@ impl ServerWork {
         self
     }
 
+    /// Calls per work command, as a JSON object.
     pub(crate) fn cmds_json(&self) -> Value {
         json!(
             self.cmds

@@ -20,12 +20,17 @@ use crate::w5::w5_semaphore;
 /// stdin and answering by lines on its stdout. Reads go through a thread so that a hung
 /// helper fails the bench instead of hanging it.
 pub(crate) struct Peer {
+    /// The helper process.
     pub(crate) child: Child,
+    /// Where its commands go.
     stdin: ChildStdin,
+    /// Its stdout, line by line, from the reading thread.
     lines: mpsc::Receiver<String>,
 }
 
 impl Peer {
+    /// Starts this binary as helper `role` on server `url` with `env` added; `skewed` runs
+    /// it under `faketime` 50 ms ahead (wall clock only).
     pub(crate) fn spawn(role: &str, url: &str, env: &[(&str, String)], skewed: bool) -> R<Peer> {
         let exe = std::env::current_exe()?;
         let mut cmd = if skewed {
@@ -61,12 +66,14 @@ impl Peer {
         })
     }
 
+    /// Sends one line to the helper's stdin.
     pub(crate) fn send(&mut self, line: &str) -> R<()> {
         writeln!(self.stdin, "{line}")?;
         self.stdin.flush()?;
         Ok(())
     }
 
+    /// The next line the helper printed, waiting at most `timeout`.
     pub(crate) fn line(&mut self, timeout: Duration) -> R<String> {
         self.lines
             .recv_timeout(timeout)

@@ -15,11 +15,17 @@ use crate::{Ctx, R};
 /// What one W2 run measured.
 #[derive(Clone)]
 struct W2Run {
+    /// Successful tries (each released at once).
     ok: u64,
+    /// Failed tries.
     failed: u64,
+    /// Wall time of the run, s.
     secs: f64,
+    /// What the server did over the run.
     work: ServerWork,
+    /// Client CPU over the run, µs (getrusage, all threads).
     client_cpu_us: f64,
+    /// Foreign cores meanwhile.
     foreign: f64,
 }
 

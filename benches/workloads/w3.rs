@@ -16,9 +16,13 @@ use crate::{Ctx, R};
 /// What the sweep over recorded holds found.
 #[derive(Debug, Default)]
 pub(crate) struct Sweep {
+    /// Most holders at once.
     pub(crate) max: u32,
+    /// Acquisitions that took the count over the limit.
     pub(crate) over_instants: u64,
+    /// Time spent over the limit, ns.
     over_ns: u64,
+    /// Time spent at or over the limit, ns.
     at_limit_ns: u64,
 }
 

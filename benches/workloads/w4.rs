@@ -24,12 +24,19 @@ pub(crate) fn w4_semaphore(client: &Client) -> R<Semaphore> {
 
 /// What a W4 run measured.
 pub(crate) struct W4 {
+    /// Hand-off latencies from the holder's release call, µs.
     pub(crate) from_call_us: Vec<f64>,
+    /// Hand-off latencies from the holder's release return, µs.
     from_return_us: Vec<f64>,
+    /// Server commands per hand-off.
     cmds_per_handoff: f64,
+    /// Script calls (round trips) per hand-off.
     pub(crate) scripts_per_handoff: f64,
+    /// Server CPU per hand-off, µs.
     cpu_us_per_handoff: f64,
+    /// Work commands summed over the recorded hand-offs.
     cmds: BTreeMap<String, u64>,
+    /// Foreign cores meanwhile.
     foreign: f64,
 }
 
