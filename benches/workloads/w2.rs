@@ -88,8 +88,9 @@ fn w2_run(ctx: &mut Ctx, threads: usize, secs: f64) -> R<W2Run> {
     })
 }
 
-/// W2 at 16 threads for WORKLOADS.md's 10 s, then the throughput curve over 1–16
-/// threads for the chart.
+/// W2 at 16 threads for WORKLOADS.md's 10 s, then the curve over 1–16 threads: per point
+/// successful acquires/s and failed tries/s (the chart), server and client CPU µs per
+/// successful acquire.
 pub(crate) fn w2(ctx: &mut Ctx) -> R<()> {
     let secs = ctx.size(1.0, 3.0, 10.0);
     let r = w2_run(ctx, 16, secs)?;
@@ -171,9 +172,11 @@ pub(crate) fn w2(ctx: &mut Ctx) -> R<()> {
             "commands": r.work.cmds_json(), "foreign_cpu": r.foreign,
         }),
     );
-    // throughput against clients, for the chart
+    // throughput and cost per success against clients, for the chart and to see where
+    // the CPU per success grows
     let point = ctx.size(0.3, 1.0, 2.0);
     let mut curve = Vec::new();
+    let mut points = Vec::new();
     for t in [1usize, 2, 4, 8, 16] {
         let r = if t == 16 {
             r.clone()
@@ -181,16 +184,23 @@ pub(crate) fn w2(ctx: &mut Ctx) -> R<()> {
             w2_run(ctx, t, point)?
         };
         let (s, f) = (r.ok as f64 / r.secs, r.failed as f64 / r.secs);
+        let per = |x: f64| x / r.ok.max(1) as f64;
+        let (server_us, client_us) = (per(r.work.cpu_s * 1e6), per(r.client_cpu_us));
         println!(
-            "  w2 curve: {t:>2} threads: {s:>7.0} acquires/s, {f:>7.0} failed/s, server CPU {:.0} %",
+            "  w2 curve: {t:>2} threads: {s:>7.0} acquires/s, {f:>7.0} failed/s, server CPU {:.0} %, \
+             per successful acquire: server CPU {server_us:.1} µs, client CPU {client_us:.1} µs",
             100.0 * r.work.cpu_s / r.secs
         );
         curve.push((t as u32, s, f));
+        points.push(json!({
+            "threads": t, "seconds": round(r.secs, 2),
+            "acquired_per_s": round(s, 0), "failed_per_s": round(f, 0),
+            "server_cpu_us_per_acquire": round(server_us, 2),
+            "client_cpu_us_per_acquire": round(client_us, 2),
+            "server_cpu_share": round(r.work.cpu_s / r.secs, 3), "foreign_cpu": r.foreign,
+        }));
     }
-    ctx.emit(
-        "w2_curve",
-        json!({"points": curve.iter().map(|(t, s, f)| json!({"threads": t, "acquired_per_s": round(*s, 0), "failed_per_s": round(*f, 0)})).collect::<Vec<_>>()}),
-    );
+    ctx.emit("w2_curve", json!({ "points": points }));
     ctx.w2_curve = curve;
     Ok(())
 }
