@@ -1,6 +1,7 @@
 //! The benchmark suite of issue #5: the shared workloads of `shared/WORKLOADS.md` (C, W1–W5,
-//! the "awake" variants) and our own W6 (refresh cost), W7 (1,000 blocked waiters) and W8
-//! (memory), run against a private `redis-server` this binary starts.
+//! W2 both as 1 process × 16 threads and as 4 processes × 4 threads, the "awake" variants)
+//! and our own W6 (refresh cost), W7 (1,000 blocked waiters), W8 (memory) and W9 (many
+//! semaphores), run against a private `redis-server` this binary starts.
 //!
 //! ```text
 //! cargo bench --bench workloads                 # everything (about 3 minutes)
@@ -16,8 +17,12 @@
 //! few seconds that asserts what must hold whatever the machine's speed (2 round trips per
 //! W1 pair, W3 never above the limit, W4 hand-offs across processes complete).
 //!
-//! Helper processes (W3 skew, W4 holder and waiter, W5 holder) are this binary started
-//! again with `REDSEM_BENCH_ROLE` set: `main` plays the role and exits.
+//! Workloads, by the names the filters match (a filter runs every workload whose name
+//! starts with it, so `w2` runs `w2` and `w2_4x4`): `c w1 w2 w2_4x4 w3 w3_skew50 w4 w5 w6
+//! w7 w8 w9 awake`.
+//!
+//! Helper processes (W2 4 × 4, W3 skew, W4 holder and waiter, W5 holder) are this binary
+//! started again with `REDSEM_BENCH_ROLE` set: `main` plays the role and exits.
 //!
 //! Files: this one parses the arguments, runs the workloads asked for, prints the summary
 //! and saves; `measure.rs` holds what the workloads measure with (clocks, CPU, noise,
@@ -245,10 +250,11 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
         return smoke::smoke(&mut ctx);
     }
     type Workload = fn(&mut Ctx) -> R<()>;
-    let all: [(&str, Workload); 12] = [
+    let all: [(&str, Workload); 13] = [
         ("c", |c| ceiling::ceiling(c, "c")),
         ("w1", |c| w1::w1(c, "w1")),
         ("w2", w2::w2),
+        ("w2_4x4", w2::w2_4x4),
         ("w3", w3::w3),
         ("w3_skew50", w3::w3_skew),
         ("w4", w4::w4),
@@ -259,6 +265,15 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
         ("w9", w9::w9),
         ("awake", awake::awake),
     ];
+    for f in &ctx.filters {
+        if !all.iter().any(|(name, _)| name.starts_with(f.as_str())) {
+            let names: Vec<&str> = all.iter().map(|(name, _)| *name).collect();
+            eprintln!(
+                "no workload starts with {f:?}; the workloads: {}",
+                names.join(" ")
+            );
+        }
+    }
     for (name, f) in all {
         if ctx.wants(name) {
             println!("== {name}");

@@ -150,6 +150,14 @@ fn proc_jiffies(pid: &str, with_children: bool) -> u64 {
     }
 }
 
+/// CPU time (user + system) of process `pid` so far, in µs, from `/proc/<pid>/stat`
+/// (10 ms ticks).
+pub(crate) fn proc_cpu_us(pid: u32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    proc_jiffies(&pid.to_string(), false) as f64 * 1e6 / hz
+}
+
 /// Busy jiffies of the whole machine (all CPUs), from the first line of `/proc/stat`.
 fn machine_busy_jiffies() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();

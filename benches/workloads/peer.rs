@@ -1,6 +1,6 @@
 //! Helper processes: this binary started again with `REDSEM_BENCH_ROLE`, driven by lines
-//! on its stdin, answering by lines on its stdout (W3 skew loops, W4 holder and waiter,
-//! W5 holder).
+//! on its stdin, answering by lines on its stdout (W2 4 × 4 loops, W3 skew loops, W4
+//! holder and waiter, W5 holder).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -12,6 +12,7 @@ use redis_semaphore::{Client, Permit};
 
 use crate::R;
 use crate::measure::{mono_ns, warm_up};
+use crate::w2::w2_child;
 use crate::w3::w3_loop;
 use crate::w4::w4_semaphore;
 use crate::w5::w5_semaphore;
@@ -105,6 +106,8 @@ pub(crate) fn child_role(role: &str) -> R<()> {
     let mut stdin = std::io::stdin().lock().lines();
     let mut next = move || -> R<String> { Ok(stdin.next().ok_or("stdin closed")??) };
     match role {
+        // W2 4 × 4: READY; GO start end → 4 loops of try + release, DONE ok failed cpu_us
+        "w2" => w2_child(&client, &mut next)?,
         // W3: 4 loops from START to END (monotonic ns), intervals on stdout
         "w3" => {
             let start: u64 = std::env::var("REDSEM_BENCH_W3_START")?.parse()?;
