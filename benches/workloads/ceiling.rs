@@ -118,9 +118,6 @@ pub(crate) fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
     let client_us_per_eval = eval_cpu_us / (3 * (n / 3)).max(1) as f64;
     ctx.ceiling
         .insert(format!("{label}_client_us_per_evalsha"), client_us_per_eval);
-    if let Some(e) = eval16 {
-        ctx.ceiling.insert(format!("{label}_evalsha16"), e);
-    }
     ctx.row(
         label,
         "PING, 1 thread (req/s)",

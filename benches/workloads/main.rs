@@ -112,7 +112,7 @@ struct Ctx {
     rows: Vec<Row>,
     /// The JSON lines, in order (saved with `REDSEM_BENCH_SAVE=1`).
     json: Vec<Value>,
-    /// EVALSHA rates (sequential, 16 threads) of C, for the W1/W2 ratios.
+    /// C's sequential EVALSHA rate and client CPU per EVALSHA, for W1's comparisons.
     ceiling: BTreeMap<String, f64>,
     /// W2's (threads, successful acquires/s, failed tries/s), for its chart.
     w2_curve: Vec<(u32, f64, f64)>,
