@@ -11,8 +11,10 @@ use crate::combine::Combiner;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
-use crate::refresher::{self, Registry};
+use crate::refresher;
+use crate::registry::Registry;
 use crate::semaphore::{Semaphore, SemaphoreBuilder};
+use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
@@ -39,24 +41,6 @@ use crate::stats::{Counters, Stats};
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<ClientInner>,
-}
-
-/// What the background thread shares with the handles: never a handle itself, so the
-/// thread cannot keep the client alive.
-pub(crate) struct Shared {
-    pub(crate) pool: Pool,
-    /// Bounds each Redis command and each checkout made on behalf of a `Drop`.
-    pub(crate) op_timeout: Duration,
-    pub(crate) registry: parking_lot::Mutex<Registry>,
-    /// "pid|host", recorded with every grant.
-    pub(crate) origin: String,
-    /// Where the wake-up listener opens its own connection (`None` for a user pool:
-    /// it then keeps one of the pool's connections).
-    pub(crate) redis_client: Option<redis::Client>,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) stats: Counters,
-    /// The client's view of the server's clock (see `clock.rs`).
-    pub(crate) clock: crate::clock::Clock,
 }
 
 pub(crate) struct ClientInner {

@@ -384,7 +384,7 @@ impl CountingSemaphore {
         Ok(self.queue_len()? > 0)
     }
 
-    fn shared(&self) -> &crate::client::Shared {
+    fn shared(&self) -> &crate::shared::Shared {
         &self.inner.client.inner.shared
     }
 

@@ -1,5 +1,3 @@
-use crate::permit::LostReason;
-
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -163,5 +161,30 @@ mod tests {
             "Operation against a key holding the wrong kind of value".to_string(),
         ));
         assert!(matches!(Error::redis("s", e), Error::WrongType { .. }));
+    }
+}
+
+/// Why a permit's lease is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out before it was renewed (the process stalled, Redis could not
+    /// be reached, or manual refresh came too late).
+    Expired,
+    /// Someone else released it, for example an operator's
+    /// [`Semaphore::force_release`](crate::Semaphore::force_release).
+    Released,
+    /// The semaphore's keys are gone from Redis: the server restarted without
+    /// persistence, or its data was flushed.
+    Reset,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its lease ran out",
+            LostReason::Released => "it was released by someone else",
+            LostReason::Reset => "the semaphore's keys are gone from redis",
+        })
     }
 }

@@ -178,14 +178,16 @@ mod listener;
 mod permit;
 mod pool;
 mod refresher;
+mod registry;
 mod scripts;
 mod semaphore;
+mod shared;
 mod stats;
 
 pub use client::{Client, ClientBuilder};
 pub use counting::CountingSemaphore;
-pub use error::{Error, Result};
-pub use permit::{LostReason, Permit};
+pub use error::{Error, LostReason, Result};
+pub use permit::Permit;
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
-use crate::client::Shared;
 use crate::pool::Pool;
+use crate::shared::Shared;
 use crate::stats::Counters;
 
 /// How long one read of the subscription may block: bounds how late the thread sees

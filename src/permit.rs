@@ -4,35 +4,11 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use crate::combine::Op;
-use crate::error::{Error, Result};
-use crate::refresher::{self, PermitState, Renewal};
+use crate::error::{Error, LostReason, Result};
+use crate::refresher::{self, Renewal};
+use crate::registry::PermitState;
 use crate::semaphore::SemInner;
 use crate::stats::Counters;
-
-/// Why a permit's lease is gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The lease ran out before it was renewed (the process stalled, Redis could not
-    /// be reached, or manual refresh came too late).
-    Expired,
-    /// Someone else released it, for example an operator's
-    /// [`Semaphore::force_release`](crate::Semaphore::force_release).
-    Released,
-    /// The semaphore's keys are gone from Redis: the server restarted without
-    /// persistence, or its data was flushed.
-    Reset,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "its lease ran out",
-            LostReason::Released => "it was released by someone else",
-            LostReason::Reset => "the semaphore's keys are gone from redis",
-        })
-    }
-}
 
 /// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
 ///

@@ -7,10 +7,11 @@ use redis::{ScriptInvocation, Value};
 use crate::client::Client;
 use crate::clock::{Anchor, Clock, shrink};
 use crate::combine::{Combiner, Failed, Op};
+use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
-use crate::permit::{LostReason, Permit};
-use crate::refresher::{GroupKey, PermitState};
+use crate::permit::Permit;
+use crate::registry::{GroupKey, PermitState};
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
 

@@ -79,10 +79,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
+use crate::error::LostReason;
 use crate::error::{Error, Result};
-use crate::permit::{Grantor, LostReason, Permit};
+use crate::permit::{Grantor, Permit};
 use crate::pool::Conn;
-use crate::refresher::PermitState;
+use crate::registry::PermitState;
 use crate::stats::Counters;
 
 /// Which of the book's semaphores to speak.

@@ -1,0 +1,353 @@
+//! What the background thread keeps: every live permit of a client, grouped by
+//! (semaphore, lease), with the schedule of their renewals and the clean-ups it owes
+//! (see `refresher.rs` for the thread and its invariants). Shared by the permits (which
+//! register and leave), the semaphores (which register waiters' heartbeats and
+//! clean-ups) and the thread, under one lock in `Shared` (`shared.rs`);
+//! nothing here talks to Redis.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::error::LostReason;
+use crate::scripts::Keys;
+
+/// How soon a failed renewal is tried again (bounded by the group's period).
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// The part of a permit the refresher and the permit share.
+#[derive(Debug)]
+pub(crate) struct PermitState {
+    pub(crate) id: String,
+    reason: OnceLock<LostReason>,
+    tx: Mutex<Option<Sender<LostReason>>>,
+    /// The instant before which the lease surely still runs on the server.
+    valid_until: Mutex<Instant>,
+}
+
+impl PermitState {
+    pub(crate) fn new(
+        id: String,
+        valid_until: Instant,
+    ) -> (Arc<PermitState>, Receiver<LostReason>) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let state = PermitState {
+            id,
+            reason: OnceLock::new(),
+            tx: Mutex::new(Some(tx)),
+            valid_until: Mutex::new(valid_until),
+        };
+        (Arc::new(state), rx)
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.reason.get().copied()
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    /// Why a permit that Redis no longer has is gone, as far as this client can tell:
+    /// the reason already recorded, else expired once its lease must have run out by
+    /// this client's clock, else released by someone else.
+    pub(crate) fn gone_reason(&self) -> LostReason {
+        self.lost_reason()
+            .unwrap_or(if Instant::now() >= self.valid_until() {
+                LostReason::Expired
+            } else {
+                LostReason::Released
+            })
+    }
+
+    pub(crate) fn renewed(&self, until: Instant) {
+        let mut v = self.valid_until.lock();
+        if until > *v {
+            *v = until;
+        }
+    }
+
+    /// Records the loss once and fires the `lost()` channel: the reason is sent, then
+    /// the sender dropped, so every receiver sees the loss.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        if self.reason.set(reason).is_ok() {
+            let tx = self.tx.lock().take();
+            if let Some(tx) = tx {
+                let _ = tx.try_send(reason);
+            }
+            if !self.id.starts_with("w:") {
+                log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
+            }
+        }
+    }
+
+    /// Why the lease is gone, judged from the client's clock and what Redis said.
+    pub(crate) fn reason_for_missing(&self, now: Instant, server_reset: bool) -> LostReason {
+        if now >= self.valid_until() {
+            LostReason::Expired
+        } else if server_reset {
+            LostReason::Reset
+        } else {
+            LostReason::Released
+        }
+    }
+}
+
+/// Permits are refreshed in groups that share keys and lease.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct GroupKey {
+    pub(crate) name: Arc<str>,
+    pub(crate) lease_ms: u64,
+    /// `false`: manual refresh; the thread only watches for the lease to end.
+    pub(crate) auto: bool,
+}
+
+#[derive(Debug)]
+struct Group {
+    keys: Arc<Keys>,
+    lease: Duration,
+    period: Duration,
+    next_due: Instant,
+    permits: HashMap<String, Arc<PermitState>>,
+}
+
+/// Every permit of one client that is still held.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    groups: HashMap<GroupKey, Group>,
+    cleanups: Vec<Cleanup>,
+}
+
+/// A release owed for an acquire whose reply was lost: sent from `at` on (never
+/// before: the acquire cannot run after then), retried until `until` (by then the
+/// lease of whatever it was granted has surely ended).
+#[derive(Debug)]
+pub(crate) struct Cleanup {
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) id: String,
+    pub(crate) at: Instant,
+    pub(crate) until: Instant,
+}
+
+impl Registry {
+    /// Adds a permit; returns whether the thread must look at its schedule again.
+    pub(crate) fn register(
+        &mut self,
+        key: GroupKey,
+        keys: &Arc<Keys>,
+        lease: Duration,
+        period: Duration,
+        state: Arc<PermitState>,
+    ) -> bool {
+        let now = Instant::now();
+        let first_due = if key.auto {
+            // a grant with little left (a permit pushed to a waiter lasts a heartbeat
+            // until renewed, a grant learnt late has less) is renewed at half of it
+            let left = state.valid_until().saturating_duration_since(now);
+            now + period.min(left / 2)
+        } else {
+            state.valid_until()
+        };
+        let mut nudge = false;
+        let group = self.groups.entry(key).or_insert_with(|| {
+            nudge = true;
+            Group {
+                keys: Arc::clone(keys),
+                lease,
+                period,
+                next_due: first_due,
+                permits: HashMap::new(),
+            }
+        });
+        if period < group.period {
+            group.period = period;
+        }
+        if first_due < group.next_due {
+            group.next_due = first_due;
+            nudge = true;
+        }
+        group.permits.insert(state.id.clone(), state);
+        nudge
+    }
+
+    pub(crate) fn deregister(&mut self, key: &GroupKey, id: &str) {
+        if let Some(g) = self.groups.get_mut(key) {
+            g.permits.remove(id);
+        }
+    }
+
+    /// When the thread must wake: the next group due, or the next lease that may end by
+    /// this process's clock, whichever comes first.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        let due = self.groups.values().map(|g| g.next_due).min();
+        let ends = self.deadlines().min();
+        let cleanups = self.cleanups.iter().map(|c| c.at).min();
+        due.into_iter().chain(ends).chain(cleanups).min()
+    }
+
+    /// Owes a release of `id` from `at` on, tried until `until`.
+    pub(crate) fn clean_up(&mut self, keys: &Arc<Keys>, id: &str, at: Instant, until: Instant) {
+        self.cleanups.push(Cleanup {
+            keys: Arc::clone(keys),
+            id: id.to_owned(),
+            at,
+            until,
+        });
+    }
+
+    /// Takes the releases owed by `now`.
+    pub(crate) fn take_cleanups(&mut self, now: Instant) -> Vec<Cleanup> {
+        let (due, later) = std::mem::take(&mut self.cleanups)
+            .into_iter()
+            .partition(|c| c.at <= now);
+        self.cleanups = later;
+        due
+    }
+
+    /// The client-side deadline of every permit still registered.
+    pub(crate) fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.groups
+            .values()
+            .flat_map(|g| g.permits.values().map(|p| p.valid_until()))
+    }
+
+    /// The earliest client-side deadline after `now`: how long the thread may wait on
+    /// Redis without missing one.
+    pub(crate) fn earliest_deadline_after(&self, now: Instant) -> Option<Instant> {
+        self.deadlines().filter(|&t| t > now).min()
+    }
+
+    /// Takes the permits, of any group, whose lease may have run out by `now` by this
+    /// process's clock: they are lost, whatever their group's schedule.
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Arc<PermitState>> {
+        let mut expired = Vec::new();
+        for g in self.groups.values_mut() {
+            g.permits.retain(|_, p| {
+                let live = p.valid_until() > now;
+                if !live {
+                    expired.push(Arc::clone(p));
+                }
+                live
+            });
+        }
+        expired
+    }
+
+    /// Takes the work that is due: batches to renew, and manual permits whose lease
+    /// ran out. Empty groups are dropped when they come due.
+    pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<Batch>, Vec<Arc<PermitState>>) {
+        let mut batches = Vec::new();
+        let mut expired = Vec::new();
+        self.groups.retain(|key, g| {
+            if g.next_due > now {
+                return true;
+            }
+            if key.auto {
+                if g.permits.is_empty() {
+                    return false;
+                }
+                g.next_due = now + g.period;
+                batches.push(Batch {
+                    key: key.clone(),
+                    keys: Arc::clone(&g.keys),
+                    lease: g.lease,
+                    permits: g.permits.values().cloned().collect(),
+                });
+            } else {
+                g.permits.retain(|_, p| {
+                    let live = p.valid_until() > now;
+                    if !live {
+                        expired.push(Arc::clone(p));
+                    }
+                    live
+                });
+                match g.permits.values().map(|p| p.valid_until()).min() {
+                    Some(t) => g.next_due = t,
+                    None => return false,
+                }
+            }
+            true
+        });
+        (batches, expired)
+    }
+
+    /// Applies the outcome of a batch: lost permits leave, a failure moves the next
+    /// try closer.
+    pub(crate) fn settle(
+        &mut self,
+        key: &GroupKey,
+        lost: &[Arc<PermitState>],
+        failed: bool,
+        now: Instant,
+    ) {
+        if let Some(g) = self.groups.get_mut(key) {
+            for p in lost {
+                g.permits.remove(&p.id);
+            }
+            if failed {
+                g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
+            }
+        }
+    }
+}
+
+/// One script call's worth of renewals.
+pub(crate) struct Batch {
+    pub(crate) key: GroupKey,
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) lease: Duration,
+    pub(crate) permits: Vec<Arc<PermitState>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(reg: &mut Registry, name: &str, auto: bool, id: &str, valid_for: Duration) {
+        let key = GroupKey {
+            name: Arc::from(name),
+            lease_ms: 300,
+            auto,
+        };
+        let keys = Arc::new(Keys::new(name));
+        let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
+        let period = Duration::from_millis(100);
+        reg.register(key, &keys, Duration::from_millis(300), period, state);
+    }
+
+    #[test]
+    fn the_thread_wakes_at_a_deadline_before_the_next_tick() {
+        let mut reg = Registry::default();
+        register(&mut reg, "a", true, "late", Duration::from_secs(10));
+        register(&mut reg, "b", true, "soon", Duration::from_millis(20));
+        let wake = reg.next_wake().unwrap();
+        assert!(wake <= Instant::now() + Duration::from_millis(20));
+        let now = Instant::now();
+        assert_eq!(
+            reg.earliest_deadline_after(now).map(|t| t > now),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn expired_permits_leave_every_group_and_live_ones_stay() {
+        let mut reg = Registry::default();
+        register(&mut reg, "a", true, "live", Duration::from_secs(10));
+        register(&mut reg, "a", true, "gone", Duration::ZERO);
+        register(&mut reg, "m", false, "manual-gone", Duration::ZERO);
+        let gone: Vec<String> = reg
+            .take_expired(Instant::now())
+            .into_iter()
+            .map(|p| p.id.clone())
+            .collect();
+        assert_eq!(gone.len(), 2, "{gone:?}");
+        assert!(gone.contains(&"gone".to_string()));
+        assert!(gone.contains(&"manual-gone".to_string()));
+        let left: Vec<&String> = reg.groups.values().flat_map(|g| g.permits.keys()).collect();
+        assert_eq!(left, vec!["live"]);
+        assert!(reg.take_expired(Instant::now()).is_empty());
+    }
+}
