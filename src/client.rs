@@ -13,7 +13,7 @@ use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
 use crate::refresher;
 use crate::registry::Registry;
-use crate::semaphore::{Semaphore, SemaphoreBuilder};
+use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 
@@ -52,7 +52,7 @@ pub(crate) struct ClientInner {
     listener: parking_lot::Mutex<Option<Listener>>,
     /// One combiner per semaphore name, shared by every handle of this client, so that
     /// concurrent try-acquires and releases of one semaphore share script calls.
-    combiners: parking_lot::Mutex<HashMap<String, Weak<Combiner>>>,
+    combiners: parking_lot::Mutex<HashMap<String, Weak<SemCombiner>>>,
 }
 
 impl ClientInner {
@@ -109,7 +109,7 @@ impl ClientInner {
 
     /// Tells the refresher that its schedule changed.
     /// The combiner of semaphore `name`, shared with every live handle of it.
-    pub(crate) fn combiner(&self, name: &str) -> Arc<Combiner> {
+    pub(crate) fn combiner(&self, name: &str) -> Arc<SemCombiner> {
         let mut map = self.combiners.lock();
         if let Some(c) = map.get(name).and_then(Weak::upgrade) {
             return c;

@@ -45,10 +45,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
-use redis::Value;
-
 use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// The most operations one batch call carries; the rest wait for the next call.
 const MAX_BATCH: usize = 64;
@@ -79,7 +77,7 @@ pub(crate) enum Op {
 
 /// Sends a list of operations in one call and returns one reply per operation, in
 /// order. Errors from `redis` come back as [`Error::Redis`], unsorted.
-pub(crate) type Exec<'a> = &'a dyn Fn(&[&Op]) -> Result<Vec<Value>>;
+pub(crate) type Exec<'a, R> = &'a dyn Fn(&[&Op]) -> Result<Vec<R>>;
 
 /// Why a combined operation has no reply.
 #[derive(Debug)]
@@ -115,51 +113,60 @@ impl From<Failed> for Error {
 }
 
 /// The turn-taking of one semaphore's callers in one client.
-#[derive(Debug, Default)]
-pub(crate) struct Combiner {
+#[derive(Debug)]
+pub(crate) struct Combiner<R> {
     /// Calls in flight (leaders), at most [`MAX_IN_FLIGHT`]. Raised without the lock
     /// (the fast path of a thread alone), lowered only under the `queue` lock, so a
     /// thread that finds it at the maximum under the lock can queue without being
     /// forgotten (C3).
     leaders: AtomicUsize,
-    queue: Mutex<Vec<Arc<Slot>>>,
+    queue: Mutex<Vec<Arc<Slot<R>>>>,
+}
+
+impl<R> Default for Combiner<R> {
+    fn default() -> Self {
+        Combiner {
+            leaders: AtomicUsize::new(0),
+            queue: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Slot {
+struct Slot<R> {
     op: Op,
-    outcome: Mutex<Outcome>,
+    outcome: Mutex<Outcome<R>>,
     ready: Condvar,
 }
 
 #[derive(Debug)]
-enum Outcome {
+enum Outcome<R> {
     Waiting,
     /// This thread leads the next call, carrying these queued operations (its own is
     /// the first).
-    Lead(Vec<Arc<Slot>>),
-    Done(Result<Value>),
+    Lead(Vec<Arc<Slot<R>>>),
+    Done(Result<R>),
     /// The call did not reach Redis: run the operation alone.
     Alone,
 }
 
-impl Slot {
-    fn settle(&self, outcome: Outcome) {
+impl<R> Slot<R> {
+    fn settle(&self, outcome: Outcome<R>) {
         *self.outcome.lock() = outcome;
         self.ready.notify_one();
     }
 }
 
-impl Combiner {
+impl<R> Combiner<R> {
     /// Runs `op`, alone or in a batch with other threads' operations, and returns its
     /// reply. The caller waits until `deadline` at most for a free call (C4), and a
     /// release no longer than that for the reply of a call that carries it (C5).
     pub(crate) fn run(
         &self,
         op: Op,
-        exec: Exec<'_>,
+        exec: Exec<'_, R>,
         deadline: Instant,
-    ) -> std::result::Result<Value, Failed> {
+    ) -> std::result::Result<R, Failed> {
         let queued_at = Instant::now();
         if self.try_lead() {
             return self.lead(&op, Vec::new(), exec).map_err(Failed::Call);
@@ -236,7 +243,7 @@ impl Combiner {
 
     /// Sends `own` and `others` in one call as the leader, settles `others`, hands
     /// over (C3) and returns the reply to `own`.
-    fn lead(&self, own: &Op, others: Vec<Arc<Slot>>, exec: Exec<'_>) -> Result<Value> {
+    fn lead(&self, own: &Op, others: Vec<Arc<Slot<R>>>, exec: Exec<'_, R>) -> Result<R> {
         let mut turn = Turn {
             combiner: self,
             others,
@@ -297,7 +304,7 @@ impl Combiner {
 
     /// Ends the turn of a leader that did not send its call: `others` go back to the
     /// head of the queue, in their order, and the turn passes on (C3).
-    fn hand_back(&self, others: Vec<Arc<Slot>>) {
+    fn hand_back(&self, others: Vec<Arc<Slot<R>>>) {
         let mut queue = self.queue.lock();
         queue.splice(0..0, others);
         self.pass_turn(queue);
@@ -306,12 +313,12 @@ impl Combiner {
     /// Gives the queue (up to a batch) to its first thread, or leaves when it is
     /// empty. The lead is handed while the queue is locked, so a caller that holds
     /// the lock and is in no queue is either in a call or already leading (C5).
-    fn pass_turn(&self, mut queue: MutexGuard<'_, Vec<Arc<Slot>>>) {
+    fn pass_turn(&self, mut queue: MutexGuard<'_, Vec<Arc<Slot<R>>>>) {
         if queue.is_empty() {
             self.leaders.fetch_sub(1, Ordering::AcqRel);
             return;
         }
-        let batch: Vec<Arc<Slot>> = if queue.len() <= MAX_BATCH {
+        let batch: Vec<Arc<Slot<R>>> = if queue.len() <= MAX_BATCH {
             std::mem::take(&mut *queue)
         } else {
             queue.drain(..MAX_BATCH).collect()
@@ -324,12 +331,12 @@ impl Combiner {
 
 /// A leader's turn: settles whatever is left unsettled (C2, also when unwinding) and
 /// hands over (C3) when it ends.
-struct Turn<'a> {
-    combiner: &'a Combiner,
-    others: Vec<Arc<Slot>>,
+struct Turn<'a, R> {
+    combiner: &'a Combiner<R>,
+    others: Vec<Arc<Slot<R>>>,
 }
 
-impl Drop for Turn<'_> {
+impl<R> Drop for Turn<'_, R> {
     fn drop(&mut self) {
         for slot in self.others.drain(..) {
             slot.settle(Outcome::Alone);
@@ -341,6 +348,7 @@ impl Drop for Turn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::Value;
 
     fn far() -> Instant {
         Instant::now() + Duration::from_secs(60)
@@ -362,7 +370,7 @@ mod tests {
 
     #[test]
     fn alone_it_sends_its_own_operation() {
-        let c = Combiner::default();
+        let c = Combiner::<Value>::default();
         let calls = AtomicUsize::new(0);
         let exec = |ops: &[&Op]| {
             calls.fetch_add(1, Ordering::SeqCst);
@@ -379,7 +387,7 @@ mod tests {
 
     #[test]
     fn concurrent_callers_each_get_their_own_reply_in_fewer_calls() {
-        let c = Arc::new(Combiner::default());
+        let c = Arc::new(Combiner::<Value>::default());
         let calls = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..8)
             .map(|t| {
@@ -409,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_queued_operation_leaves_unsent_at_its_deadline() {
-        let c = Arc::new(Combiner::default());
+        let c = Arc::new(Combiner::<Value>::default());
         let (unblock, blocked) = crossbeam_channel::bounded::<()>(0);
         let leaders: Vec<_> = (0..MAX_IN_FLIGHT)
             .map(|k| {
@@ -448,7 +456,7 @@ mod tests {
     /// Starts `MAX_IN_FLIGHT` calls that hang until `gate` gives them a message (or
     /// is dropped), and waits until they are all in flight.
     fn hang_every_call(
-        c: &Arc<Combiner>,
+        c: &Arc<Combiner<Value>>,
         gate: &crossbeam_channel::Receiver<()>,
     ) -> Vec<std::thread::JoinHandle<bool>> {
         let leaders: Vec<_> = (0..MAX_IN_FLIGHT)
@@ -480,7 +488,7 @@ mod tests {
 
     #[test]
     fn a_carried_release_stops_waiting_at_its_deadline() {
-        let c = Arc::new(Combiner::default());
+        let c = Arc::new(Combiner::<Value>::default());
         let (unblock, gate) = crossbeam_channel::unbounded::<()>();
         let leaders = hang_every_call(&c, &gate);
         // "lead" queues first, so it leads the next call, carrying "carried"; that
@@ -525,7 +533,7 @@ mod tests {
 
     #[test]
     fn the_next_in_the_queue_is_served_after_one_leaves_unsent() {
-        let c = Arc::new(Combiner::default());
+        let c = Arc::new(Combiner::<Value>::default());
         let (unblock, gate) = crossbeam_channel::unbounded::<()>();
         let leaders = hang_every_call(&c, &gate);
         // "late" queues first with a deadline that passes while every call hangs;
@@ -561,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_failed_call_reaches_every_caller_of_the_batch() {
-        let c = Arc::new(Combiner::default());
+        let c = Arc::new(Combiner::<Value>::default());
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let c = Arc::clone(&c);

@@ -7,6 +7,7 @@ use crate::combine::Op;
 use crate::error::{Error, LostReason, Result};
 use crate::refresher::{self, Renewal};
 use crate::registry::PermitState;
+use crate::scripts::leased::{HotReply, Released};
 use crate::semaphore::SemInner;
 use crate::stats::Counters;
 
@@ -242,11 +243,10 @@ impl SemInner {
             )
             .map_err(Error::from);
         let (status, retried) = match first {
-            Ok(reply) => (
-                redis::from_redis_value(reply)
-                    .map_err(|e| Error::reply("release", e.to_string()))?,
-                false,
-            ),
+            Ok(HotReply::Released(status)) => (status, false),
+            Ok(HotReply::Acquired(_)) => {
+                return Err(Error::reply("release", "an acquire's reply"));
+            }
             Err(Error::Redis(e)) if broken(&e) && Instant::now() < deadline => {
                 log::debug!("redis-semaphore: release of {} again: {e}", permit.id);
                 match self.release_fresh(&permit.id, deadline) {
@@ -259,21 +259,20 @@ impl SemInner {
             Err(other) => return Err(other),
         };
         match status {
-            1 => Ok(()),
-            2 => Err(Error::LeaseExpired {
+            Released::Live => Ok(()),
+            Released::Late => Err(Error::LeaseExpired {
                 id: permit.id.clone(),
             }),
             // the first try may have run before its connection broke: then it released
             // the permit, and "not held" is its own doing, not a loss
-            0 if retried && permit.lost_reason().is_none() => Ok(()),
-            0 => {
+            Released::NotHeld if retried && permit.lost_reason().is_none() => Ok(()),
+            Released::NotHeld => {
                 let reason = permit.gone_reason();
                 Err(Error::PermitLost {
                     id: permit.id.clone(),
                     reason,
                 })
             }
-            other => Err(Error::reply("release", format!("unknown status {other}"))),
         }
     }
 }

@@ -34,7 +34,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::clock::shrink;
 use crate::error::LostReason;
 use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE};
-use crate::scripts::{self, Keys};
+use crate::scripts::Keys;
+use crate::scripts::leased;
+pub(crate) use crate::scripts::leased::Renewal;
 use crate::shared::Shared;
 use crate::stats::Counters;
 /// The shortest time a renewal may wait on Redis, even when some permit's deadline is
@@ -77,13 +79,7 @@ fn tick(shared: &Shared) {
         let result = shared
             .pool
             .get(Some(shared.op_timeout))
-            .and_then(|mut conn| {
-                c.keys
-                    .invoke(&scripts::RELEASE)
-                    .arg(&c.id)
-                    .invoke::<i64>(&mut *conn)
-                    .map_err(crate::Error::Redis)
-            });
+            .and_then(|mut conn| leased::release(&mut conn, &c.keys, &c.id, false));
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
             Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
@@ -211,14 +207,6 @@ fn renew(
     }
 }
 
-/// What the `refresh` script said.
-pub(crate) enum Renewal {
-    /// The semaphore's keys are gone.
-    Reset,
-    /// These ids are no longer held; the others were renewed.
-    Lost(Vec<String>),
-}
-
 /// One call of the `refresh` script for `ids`, waiting at most `wait` for a connection
 /// and at most `wait` for each read and write (`shared.op_timeout` when `wait` is not
 /// shorter).
@@ -230,36 +218,9 @@ pub(crate) fn call_refresh(
     wait: Duration,
 ) -> crate::Result<Renewal> {
     let lease_ms = lease.as_millis() as u64;
-    let mut inv = keys.invoke(&scripts::REFRESH);
-    inv.arg(lease_ms).arg(scripts::pad_ms(lease_ms));
-    for id in ids {
-        inv.arg(*id);
-    }
     let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
     let mut conn = shared.pool.get(Some(wait))?;
-    let reply = conn.within(wait, shared.op_timeout, |c| {
-        inv.invoke::<Vec<redis::Value>>(c)
-    });
-    let reply = reply.map_err(crate::Error::Redis)?;
-    let mut it = reply.into_iter();
-    match it.next() {
-        Some(redis::Value::Int(-1)) => Ok(Renewal::Reset),
-        Some(redis::Value::Int(0)) => {
-            let gone = it
-                .map(|v| match v {
-                    redis::Value::BulkString(b) => String::from_utf8(b)
-                        .map_err(|_| crate::Error::reply("refresh", "permit id is not UTF-8")),
-                    other => Err(crate::Error::reply(
-                        "refresh",
-                        format!("unexpected element {other:?}"),
-                    )),
-                })
-                .collect::<crate::Result<Vec<_>>>()?;
-            Ok(Renewal::Lost(gone))
-        }
-        other => Err(crate::Error::reply(
-            "refresh",
-            format!("unexpected status {other:?}"),
-        )),
-    }
+    conn.within(wait, shared.op_timeout, |c| {
+        leased::refresh(c, keys, lease_ms, ids)
+    })
 }

@@ -2,7 +2,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, select};
-use redis::{ScriptInvocation, Value};
 
 use crate::client::Client;
 use crate::clock::{Anchor, Clock, shrink};
@@ -12,6 +11,9 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::permit::Permit;
 use crate::registry::{GroupKey, PermitState};
+use crate::scripts::leased::{
+    self, AcquireArgs, Acquired, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode, Released,
+};
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
 
@@ -68,19 +70,31 @@ pub(crate) struct SemInner {
     /// "pid|host|label", recorded with every grant.
     pub(crate) origin: Arc<str>,
     /// Shared by every handle of this semaphore in this client (see `combine.rs`).
-    pub(crate) combiner: Arc<Combiner>,
+    pub(crate) combiner: Arc<SemCombiner>,
 }
+
+/// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
+pub(crate) type SemCombiner = Combiner<HotReply>;
 
 impl SemInner {
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
         Error::redis(&self.name, e)
     }
 
+    /// Sorts a failed call's error (a Redis error gets the semaphore's name and its
+    /// kind); other errors pass.
+    pub(crate) fn sorted(&self, e: Error) -> Error {
+        match e {
+            Error::Redis(e) => self.error(e),
+            other => other,
+        }
+    }
+
     /// Sends hot-path operations in one script call: the operation's own script for
     /// one, the batch script for several (the combiner's [`Exec`](crate::combine::Exec)),
     /// the whole call (checkout, write, read) ending by `deadline`. Redis errors come
     /// back unsorted, as [`Error::Redis`].
-    pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<Value>> {
+    pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<HotReply>> {
         let shared = &self.client.inner.shared;
         let left = || {
             deadline
@@ -93,7 +107,7 @@ impl SemInner {
 
     /// A release of `id` on a brand-new connection (not one of the pool's idle ones,
     /// which a `CLIENT KILL` or a restart may all have broken), ending by `deadline`.
-    pub(crate) fn release_fresh(&self, id: &str, deadline: Instant) -> Result<i64> {
+    pub(crate) fn release_fresh(&self, id: &str, deadline: Instant) -> Result<Released> {
         let shared = &self.client.inner.shared;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -118,12 +132,7 @@ impl SemInner {
             .max(Duration::from_millis(1));
         conn.set_read_timeout(Some(left)).map_err(Error::Redis)?;
         conn.set_write_timeout(Some(left)).map_err(Error::Redis)?;
-        let status = self
-            .keys
-            .invoke(&scripts::RELEASE)
-            .arg(id)
-            .invoke::<i64>(conn)
-            .map_err(Error::Redis);
+        let status = leased::release(conn, &self.keys, id, false);
         if shared.redis_client.is_none() {
             let _ = conn.set_read_timeout(Some(shared.op_timeout));
             let _ = conn.set_write_timeout(Some(shared.op_timeout));
@@ -131,81 +140,60 @@ impl SemInner {
         status
     }
 
-    fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<Value>> {
+    fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<HotReply>> {
         let clock = &self.client.inner.shared.clock;
         let anchor = match clock.get() {
             Some(a) => a,
             None => read_server_time(conn, clock)?,
         };
-        // acquire.lua's and release.lua's arguments; batch.lua takes the same after a tag
-        let args = |inv: &mut ScriptInvocation<'_>, op: &Op| match op {
-            Op::Acquire {
-                id,
-                n,
-                limit,
-                lease_ms,
-                origin,
-                fair,
-                give_up,
-            } => acquire_args(
-                inv,
-                id,
-                *n,
-                *limit,
-                *lease_ms,
-                origin,
-                Mode::Try,
-                *fair,
-                "",
-                anchor.server_ms_by(*give_up),
-            ),
-            Op::Release { id } => {
-                inv.arg(id);
-            }
-        };
-        let replies = if let [op] = ops {
-            let mut inv = self.keys.invoke(match op {
-                Op::Acquire { .. } => &scripts::ACQUIRE,
-                Op::Release { .. } => &scripts::RELEASE,
-            });
-            args(&mut inv, op);
-            let sent = Instant::now();
-            let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
-            note_anchor(clock, sent, std::slice::from_ref(&reply));
-            vec![reply]
-        } else {
-            let mut inv = self.keys.invoke(&scripts::BATCH);
-            for op in ops {
-                inv.arg(match op {
-                    Op::Acquire { .. } => "a",
-                    Op::Release { .. } => "r",
-                });
-                args(&mut inv, op);
-            }
-            let sent = Instant::now();
-            let replies: Vec<Value> = inv.invoke(conn).map_err(Error::Redis)?;
-            note_anchor(clock, sent, &replies);
-            replies
-        };
+        let hot: Vec<HotOp<'_>> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Acquire {
+                    id,
+                    n,
+                    limit,
+                    lease_ms,
+                    origin,
+                    fair,
+                    give_up,
+                } => HotOp::Acquire(AcquireArgs {
+                    id,
+                    n: *n,
+                    limit: *limit,
+                    lease_ms: *lease_ms,
+                    origin,
+                    mode: Mode::Try,
+                    fair: *fair,
+                    channel: "",
+                    cutoff_ms: anchor.server_ms_by(*give_up),
+                }),
+                Op::Release { id } => HotOp::Release { id },
+            })
+            .collect();
+        let sent = Instant::now();
+        let replies = leased::hot(conn, &self.keys, &hot)?;
+        note_anchor(
+            clock,
+            sent,
+            replies.iter().find_map(|r| match r {
+                HotReply::Acquired(a) => Some(a.now_ms()),
+                HotReply::Released(_) => None,
+            }),
+        );
         Ok(replies)
     }
 }
 
-/// Takes a clock anchor from the first acquire reply among `replies` (they carry the
-/// server's time second), for a call sent at `sent` and answered now.
-fn note_anchor(clock: &Clock, sent: Instant, replies: &[Value]) {
-    let received = Instant::now();
-    for r in replies {
-        if let Value::Array(items) = r
-            && let [Value::Int(_), Value::Int(server_ms), ..] = items.as_slice()
-        {
-            clock.update(Anchor {
-                sent,
-                received,
-                server_ms: *server_ms,
-            });
-            return;
-        }
+/// Takes a clock anchor from a reply that carries the server's time, for a call sent
+/// at `sent` and answered now.
+fn note_anchor(clock: &Clock, sent: Instant, server_ms: Option<i64>) {
+    if let Some(server_ms) = server_ms {
+        clock.update(Anchor {
+            sent,
+            received: Instant::now(),
+            server_ms,
+        });
     }
 }
 
@@ -429,15 +417,6 @@ enum Attempt {
     },
 }
 
-/// Whether an attempt may queue the caller.
-#[derive(Debug, Clone, Copy)]
-enum Mode {
-    /// Never queued: `try_acquire`, and the first look of a blocking acquire.
-    Try,
-    /// Queued when not granted, with a heartbeat of one lease.
-    Wait,
-}
-
 /// A blocked acquire's registrations: its wake-up channel with the listener and its
 /// heartbeat with the refresher. Dropped without [`finish`](Waiter::finish) (an error
 /// on the way), it also takes itself out of the queue, best effort.
@@ -658,8 +637,7 @@ impl Semaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
-        let reply = self.inspect("count")?;
-        Ok(parse_status(&reply)?.0)
+        Ok(status_of(&self.inspect(Inspect::Counts)?))
     }
 
     /// How many acquires are queued, waiting, across all clients.
@@ -698,37 +676,23 @@ impl Semaphore {
             )));
         }
         let mut conn = self.conn()?;
-        let _previous: i64 = self
-            .inner
-            .keys
-            .invoke(&scripts::SET_LIMIT)
-            .arg(limit)
-            .arg(LIMIT_RETENTION.as_millis() as u64)
-            .invoke(&mut *conn)
-            .map_err(|e| self.inner.error(e))?;
+        leased::set_limit(
+            &mut conn,
+            &self.inner.keys,
+            limit,
+            LIMIT_RETENTION.as_millis() as u64,
+        )
+        .map_err(|e| self.inner.sorted(e))?;
         Ok(())
     }
 
     /// Every unexpired holder, ordered by lease deadline (soonest first).
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        let reply = self.inspect("holders")?;
-        let (_, rest) = parse_status(&reply)?;
-        let now = rest
-            .first()
-            .map(int)
-            .transpose()?
-            .ok_or_else(|| bad("holders: no time"))?;
-        let rest = &rest[1..];
-        if rest.len() % 3 != 0 {
-            return Err(bad("holders: ragged list"));
-        }
-        rest.chunks(3)
-            .map(|c| {
-                let id = text(&c[0])?;
-                let record = text(&c[1])?;
-                let deadline = int(&c[2])?;
-                parse_holder(id, &record, deadline, now)
-            })
+        let Some((now, list)) = self.inspect(Inspect::Holders)?.holders else {
+            return Err(bad("holders: none listed"));
+        };
+        list.into_iter()
+            .map(|h| parse_holder(h.id, &h.record, h.deadline_ms, now))
             .collect()
     }
 
@@ -747,16 +711,10 @@ impl Semaphore {
             )));
         }
         let mut conn = self.conn()?;
-        let status: i64 = self
-            .inner
-            .keys
-            .invoke(&scripts::RELEASE)
-            .arg(id)
-            // keep the keys, so that the holder learns "released", not "keys gone"
-            .arg("1")
-            .invoke(&mut *conn)
-            .map_err(|e| self.inner.error(e))?;
-        Ok(status != 0)
+        // keep the keys, so that the holder learns "released", not "keys gone"
+        let status = leased::release(&mut conn, &self.inner.keys, id, true)
+            .map_err(|e| self.inner.sorted(e))?;
+        Ok(status != Released::NotHeld)
     }
 
     fn check_permits(&self, n: u32) -> Result<()> {
@@ -919,27 +877,18 @@ impl Semaphore {
     fn run_cancel(&self, id: &str) -> Result<Option<(u64, i64, Vec<u32>)>> {
         let mut conn = self.conn()?;
         let sent = Instant::now();
-        let reply: Value = self
-            .inner
-            .keys
-            .invoke(&scripts::CANCEL)
-            .arg(id)
-            .invoke(&mut *conn)
-            .map_err(|e| self.inner.error(e))?;
-        note_anchor(
-            &self.inner.client.inner.shared.clock,
-            sent,
-            std::slice::from_ref(&reply),
-        );
-        let reply: Vec<i64> =
-            redis::from_redis_value(reply).map_err(|e| Error::reply("cancel", e.to_string()))?;
-        match reply.as_slice() {
-            [0, _now] => Ok(None),
-            [1, _now, token, deadline, slots @ ..] => {
-                let (token, slots) = grant_parts(*token, slots)?;
-                Ok(Some((token, *deadline, slots)))
+        let reply =
+            leased::cancel(&mut conn, &self.inner.keys, id).map_err(|e| self.inner.sorted(e))?;
+        let clock = &self.inner.client.inner.shared.clock;
+        match reply {
+            Cancelled::Left { now_ms } => {
+                note_anchor(clock, sent, Some(now_ms));
+                Ok(None)
             }
-            other => Err(Error::reply("cancel", format!("{other:?}"))),
+            Cancelled::Granted { now_ms, grant } => {
+                note_anchor(clock, sent, Some(now_ms));
+                Ok(Some((grant.token, grant.deadline_ms, grant.slots)))
+            }
         }
     }
 
@@ -959,7 +908,7 @@ impl Semaphore {
         let give_up = Instant::now() + shared.op_timeout;
         // whether a failure may have left a grant behind (not when it was never sent)
         let mut in_doubt = true;
-        let reply: Result<Value> = match mode {
+        let reply: Result<Acquired> = match mode {
             Mode::Try => sem
                 .combiner
                 .run(
@@ -978,6 +927,10 @@ impl Semaphore {
                 .map_err(|f| {
                     in_doubt = matches!(f, Failed::Call(_));
                     Error::from(f)
+                })
+                .and_then(|r| match r {
+                    HotReply::Acquired(a) => Ok(a),
+                    HotReply::Released(_) => Err(Error::reply("acquire", "a release's reply")),
                 }),
             Mode::Wait => self.look(id, n, channel, give_up),
         };
@@ -999,15 +952,15 @@ impl Semaphore {
                 });
             }
         };
-        let reply: Vec<i64> =
-            redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
-        if matches!(mode, Mode::Try) && reply.first() == Some(&0) {
+        if mode == Mode::Try && matches!(reply, Acquired::Busy { .. }) {
             Counters::bump(&shared.stats.try_failed);
         }
-        match reply.as_slice() {
-            [1, _now, token, deadline, slots @ ..] if slots.len() == n as usize => {
-                let (token, slots) = grant_parts(*token, slots)?;
-                let valid_until = self.client_deadline(*deadline);
+        match reply {
+            Acquired::Granted { grant, .. } => {
+                if grant.slots.len() != n as usize {
+                    return Err(Error::reply("acquire", "granted another number of permits"));
+                }
+                let valid_until = self.client_deadline(grant.deadline_ms);
                 if valid_until <= Instant::now() {
                     // The grant is already over by this client's reckoning (the reply
                     // took longer than the lease): give it back and report a timeout.
@@ -1017,24 +970,23 @@ impl Semaphore {
                 }
                 Ok(Attempt::Granted(self.permit(
                     id.to_owned(),
-                    token,
-                    slots,
+                    grant.token,
+                    grant.slots,
                     n,
                     valid_until,
                 )))
             }
-            [0, _now, retry, head] => Ok(Attempt::Busy {
-                retry_after: u64::try_from(*retry).ok().map(Duration::from_millis),
-                head: *head == 1,
+            Acquired::Busy { retry_ms, head, .. } => Ok(Attempt::Busy {
+                retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
+                head,
             }),
-            [-1, _now, limit] => Err(self.too_many(n, u32::try_from(*limit).unwrap_or(u32::MAX))),
-            [-2, _now] => Err(late_reply(&sem.name)),
-            other => Err(Error::reply("acquire", format!("{other:?}"))),
+            Acquired::TooMany { limit, .. } => Err(self.too_many(n, limit)),
+            Acquired::TooLate { .. } => Err(late_reply(&sem.name)),
         }
     }
 
     /// A waiter's look: the acquire script in wait mode, alone on a connection.
-    fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Value> {
+    fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
         let sem = &self.inner;
         let clock = &sem.client.inner.shared.clock;
         let mut conn = self.conn()?;
@@ -1042,22 +994,20 @@ impl Semaphore {
             Some(a) => a,
             None => read_server_time(&mut conn, clock)?,
         };
-        let mut inv = sem.keys.invoke(&scripts::ACQUIRE);
-        acquire_args(
-            &mut inv,
+        let args = AcquireArgs {
             id,
             n,
-            sem.limit,
-            sem.group.lease_ms,
-            &sem.origin,
-            Mode::Wait,
-            sem.fair,
+            limit: sem.limit,
+            lease_ms: sem.group.lease_ms,
+            origin: &sem.origin,
+            mode: Mode::Wait,
+            fair: sem.fair,
             channel,
-            anchor.server_ms_by(give_up),
-        );
+            cutoff_ms: anchor.server_ms_by(give_up),
+        };
         let sent = Instant::now();
-        let reply: Value = inv.invoke(&mut *conn).map_err(Error::Redis)?;
-        note_anchor(clock, sent, std::slice::from_ref(&reply));
+        let reply = leased::acquire(&mut conn, &sem.keys, &args)?;
+        note_anchor(clock, sent, Some(reply.now_ms()));
         Ok(reply)
     }
 
@@ -1153,15 +1103,10 @@ impl Semaphore {
         client.nudge();
     }
 
-    fn inspect(&self, what: &str) -> Result<Vec<Value>> {
+    fn inspect(&self, what: Inspect) -> Result<Inspected> {
         let mut conn = self.conn()?;
-        self.inner
-            .keys
-            .invoke(&scripts::INSPECT)
-            .arg(self.inner.limit)
-            .arg(what)
-            .invoke(&mut *conn)
-            .map_err(|e| self.inner.error(e))
+        leased::inspect(&mut conn, &self.inner.keys, self.inner.limit, what)
+            .map_err(|e| self.inner.sorted(e))
     }
 
     fn counts(&self) -> Result<(u32, u32, u32)> {
@@ -1180,46 +1125,6 @@ impl std::fmt::Debug for Semaphore {
             .field("auto_refresh", &self.inner.auto_refresh)
             .finish()
     }
-}
-
-/// Appends acquire.lua's arguments (batch.lua takes the same after its tag).
-#[allow(clippy::too_many_arguments)]
-fn acquire_args(
-    inv: &mut ScriptInvocation<'_>,
-    id: &str,
-    n: u32,
-    limit: u32,
-    lease_ms: u64,
-    origin: &str,
-    mode: Mode,
-    fair: bool,
-    channel: &str,
-    cutoff_ms: i64,
-) {
-    inv.arg(id)
-        .arg(n)
-        .arg(limit)
-        .arg(lease_ms)
-        .arg(scripts::pad_ms(lease_ms))
-        .arg(scripts::heartbeat_ms(lease_ms))
-        .arg(origin)
-        .arg(match mode {
-            Mode::Try => "t",
-            Mode::Wait => "w",
-        })
-        .arg(if fair { "1" } else { "0" })
-        .arg(channel)
-        .arg(cutoff_ms.max(1));
-}
-
-/// The token and slots of a grant reply.
-fn grant_parts(token: i64, slots: &[i64]) -> Result<(u64, Vec<u32>)> {
-    let slots = slots
-        .iter()
-        .map(|&s| u32::try_from(s).map_err(|_| Error::reply("acquire", "slot out of range")))
-        .collect::<Result<Vec<u32>>>()?;
-    let token = u64::try_from(token).map_err(|_| Error::reply("acquire", "negative token"))?;
-    Ok((token, slots))
 }
 
 /// The error of an acquire whose reply came too late to use: the script ran after the
@@ -1259,44 +1164,17 @@ fn bad(detail: &str) -> Error {
     Error::reply("inspect", detail)
 }
 
-fn int(v: &Value) -> Result<i64> {
-    match v {
-        Value::Int(i) => Ok(*i),
-        other => Err(bad(&format!("expected an integer, got {other:?}"))),
+/// The status the inspect script's counts give.
+fn status_of(i: &Inspected) -> Status {
+    Status {
+        limit: i.limit,
+        stored_limit: i.stored,
+        client_limit: i.client,
+        held: i.used,
+        available: i.limit.saturating_sub(i.used),
+        queued: i.queued,
+        exists: i.exists,
     }
-}
-
-fn text(v: &Value) -> Result<String> {
-    match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| bad("text is not UTF-8")),
-        Value::SimpleString(s) => Ok(s.clone()),
-        other => Err(bad(&format!("expected text, got {other:?}"))),
-    }
-}
-
-/// Parses the header {limit, used, queued, stored, client, exists} of an inspect reply.
-fn parse_status(reply: &[Value]) -> Result<(Status, &[Value])> {
-    let [limit, used, queued, stored, client, exists, rest @ ..] = reply else {
-        return Err(bad("short reply"));
-    };
-    let count = |v: &Value, what: &str| -> Result<u32> {
-        u32::try_from(int(v)?).map_err(|_| bad(&format!("{what} out of range")))
-    };
-    let optional = |v: &Value| -> Result<Option<u32>> { Ok(u32::try_from(int(v)?).ok()) };
-    let limit = count(limit, "limit")?;
-    let held = count(used, "used")?;
-    Ok((
-        Status {
-            limit,
-            stored_limit: optional(stored)?,
-            client_limit: optional(client)?,
-            held,
-            available: limit.saturating_sub(held),
-            queued: count(queued, "queue length")?,
-            exists: int(exists)? == 1,
-        },
-        rest,
-    ))
 }
 
 /// Parses a holder record "permits|token|slots|acquired_ms|pid|host|label".

@@ -8,6 +8,8 @@
 //! `fast.lua` between `head.lua` and `common.lua`: a plain grant, "no" or release
 //! returns before the full logic is even set up.
 
+pub(crate) mod leased;
+
 use std::sync::LazyLock;
 
 use redis::Script;

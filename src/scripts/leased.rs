@@ -1,0 +1,459 @@
+//! The calls of the leased semaphore's scripts, typed: each function sends one script
+//! (its `.lua` file is beside this one) with its arguments in the order the script's
+//! header gives, and turns the reply into a Rust value. Nothing above this module
+//! builds `ARGV` or reads a `redis::Value` of these scripts.
+//!
+//! Errors: a failed call is [`Error::Redis`] as `redis` gave it (callers sort it: a
+//! timeout, a wrong key type, a dropped connection), a reply of the wrong shape is
+//! [`Error::UnexpectedReply`](crate::Error) naming the script.
+
+use redis::{Connection, ScriptInvocation, Value};
+
+use super::{ACQUIRE, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SET_LIMIT};
+use super::{heartbeat_ms, pad_ms};
+use crate::error::{Error, Result};
+
+/// Whether an acquire may queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A try: granted now or not at all.
+    Try,
+    /// A waiter's look: queued when not granted.
+    Wait,
+}
+
+/// acquire.lua's arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireArgs<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) n: u32,
+    /// The caller's limit (a stored one takes precedence).
+    pub(crate) limit: u32,
+    pub(crate) lease_ms: u64,
+    /// "pid|host|label", recorded with the grant.
+    pub(crate) origin: &'a str,
+    pub(crate) mode: Mode,
+    pub(crate) fair: bool,
+    /// The waiter's wake-up channel ("" for a try).
+    pub(crate) channel: &'a str,
+    /// The server time (ms) after which the script must do nothing (the caller has
+    /// given up by then).
+    pub(crate) cutoff_ms: i64,
+}
+
+/// A grant, as the acquire and cancel scripts report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    /// The lease deadline, server time in ms.
+    pub(crate) deadline_ms: i64,
+    pub(crate) slots: Vec<u32>,
+}
+
+/// The acquire script's answer. Every answer carries the server's time (`now_ms`),
+/// read between the call's send and its reply (a clock anchor, `clock.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    Granted {
+        now_ms: i64,
+        grant: Grant,
+    },
+    /// Not granted: `retry_ms` until the earliest lease ends (negative: unknown);
+    /// `head` when the waiter is at the head of the queue.
+    Busy {
+        now_ms: i64,
+        retry_ms: i64,
+        head: bool,
+    },
+    /// More permits asked for than the limit in force.
+    TooMany {
+        now_ms: i64,
+        limit: u32,
+    },
+    /// The call ran after its cutoff and did nothing.
+    TooLate {
+        now_ms: i64,
+    },
+}
+
+impl Acquired {
+    /// The server's time when the script ran.
+    pub(crate) fn now_ms(&self) -> i64 {
+        match self {
+            Acquired::Granted { now_ms, .. }
+            | Acquired::Busy { now_ms, .. }
+            | Acquired::TooMany { now_ms, .. }
+            | Acquired::TooLate { now_ms } => *now_ms,
+        }
+    }
+
+    fn parse(reply: Value, n: u32) -> Result<Acquired> {
+        let reply: Vec<i64> =
+            redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
+        match reply.as_slice() {
+            [1, now, token, deadline, slots @ ..] if slots.len() == n as usize => {
+                Ok(Acquired::Granted {
+                    now_ms: *now,
+                    grant: grant("acquire", *token, *deadline, slots)?,
+                })
+            }
+            [0, now, retry, head] => Ok(Acquired::Busy {
+                now_ms: *now,
+                retry_ms: *retry,
+                head: *head == 1,
+            }),
+            [-1, now, limit] => Ok(Acquired::TooMany {
+                now_ms: *now,
+                limit: u32::try_from(*limit).unwrap_or(u32::MAX),
+            }),
+            [-2, now] => Ok(Acquired::TooLate { now_ms: *now }),
+            other => Err(Error::reply("acquire", format!("{other:?}"))),
+        }
+    }
+}
+
+/// The release script's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The id held nothing (released before, purged, or never granted).
+    NotHeld,
+    /// Released while its lease was live.
+    Live,
+    /// Released, but its lease had ended.
+    Late,
+}
+
+impl Released {
+    fn parse(reply: Value) -> Result<Released> {
+        match redis::from_redis_value::<i64>(reply)
+            .map_err(|e| Error::reply("release", e.to_string()))?
+        {
+            0 => Ok(Released::NotHeld),
+            1 => Ok(Released::Live),
+            2 => Ok(Released::Late),
+            other => Err(Error::reply("release", format!("unknown status {other}"))),
+        }
+    }
+}
+
+/// One operation of the hot path, as the batch script takes them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HotOp<'a> {
+    /// A try (the batch script never queues anyone).
+    Acquire(AcquireArgs<'a>),
+    Release {
+        id: &'a str,
+    },
+}
+
+/// The answer to one [`HotOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HotReply {
+    Acquired(Acquired),
+    Released(Released),
+}
+
+fn push_acquire(inv: &mut ScriptInvocation<'_>, a: &AcquireArgs<'_>) {
+    inv.arg(a.id)
+        .arg(a.n)
+        .arg(a.limit)
+        .arg(a.lease_ms)
+        .arg(pad_ms(a.lease_ms))
+        .arg(heartbeat_ms(a.lease_ms))
+        .arg(a.origin)
+        .arg(match a.mode {
+            Mode::Try => "t",
+            Mode::Wait => "w",
+        })
+        .arg(if a.fair { "1" } else { "0" })
+        .arg(a.channel)
+        .arg(a.cutoff_ms.max(1));
+}
+
+/// Runs hot-path operations in one call: the operation's own script (acquire.lua or
+/// release.lua) for one, batch.lua for several. One reply per operation, in order.
+pub(crate) fn hot(conn: &mut Connection, keys: &Keys, ops: &[HotOp<'_>]) -> Result<Vec<HotReply>> {
+    let parse = |op: &HotOp<'_>, v: Value| match op {
+        HotOp::Acquire(a) => Acquired::parse(v, a.n).map(HotReply::Acquired),
+        HotOp::Release { .. } => Released::parse(v).map(HotReply::Released),
+    };
+    if let [op] = ops {
+        let mut inv = keys.invoke(match op {
+            HotOp::Acquire(_) => &ACQUIRE,
+            HotOp::Release { .. } => &RELEASE,
+        });
+        match op {
+            HotOp::Acquire(a) => push_acquire(&mut inv, a),
+            HotOp::Release { id } => {
+                inv.arg(*id);
+            }
+        }
+        let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
+        return Ok(vec![parse(op, reply)?]);
+    }
+    let mut inv = keys.invoke(&BATCH);
+    for op in ops {
+        match op {
+            HotOp::Acquire(a) => {
+                inv.arg("a");
+                push_acquire(&mut inv, a);
+            }
+            HotOp::Release { id } => {
+                inv.arg("r").arg(*id);
+            }
+        }
+    }
+    let replies: Vec<Value> = inv.invoke(conn).map_err(Error::Redis)?;
+    if replies.len() != ops.len() {
+        return Err(Error::reply(
+            "batch",
+            format!("{} replies to {} operations", replies.len(), ops.len()),
+        ));
+    }
+    ops.iter()
+        .zip(replies)
+        .map(|(op, v)| parse(op, v))
+        .collect()
+}
+
+/// One run of the acquire script.
+pub(crate) fn acquire(
+    conn: &mut Connection,
+    keys: &Keys,
+    args: &AcquireArgs<'_>,
+) -> Result<Acquired> {
+    let mut inv = keys.invoke(&ACQUIRE);
+    push_acquire(&mut inv, args);
+    let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
+    Acquired::parse(reply, args.n)
+}
+
+/// Releases `id`. `keep`: keep the keys of a semaphore the release leaves idle (an
+/// operator's release, so that the holder learns "released", not "keys gone").
+pub(crate) fn release(
+    conn: &mut Connection,
+    keys: &Keys,
+    id: &str,
+    keep: bool,
+) -> Result<Released> {
+    let mut inv = keys.invoke(&RELEASE);
+    inv.arg(id);
+    if keep {
+        inv.arg("1");
+    }
+    let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
+    Released::parse(reply)
+}
+
+/// What the refresh script said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The semaphore's keys are gone.
+    Reset,
+    /// These ids are no longer held; the others were renewed.
+    Lost(Vec<String>),
+}
+
+/// Renews the leases of `ids` (at most 1000) to `lease_ms` from now.
+pub(crate) fn refresh(
+    conn: &mut Connection,
+    keys: &Keys,
+    lease_ms: u64,
+    ids: &[&str],
+) -> Result<Renewal> {
+    let mut inv = keys.invoke(&REFRESH);
+    inv.arg(lease_ms).arg(pad_ms(lease_ms));
+    for id in ids {
+        inv.arg(*id);
+    }
+    let reply: Vec<Value> = inv.invoke(conn).map_err(Error::Redis)?;
+    let mut it = reply.into_iter();
+    match it.next() {
+        Some(Value::Int(-1)) => Ok(Renewal::Reset),
+        Some(Value::Int(0)) => {
+            let gone = it
+                .map(|v| match v {
+                    Value::BulkString(b) => String::from_utf8(b)
+                        .map_err(|_| Error::reply("refresh", "permit id is not UTF-8")),
+                    other => Err(Error::reply(
+                        "refresh",
+                        format!("unexpected element {other:?}"),
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Renewal::Lost(gone))
+        }
+        other => Err(Error::reply(
+            "refresh",
+            format!("unexpected status {other:?}"),
+        )),
+    }
+}
+
+/// The cancel script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    /// The waiter left the queue (or was not in it).
+    Left { now_ms: i64 },
+    /// The waiter had been granted meanwhile: the grant stands.
+    Granted { now_ms: i64, grant: Grant },
+}
+
+/// Takes waiter `id` out of the queue, or reports the grant it got meanwhile.
+pub(crate) fn cancel(conn: &mut Connection, keys: &Keys, id: &str) -> Result<Cancelled> {
+    let reply: Vec<i64> = keys
+        .invoke(&CANCEL)
+        .arg(id)
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    match reply.as_slice() {
+        [0, now] => Ok(Cancelled::Left { now_ms: *now }),
+        [1, now, token, deadline, slots @ ..] => Ok(Cancelled::Granted {
+            now_ms: *now,
+            grant: grant("cancel", *token, *deadline, slots)?,
+        }),
+        other => Err(Error::reply("cancel", format!("{other:?}"))),
+    }
+}
+
+/// Stores `limit` for `retention_ms` at least; returns the limit stored before (-1:
+/// none).
+pub(crate) fn set_limit(
+    conn: &mut Connection,
+    keys: &Keys,
+    limit: u32,
+    retention_ms: u64,
+) -> Result<i64> {
+    keys.invoke(&SET_LIMIT)
+        .arg(limit)
+        .arg(retention_ms)
+        .invoke(conn)
+        .map_err(Error::Redis)
+}
+
+/// What the inspect script reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inspect {
+    /// The counts only.
+    Counts,
+    /// The counts and every unexpired holder.
+    Holders,
+}
+
+/// A holder as the inspect script lists it: its id, its record
+/// ("permits|token|slots|acquired_ms|pid|host|label") and its deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HolderRecord {
+    pub(crate) id: String,
+    pub(crate) record: String,
+    pub(crate) deadline_ms: i64,
+}
+
+/// The inspect script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The limit in force (the stored one, else the caller's).
+    pub(crate) limit: u32,
+    pub(crate) used: u32,
+    pub(crate) queued: u32,
+    pub(crate) stored: Option<u32>,
+    pub(crate) client: Option<u32>,
+    pub(crate) exists: bool,
+    /// With [`Inspect::Holders`]: the server's time and the holders, soonest deadline
+    /// first.
+    pub(crate) holders: Option<(i64, Vec<HolderRecord>)>,
+}
+
+/// Reads the semaphore's counts (and holders), purging what has expired.
+pub(crate) fn inspect(
+    conn: &mut Connection,
+    keys: &Keys,
+    limit: u32,
+    what: Inspect,
+) -> Result<Inspected> {
+    let reply: Vec<Value> = keys
+        .invoke(&INSPECT)
+        .arg(limit)
+        .arg(match what {
+            Inspect::Counts => "count",
+            Inspect::Holders => "holders",
+        })
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    let bad = |detail: &str| Error::reply("inspect", detail);
+    let [limit, used, queued, stored, client, exists, rest @ ..] = reply.as_slice() else {
+        return Err(bad("short reply"));
+    };
+    let count = |v: &Value, what: &str| -> Result<u32> {
+        u32::try_from(int(v)?).map_err(|_| bad(&format!("{what} out of range")))
+    };
+    let optional = |v: &Value| -> Result<Option<u32>> { Ok(u32::try_from(int(v)?).ok()) };
+    let holders = match what {
+        Inspect::Counts => None,
+        Inspect::Holders => {
+            let [now, rest @ ..] = rest else {
+                return Err(bad("holders: no time"));
+            };
+            if rest.len() % 3 != 0 {
+                return Err(bad("holders: ragged list"));
+            }
+            let list = rest
+                .chunks(3)
+                .map(|c| {
+                    Ok(HolderRecord {
+                        id: text(&c[0])?,
+                        record: text(&c[1])?,
+                        deadline_ms: int(&c[2])?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some((int(now)?, list))
+        }
+    };
+    Ok(Inspected {
+        limit: count(limit, "limit")?,
+        used: count(used, "used")?,
+        queued: count(queued, "queue length")?,
+        stored: optional(stored)?,
+        client: optional(client)?,
+        exists: int(exists)? == 1,
+        holders,
+    })
+}
+
+/// The token and slots of a grant reply.
+fn grant(script: &'static str, token: i64, deadline_ms: i64, slots: &[i64]) -> Result<Grant> {
+    let slots = slots
+        .iter()
+        .map(|&s| u32::try_from(s).map_err(|_| Error::reply(script, "slot out of range")))
+        .collect::<Result<Vec<u32>>>()?;
+    let token = u64::try_from(token).map_err(|_| Error::reply(script, "negative token"))?;
+    Ok(Grant {
+        token,
+        deadline_ms,
+        slots,
+    })
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(Error::reply(
+            "inspect",
+            format!("expected an integer, got {other:?}"),
+        )),
+    }
+}
+
+fn text(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => {
+            String::from_utf8(b.clone()).map_err(|_| Error::reply("inspect", "text is not UTF-8"))
+        }
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(Error::reply(
+            "inspect",
+            format!("expected text, got {other:?}"),
+        )),
+    }
+}
