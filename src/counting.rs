@@ -19,7 +19,8 @@ use crossbeam_channel::{Receiver, select};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
-use crate::scripts::{self, CountingKeys};
+use crate::scripts::CountingKeys;
+use crate::scripts::counting::{self as calls, Look};
 use crate::stats::Counters;
 
 /// How often a queued waiter looks again without being told to: the safety net for a
@@ -211,10 +212,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`] when the key holds something else; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        let set: i64 = self.run(&scripts::COUNTING_TRY_SET, |inv| {
-            inv.arg(permits);
-        })?;
-        Ok(set == 1)
+        self.run(|c, k| calls::try_set(c, k, permits))
     }
 
     /// Changes the count by `delta`, up or down, without waiting (Redisson's
@@ -236,9 +234,7 @@ impl CountingSemaphore {
                 "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
             ));
         }
-        let _after: i64 = self.run(&scripts::COUNTING_ADD, |inv| {
-            inv.arg(delta);
-        })?;
+        self.run(|c, k| calls::add(c, k, delta))?;
         Ok(())
     }
 
@@ -323,9 +319,7 @@ impl CountingSemaphore {
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<()> {
         check_permits(permits)?;
-        let _after: i64 = self.run(&scripts::COUNTING_RELEASE, |inv| {
-            inv.arg(permits);
-        })?;
+        self.run(|c, k| calls::release(c, k, permits))?;
         Ok(())
     }
 
@@ -359,8 +353,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<u32> {
-        let taken: i64 = self.run(&scripts::COUNTING_DRAIN, |_| {})?;
-        u32::try_from(taken).map_err(|_| Error::reply("counting_drain", taken.to_string()))
+        self.run(calls::drain)
     }
 
     /// How many acquires are queued, waiting, across all clients (those whose
@@ -403,64 +396,51 @@ impl CountingSemaphore {
         }
     }
 
-    /// Runs one counting script with the keys in place and `args` added.
-    fn run<T: redis::FromRedisValue>(
+    /// Runs one script call (`scripts::counting`) on a pooled connection, its Redis
+    /// error sorted.
+    fn run<T>(
         &self,
-        script: &redis::Script,
-        args: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        call: impl FnOnce(&mut redis::Connection, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.shared().pool.get(None)?;
-        let mut inv = self.inner.keys.invoke(script);
-        args(&mut inv);
-        inv.invoke(&mut *conn).map_err(|e| {
+        call(&mut conn, &self.inner.keys).map_err(|e| {
             Counters::bump(&self.shared().stats.errors);
-            self.error(e)
+            match e {
+                Error::Redis(e) => self.error(e),
+                other => other,
+            }
         })
     }
 
     /// {set, count, queued} in one round trip.
     fn inspect(&self) -> Result<(bool, i64, u32)> {
-        let reply: Vec<i64> = self.run(&scripts::COUNTING_INSPECT, |_| {})?;
-        match reply.as_slice() {
-            [set, count, queued] => Ok((
-                *set == 1,
-                *count,
-                u32::try_from(*queued)
-                    .map_err(|_| Error::reply("counting_inspect", "queue length out of range"))?,
-            )),
-            other => Err(Error::reply("counting_inspect", format!("{other:?}"))),
-        }
+        let i = self.run(calls::inspect)?;
+        Ok((i.set, i.count, i.queued))
     }
 
     /// One run of the acquire script: a plain try when `waiter` is `None`, else a look
     /// by a queued waiter (channel, id), which queues it or renews its heartbeat when
     /// the permits are not there.
     fn look(&self, permits: u32, waiter: Option<(&str, &str)>) -> Result<bool> {
-        let reply: Vec<i64> = self.run(&scripts::COUNTING_ACQUIRE, |inv| {
-            let (mode, id, channel) = match waiter {
-                Some((id, channel)) => ("w", id, channel),
-                None => ("t", "", ""),
-            };
-            inv.arg(permits)
-                .arg(mode)
-                .arg(id)
-                .arg(channel)
-                .arg(HEARTBEAT.as_millis() as u64)
-                .arg(KEY_PAD.as_millis() as u64);
-        })?;
-        match reply.as_slice() {
-            [1, _] => Ok(true),
-            [0, _] => Ok(false),
-            other => Err(Error::reply("counting_acquire", format!("{other:?}"))),
-        }
+        let look = match waiter {
+            Some((id, channel)) => Look::Waiter { id, channel },
+            None => Look::Try,
+        };
+        self.run(|c, k| {
+            calls::acquire(
+                c,
+                k,
+                permits,
+                look,
+                HEARTBEAT.as_millis() as u64,
+                KEY_PAD.as_millis() as u64,
+            )
+        })
     }
 
     /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up.
     fn cancel(&self, id: &str) -> Result<()> {
-        let _: i64 = self.run(&scripts::COUNTING_CANCEL, |inv| {
-            inv.arg(id);
-        })?;
-        Ok(())
+        self.run(|c, k| calls::cancel(c, k, id))
     }
 
     /// Blocking acquire: one plain try; then the waiter registers with the client's

@@ -7,7 +7,12 @@
 //! its top. The hot-path scripts (acquire, release, batch) carry the fast paths of
 //! `fast.lua` between `head.lua` and `common.lua`: a plain grant, "no" or release
 //! returns before the full logic is even set up.
+//!
+//! This is the protocol layer: [`leased`] and [`counting`] have one typed function per
+//! script call (arguments in, a typed reply out), so the modules above never build
+//! `ARGV` or read a `redis::Value` of a script. It depends only on `error`.
 
+pub(crate) mod counting;
 pub(crate) mod leased;
 
 use std::sync::LazyLock;
