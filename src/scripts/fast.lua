@@ -11,6 +11,14 @@
 -- plain", so every write is to a key whose type a read has shown. Out of memory
 -- refuses only a script's first write.
 
+-- Whether this script has already seen the four keys exist with their types and agree
+-- (h and q hold their sentinels, s has exactly 'used' bits set), and has kept them so
+-- since. Within one script nobody else writes, so the fast operations of a batch check
+-- the keys once: every fast write below keeps them agreeing, except a release whose
+-- record names slots that were not set (a record edited by hand), which clears it, and
+-- the idle release's DEL, which clears it too (fast_create checks that nothing exists).
+local keys_agree = false
+
 -- Grant one permit to `id` on a semaphore without keys (the HMGET `v` of I found no
 -- 'exp'); nil when not plain: some key exists (the full logic repairs), or the
 -- caller's limit is below 1. Creates the four keys as create() and grant() would:
@@ -35,6 +43,7 @@ local function fast_create(id, climit, lease, pad, origin, v)
     redis.call('PEXPIREAT', I, e)
     redis.call('PEXPIREAT', S, e)
     redis.call('PEXPIREAT', Q, e)
+    keys_agree = true
     return {1, now, now_us, deadline, 0}
 end
 
@@ -56,9 +65,12 @@ local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     -- the other three keys exist with their types (h and q hold the sentinel '~', s
     -- is never empty) and agree (s has exactly `used` bits set, K2), else the full
     -- logic repairs; after these reads no command below can meet a key of another type
-    local hs, qs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('BITCOUNT', S)
-    if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
-    if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
+    if not keys_agree then
+        local hs, qs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('BITCOUNT', S)
+        if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
+        if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
+        keys_agree = true
+    end
     if used + 1 > limit then
         if mode ~= 't' then return nil end
         local retry = -1
@@ -119,8 +131,11 @@ local function fast_release(id, keep)
     local dl = redis.pcall('ZSCORE', H, id)
     if type(dl) ~= 'string' then return nil end
     -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
-    local bits = redis.pcall('BITCOUNT', S)
-    if bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+    if not keys_agree then
+        local bits = redis.pcall('BITCOUNT', S)
+        if bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+        keys_agree = true
+    end
     local used = tonumber(v[1]) - tonumber(p)
     if used < 0 then used = 0 end
     local reply = 2
@@ -128,11 +143,16 @@ local function fast_release(id, keep)
     if not keep and used == 0 and not v[4] and (tonumber(v[5]) or 0) < now_us then
         -- idle: 'qn' is 0 and, by K2 and K4, h holds no holder or waiter but `id`
         redis.call('DEL', H, I, S, Q)
+        keys_agree = false
         return reply
     end
+    local cleared = 0
     for slot in string.gmatch(slots, '%d+') do
-        redis.call('SETBIT', S, slot, '0')
+        cleared = cleared + redis.call('SETBIT', S, slot, '0')
     end
+    -- a record that named slots not set (edited by hand) leaves 'used' and s apart:
+    -- the next operation checks again, and the full logic repairs
+    if cleared ~= tonumber(p) then keys_agree = false end
     redis.call('ZREM', H, id)
     redis.call('HDEL', I, id)
     redis.call('HSET', I, 'used', int(used))
