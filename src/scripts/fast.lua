@@ -110,7 +110,8 @@ end
 
 -- Release `id`; nil when not plain.
 -- Plain: the hash holds a record for `id`, nobody is queued (so nobody is served),
--- h holds `id`, s has exactly 'used' bits set and q is a zset.
+-- the four keys exist with their types and agree (h holds its sentinel and, when a
+-- deadline may have passed, `id`; s has exactly 'used' bits set; q is a zset).
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
 --
 -- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
@@ -124,22 +125,30 @@ end
 -- then, so the keys are deleted only while 'ctr' is below now_us (a batch that
 -- granted several tokens in one microsecond leaves the keys to their TTL).
 local function fast_release(id, keep)
-    local v = redis.pcall('HMGET', I, 'used', 'qn', id, 'limit', 'ctr')
+    local v = redis.pcall('HMGET', I, 'used', 'qn', id, 'limit', 'ctr', 'mind')
     if v.err or not v[3] or (tonumber(v[2]) or 0) ~= 0 or not tonumber(v[1]) then return nil end
     local p, slots = string.match(v[3], '^(%d+)|%d+|([%d,]*)|')
     if not p then return nil end
-    local dl = redis.pcall('ZSCORE', H, id)
-    if type(dl) ~= 'string' then return nil end
+    -- live while now is before 'mind', a lower bound of every deadline in h (K3);
+    -- else its deadline in h says (h must hold it: else the full logic repairs)
+    local live = now < (tonumber(v[6]) or 0)
+    if not live then
+        local dl = redis.pcall('ZSCORE', H, id)
+        if type(dl) ~= 'string' then return nil end
+        live = tonumber(dl) > now
+    end
     -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
     if not keys_agree then
-        local bits = redis.pcall('BITCOUNT', S)
-        if bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then return nil end
+        local hs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('BITCOUNT', S)
+        if type(hs) ~= 'string' or bits ~= tonumber(v[1]) or redis.call('TYPE', Q)['ok'] ~= 'zset' then
+            return nil
+        end
         keys_agree = true
     end
     local used = tonumber(v[1]) - tonumber(p)
     if used < 0 then used = 0 end
     local reply = 2
-    if tonumber(dl) > now then reply = 1 end
+    if live then reply = 1 end
     if not keep and used == 0 and not v[4] and (tonumber(v[5]) or 0) < now_us then
         -- idle: 'qn' is 0 and, by K2 and K4, h holds no holder or waiter but `id`
         redis.call('DEL', H, I, S, Q)
