@@ -168,21 +168,29 @@
     unreachable_pub
 )]
 
-mod client;
+// Three layers; each imports only from the layers below it.
+//
+// Base and protocol: the error type, the clock anchor, the counters, and the Lua
+// scripts with one typed Rust function per script call.
 mod clock;
-mod combine;
-pub mod compat;
-mod counting;
 mod error;
+mod scripts;
+mod stats;
+// Background machinery: the pool, the combiner of concurrent calls, the registry of
+// live permits, the state shared with the threads, the refresher thread and the
+// wake-up listener. None of it imports the public types.
+mod combine;
 mod listener;
-mod permit;
 mod pool;
 mod refresher;
 mod registry;
-mod scripts;
-mod semaphore;
 mod shared;
-mod stats;
+// Public types.
+mod client;
+pub mod compat;
+mod counting;
+mod permit;
+mod semaphore;
 
 pub use client::{Client, ClientBuilder};
 pub use counting::CountingSemaphore;
