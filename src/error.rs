@@ -64,6 +64,23 @@ pub enum Error {
         detail: String,
     },
 
+    /// A permit was granted, but fewer replicas than
+    /// [`SemaphoreBuilder::wait_replicas`](crate::SemaphoreBuilder::wait_replicas) asks
+    /// for acknowledged it within its timeout, so a failover could lose it. The permit
+    /// has been given back (best effort: if that release fails too, the lease ends it).
+    #[error(
+        "{acked} of {wanted} replica(s) acknowledged the grant of semaphore {name:?} in \
+         time; the permit was given back"
+    )]
+    ReplicasNotAcked {
+        /// The semaphore's name.
+        name: String,
+        /// Replicas that acknowledged the grant in time.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+
     /// A script answered something the protocol does not allow.
     #[error("unexpected reply from the {script} script: {detail}")]
     UnexpectedReply {

@@ -13,6 +13,7 @@ use crate::permit::Permit;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
     self, AcquireArgs, Acquired, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode, Released,
+    Renewal,
 };
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
@@ -71,6 +72,9 @@ pub(crate) struct SemInner {
     pub(crate) origin: Arc<str>,
     /// Shared by every handle of this semaphore in this client (see `combine.rs`).
     pub(crate) combiner: Arc<SemCombiner>,
+    /// [`SemaphoreBuilder::wait_replicas`]: how many replicas must acknowledge a grant,
+    /// and how long to wait for them (ms).
+    pub(crate) replicas: Option<(u32, u64)>,
 }
 
 /// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
@@ -277,6 +281,7 @@ pub struct SemaphoreBuilder {
     fair: bool,
     auto_refresh: bool,
     label: String,
+    replicas: Option<(u32, Duration)>,
 }
 
 impl SemaphoreBuilder {
@@ -290,6 +295,7 @@ impl SemaphoreBuilder {
             fair: true,
             auto_refresh: true,
             label: String::new(),
+            replicas: None,
         }
     }
 
@@ -339,13 +345,44 @@ impl SemaphoreBuilder {
         self
     }
 
+    /// Makes every grant wait until at least `replicas` replicas of the Redis primary
+    /// have acknowledged it, for at most `timeout`; `replicas == 0` turns it off (the
+    /// default).
+    ///
+    /// After the grant, the acquiring call renews the new permit's lease on a pooled
+    /// connection (a write of that connection, which replication delivers after the
+    /// grant) and sends `WAIT replicas timeout` on the same connection. When fewer
+    /// replicas answer in time, the permit is released and the call fails with
+    /// [`Error::ReplicasNotAcked`]; a try-acquire or a timed acquire does not wait
+    /// again. It costs two round trips and up to `timeout` per grant (see
+    /// `BENCHMARKS.md`).
+    ///
+    /// What it gives: a permit this call returns is in the memory of `replicas`
+    /// replicas, so a failover that promotes one of them keeps it. What it does not
+    /// give: Redis replication stays asynchronous, and Sentinel or Cluster may
+    /// promote a replica that did not acknowledge (`replicas` below the number of
+    /// replicas), or an old primary may go on granting for a while after it was cut
+    /// off (bound that with the server's `min-replicas-to-write` and
+    /// `min-replicas-max-lag`). Fence the work with [`Permit::token`] and
+    /// [`Permit::slots`] where an overlap must be refused; `docs/deployment.md` says
+    /// what each topology guarantees.
+    ///
+    /// [`Permit::token`]: crate::Permit::token
+    /// [`Permit::slots`]: crate::Permit::slots
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Checks the settings and makes the semaphore. No network call is made.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an empty name, a name containing `{` or `}`
     /// (the library puts the name in a hash tag), a missing or zero limit, a lease
-    /// under 1 ms, or a refresh interval that is zero or not shorter than the lease.
+    /// under 1 ms, a refresh interval that is zero or not shorter than the lease, or
+    /// a [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
+    /// shorter than the client's operation timeout.
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         if self.name.is_empty() {
@@ -373,6 +410,21 @@ impl SemaphoreBuilder {
             return invalid("refresh interval must be above zero and shorter than the lease");
         }
         check_label(&self.label)?;
+        let replicas = match self.replicas {
+            None | Some((0, _)) => None,
+            Some((n, timeout)) => {
+                if timeout < Duration::from_millis(1)
+                    || timeout >= self.client.inner.shared.op_timeout
+                {
+                    return invalid(&format!(
+                        "wait_replicas timeout must be at least 1 ms and shorter than the \
+                         client's operation timeout ({:?}), got {timeout:?}",
+                        self.client.inner.shared.op_timeout
+                    ));
+                }
+                Some((n, timeout.as_millis() as u64))
+            }
+        };
         let origin = Arc::from(format!(
             "{}|{}",
             self.client.inner.shared.origin, self.label
@@ -403,6 +455,7 @@ impl SemaphoreBuilder {
                 wait_group,
                 origin,
                 combiner,
+                replicas,
             }),
         })
     }
@@ -506,6 +559,7 @@ impl Semaphore {
                 wait_group: inner.wait_group.clone(),
                 origin: Arc::from(format!("{}|{label}", inner.client.inner.shared.origin)),
                 combiner: Arc::clone(&inner.combiner),
+                replicas: inner.replicas,
             }),
         })
     }
@@ -539,7 +593,7 @@ impl Semaphore {
     pub fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
         self.check_permits(n)?;
         match self.attempt(&new_id(), n, Mode::Try, "")? {
-            Attempt::Granted(p) => Ok(Some(p)),
+            Attempt::Granted(p) => self.confirm(p).map(Some),
             Attempt::Busy { .. } => Ok(None),
         }
     }
@@ -754,7 +808,7 @@ impl Semaphore {
         self.check_permits(n)?;
         let id = new_id();
         if let Attempt::Granted(p) = self.attempt(&id, n, Mode::Try, "")? {
-            return Ok(Some(p));
+            return self.confirm(p).map(Some);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -767,7 +821,9 @@ impl Semaphore {
         let stats = &client.shared.stats;
         Counters::bump(&stats.waits);
         let started = Instant::now();
-        let result = self.wait_queued(n, deadline, cancel, &mut waiter);
+        let result = self
+            .wait_queued(n, deadline, cancel, &mut waiter)
+            .and_then(|p| p.map(|p| self.confirm(p)).transpose());
         match &result {
             Ok(Some(_)) => stats.waited(started.elapsed()),
             Ok(None) => Counters::bump(&stats.wait_gave_up),
@@ -985,6 +1041,53 @@ impl Semaphore {
         }
     }
 
+    /// With [`SemaphoreBuilder::wait_replicas`]: makes sure enough replicas have the
+    /// grant of `permit` before it is handed out, else gives it back.
+    ///
+    /// The grant was written by whatever connection ran its script (this caller's, a
+    /// combined call's leader's, or a releaser's that served the queue), and `WAIT`
+    /// only counts the writes of its own connection. So a renewal of the permit goes
+    /// first on the connection that then waits: replication is one ordered stream, and
+    /// a replica that acknowledged the renewal has the grant before it.
+    fn confirm(&self, permit: Permit) -> Result<Permit> {
+        let sem = &self.inner;
+        let Some((wanted, timeout_ms)) = sem.replicas else {
+            return Ok(permit);
+        };
+        let acked = self.conn().and_then(|mut conn| {
+            match leased::refresh(&mut conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
+                Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
+                Ok(_) => {
+                    return Err(Error::PermitLost {
+                        id: permit.id().to_owned(),
+                        reason: LostReason::Expired,
+                    });
+                }
+                Err(e) => return Err(sem.sorted(e)),
+            }
+            leased::wait_replicas(&mut conn, wanted, timeout_ms).map_err(|e| sem.sorted(e))
+        });
+        match acked {
+            Ok(acked) if acked >= wanted => Ok(permit),
+            Ok(acked) => {
+                if let Err(e) = permit.release() {
+                    log::warn!(
+                        "redis-semaphore: could not give back a permit of {} that too few \
+                         replicas acknowledged: {e}",
+                        sem.name
+                    );
+                }
+                Err(Error::ReplicasNotAcked {
+                    name: sem.name.clone(),
+                    acked,
+                    wanted,
+                })
+            }
+            // dropping the permit gives it back (best effort, bounded)
+            Err(e) => Err(e),
+        }
+    }
+
     /// A waiter's look: the acquire script in wait mode, alone on a connection.
     fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
         let sem = &self.inner;
@@ -1123,6 +1226,7 @@ impl std::fmt::Debug for Semaphore {
             .field("lease", &self.inner.lease)
             .field("fair", &self.inner.fair)
             .field("auto_refresh", &self.inner.auto_refresh)
+            .field("wait_replicas", &self.inner.replicas)
             .finish()
     }
 }

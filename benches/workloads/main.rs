@@ -19,7 +19,8 @@
 //!
 //! Workloads, by the names the filters match (a filter runs every workload whose name
 //! starts with it, so `w2` runs `w2` and `w2_4x4`): `c w1 w2 w2_4x4 w3 w3_skew50 w4 w5 w6
-//! w7 w8 w9 awake`.
+//! w7 w8 w9 awake w1_replicas` (the last: W1 with and without
+//! `wait_replicas(1, 100 ms)`, a replica attached; `replicas.rs`).
 //!
 //! Helper processes (W2 4 × 4, W3 skew, W4 holder and waiter, W5 holder) are this binary
 //! started again with `REDSEM_BENCH_ROLE` set: `main` plays the role and exits.
@@ -46,6 +47,7 @@ mod awake;
 mod ceiling;
 mod measure;
 mod peer;
+mod replicas;
 mod smoke;
 mod w1;
 mod w2;
@@ -250,7 +252,7 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
         return smoke::smoke(&mut ctx);
     }
     type Workload = fn(&mut Ctx) -> R<()>;
-    let all: [(&str, Workload); 13] = [
+    let all: [(&str, Workload); 14] = [
         ("c", |c| ceiling::ceiling(c, "c")),
         ("w1", |c| w1::w1(c, "w1")),
         ("w2", w2::w2),
@@ -264,6 +266,7 @@ fn run(mode: Mode, filters: Vec<String>) -> R<()> {
         ("w8", w8::w8),
         ("w9", w9::w9),
         ("awake", awake::awake),
+        ("w1_replicas", replicas::w1_replicas),
     ];
     for f in &ctx.filters {
         if !all.iter().any(|(name, _)| name.starts_with(f.as_str())) {

@@ -247,6 +247,12 @@ impl Server {
     /// Starts `redis-server` (or `$REDIS_SERVER_BIN`), retrying on another port if the
     /// one picked was taken meanwhile.
     pub(crate) fn start() -> R<Server> {
+        Server::start_with(&[])
+    }
+
+    /// Starts a server with `extra` arguments after the usual ones (a replica:
+    /// `["--replicaof", "127.0.0.1", port]`).
+    pub(crate) fn start_with(extra: &[&str]) -> R<Server> {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let mut last = String::new();
         for _ in 0..5 {
@@ -266,6 +272,7 @@ impl Server {
                 .arg(dir.path())
                 .arg("--logfile")
                 .arg(dir.path().join("redis.log"))
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

@@ -290,6 +290,20 @@ pub(crate) fn refresh(
     }
 }
 
+/// `WAIT replicas timeout_ms`: blocks until `replicas` replicas acknowledged every
+/// write this connection made so far, or `timeout_ms` passed (never 0: that would
+/// block for ever), and says how many did. Not a script: inside a script `WAIT`
+/// returns at once, so it must follow the write as its own command on the same
+/// connection.
+pub(crate) fn wait_replicas(conn: &mut Connection, replicas: u32, timeout_ms: u64) -> Result<u32> {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms.max(1))
+        .query(conn)
+        .map_err(Error::Redis)?;
+    u32::try_from(acked).map_err(|_| Error::reply("wait", format!("{acked} replicas")))
+}
+
 /// The cancel script's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Cancelled {

@@ -1,0 +1,164 @@
+//! `SemaphoreBuilder::wait_replicas`: a grant is handed out only once enough replicas
+//! have it, on every path that yields a permit (a try, a first try of a blocking
+//! acquire, a grant pushed to a queued waiter by someone else's release); otherwise
+//! the permit is given back and the call fails with `Error::ReplicasNotAcked`.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redis_semaphore::{Client, Error, Semaphore};
+use support::{RedisServer, info_field, wait_until};
+
+/// A primary and one replica of it, the replica in sync.
+fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut rc = replica.conn();
+    wait_until(Duration::from_secs(10), "the replica's link is up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rc)
+            .unwrap();
+        info_field(&info, "master_link_status") == Some("up")
+    });
+    (primary, replica)
+}
+
+fn sem(server: &RedisServer, name: &str, limit: u32, replicas: u32, timeout_ms: u64) -> Semaphore {
+    Client::open(&server.url())
+        .unwrap()
+        .semaphore_builder(name)
+        .limit(limit)
+        .wait_replicas(replicas, Duration::from_millis(timeout_ms))
+        .build()
+        .unwrap()
+}
+
+/// Whether `server` (read directly, no WAIT) holds permit `id` of semaphore `name`.
+fn holds(server: &RedisServer, name: &str, id: &str) -> bool {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(id)
+        .query(&mut server.conn())
+        .unwrap();
+    score.is_some()
+}
+
+#[test]
+fn every_grant_path_returns_a_permit_the_replica_already_has() {
+    let (primary, replica) = primary_and_replica();
+    let sem = sem(&primary, "replicated", 1, 1, 1_000);
+
+    // a try
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    assert!(
+        holds(&replica, "replicated", p.id()),
+        "the try's grant is on the replica"
+    );
+
+    // a blocking acquire served by the release of the holder (a pushed grant)
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire())
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    p.release().unwrap();
+    let q = waiter.join().unwrap().unwrap();
+    assert!(
+        holds(&replica, "replicated", q.id()),
+        "the pushed grant is on the replica"
+    );
+    drop(q);
+
+    // a blocking acquire granted on its first try
+    let r = sem
+        .acquire_timeout(Duration::from_secs(1))
+        .unwrap()
+        .unwrap();
+    assert!(holds(&replica, "replicated", r.id()));
+}
+
+#[test]
+fn without_enough_replicas_the_grant_is_given_back_and_the_call_fails() {
+    let primary = RedisServer::start();
+    let sem = sem(&primary, "alone", 2, 1, 50);
+    for attempt in [
+        sem.try_acquire().map(|_| ()),
+        sem.acquire().map(|_| ()),
+        sem.acquire_many_timeout(2, Duration::from_millis(200))
+            .map(|_| ()),
+    ] {
+        match attempt {
+            Err(Error::ReplicasNotAcked {
+                name,
+                acked,
+                wanted,
+            }) => {
+                assert_eq!((name.as_str(), acked, wanted), ("alone", 0, 1));
+            }
+            other => panic!("expected ReplicasNotAcked, got {other:?}"),
+        }
+        // nothing is left held: the permit was released, not left to its lease
+        assert_eq!(sem.available().unwrap(), 2);
+        assert!(sem.holders().unwrap().is_empty());
+    }
+    let msg = sem.try_acquire().unwrap_err().to_string();
+    assert!(
+        msg.contains("0 of 1 replica") && msg.contains("\"alone\""),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_stalled_replica_fails_the_grant_and_a_recovered_one_confirms_it() {
+    let (primary, replica) = primary_and_replica();
+    let sem = sem(&primary, "stalled", 1, 1, 100);
+    let pid = replica.pid().unwrap() as i32;
+    // SAFETY: signals to a child process this test started
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let stalled = sem.try_acquire();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert!(
+        matches!(stalled, Err(Error::ReplicasNotAcked { acked: 0, .. })),
+        "{stalled:?}"
+    );
+    assert_eq!(
+        sem.available().unwrap(),
+        1,
+        "the unconfirmed permit was given back"
+    );
+    let p = sem.try_acquire().unwrap().expect("free again");
+    assert!(holds(&replica, "stalled", p.id()));
+}
+
+#[test]
+fn zero_replicas_is_off_and_bad_timeouts_are_refused() {
+    let primary = RedisServer::start();
+    let sem = sem(&primary, "off", 1, 0, 0);
+    assert!(sem.try_acquire().unwrap().is_some(), "no replica needed");
+
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .build(&primary.url())
+        .unwrap();
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(500),
+        Duration::from_secs(5),
+    ] {
+        let built = client
+            .semaphore_builder("bad")
+            .limit(1)
+            .wait_replicas(1, timeout)
+            .build();
+        match built {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("wait_replicas"), "{msg}"),
+            other => panic!("expected InvalidArgument for {timeout:?}, got {other:?}"),
+        }
+    }
+}
