@@ -199,13 +199,17 @@ pub use permit::Permit;
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
-/// Longer pages: choosing a variant, and the timing guarantees of the keepalive.
+/// Longer pages: choosing a variant, the timing guarantees of the keepalive, and
+/// which Redis deployment gives which guarantee.
 pub mod guide {
     #[doc = include_str!("../docs/which-semaphore.md")]
     pub mod which_semaphore {}
 
     #[doc = include_str!("../docs/keepalive.md")]
     pub mod keepalive {}
+
+    #[doc = include_str!("../docs/deployment.md")]
+    pub mod deployment {}
 }
 
 /// The README's examples, compiled as doc-tests.
