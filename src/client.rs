@@ -13,6 +13,7 @@ use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
 use crate::refresher;
 use crate::registry::Registry;
+use crate::scripts::leased;
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
@@ -222,19 +223,8 @@ impl Client {
         let mut cursor: u64 = 0;
         let mut names = Vec::new();
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("redsem:{{{pattern}}}:i"))
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut *conn)
-                .map_err(Error::Redis)?;
-            names.extend(
-                keys.iter()
-                    .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix("}:i"))
-                    .map(str::to_owned),
-            );
+            let (next, found) = leased::scan_names(&mut conn, cursor, pattern)?;
+            names.extend(found);
             if next == 0 {
                 break;
             }

@@ -204,11 +204,11 @@ fn note_anchor(clock: &Clock, sent: Instant, server_ms: Option<i64>) {
 /// Reads the server's `TIME` once, for a client's first anchor.
 fn read_server_time(conn: &mut redis::Connection, clock: &Clock) -> Result<Anchor> {
     let sent = Instant::now();
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).map_err(Error::Redis)?;
+    let server_ms = leased::server_time_ms(conn)?;
     let anchor = Anchor {
         sent,
         received: Instant::now(),
-        server_ms: secs * 1000 + micros / 1000,
+        server_ms,
     };
     clock.update(anchor);
     Ok(anchor)

@@ -84,6 +84,7 @@ use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
 use crate::pool::Conn;
 use crate::registry::PermitState;
+use crate::scripts::book::{self, BookKeys};
 use crate::stats::Counters;
 
 /// Which of the book's semaphores to speak.
@@ -236,9 +237,7 @@ impl BookSemaphoreBuilder {
         }
         Ok(BookSemaphore {
             inner: Arc::new(BookInner {
-                owner_key: format!("{}:owner", self.name),
-                counter_key: format!("{}:counter", self.name),
-                lock_key: format!("lock:{}", self.name),
+                keys: BookKeys::new(&self.name),
                 name: self.name,
                 client: self.client,
                 limit: self.limit,
@@ -264,9 +263,7 @@ pub struct BookSemaphore {
 struct BookInner {
     client: Client,
     name: String,
-    owner_key: String,
-    counter_key: String,
-    lock_key: String,
+    keys: BookKeys,
     limit: u32,
     variant: BookVariant,
     unit: TimeUnit,
@@ -350,74 +347,22 @@ impl BookInner {
     /// Listing 12.
     fn acquire_basic(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
         let stamp = self.stamp();
-        let (rank,): (Option<i64>,) = redis::pipe()
-            .atomic()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(&self.name)
-            .arg("-inf")
-            .arg(&stamp.cutoff)
-            .ignore()
-            .cmd("ZADD")
-            .arg(&self.name)
-            .arg(&stamp.now)
-            .arg(id)
-            .ignore()
-            .cmd("ZRANK")
-            .arg(&self.name)
-            .arg(id)
-            .query(&mut **conn)
+        let rank = book::basic_enter(conn, &self.keys, &stamp.now, &stamp.cutoff, id)
             .map_err(|e| self.err(e))?;
         if rank.is_some_and(|r| r < i64::from(self.limit)) {
             return Ok(Some((0, stamp)));
         }
-        redis::cmd("ZREM")
-            .arg(&self.name)
-            .arg(id)
-            .exec(&mut **conn)
-            .map_err(|e| self.err(e))?;
+        book::basic_remove(conn, &self.keys, id).map_err(|e| self.err(e))?;
         Ok(None)
     }
 
     /// Listing 14.
     fn acquire_fair(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
         let stamp = self.stamp();
-        let (counter,): (i64,) = redis::pipe()
-            .atomic()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(&self.name)
-            .arg("-inf")
-            .arg(&stamp.cutoff)
-            .ignore()
-            .cmd("ZINTERSTORE")
-            .arg(&self.owner_key)
-            .arg(2)
-            .arg(&self.owner_key)
-            .arg(&self.name)
-            .arg("WEIGHTS")
-            .arg(1)
-            .arg(0)
-            .ignore()
-            .cmd("INCR")
-            .arg(&self.counter_key)
-            .query(&mut **conn)
-            .map_err(|e| self.err(e))?;
-        let (rank,): (Option<i64>,) = redis::pipe()
-            .atomic()
-            .cmd("ZADD")
-            .arg(&self.name)
-            .arg(&stamp.now)
-            .arg(id)
-            .ignore()
-            .cmd("ZADD")
-            .arg(&self.owner_key)
-            .arg(counter)
-            .arg(id)
-            .ignore()
-            .cmd("ZRANK")
-            .arg(&self.owner_key)
-            .arg(id)
-            .query(&mut **conn)
-            .map_err(|e| self.err(e))?;
+        let counter =
+            book::fair_purge_and_count(conn, &self.keys, &stamp.cutoff).map_err(|e| self.err(e))?;
+        let rank =
+            book::fair_enter(conn, &self.keys, &stamp.now, counter, id).map_err(|e| self.err(e))?;
         if rank.is_some_and(|r| r < i64::from(self.limit)) {
             return Ok(Some((u64::try_from(counter).unwrap_or(0), stamp)));
         }
@@ -438,11 +383,11 @@ impl BookInner {
             Ok(false) => log::warn!(
                 "redis-semaphore: book lock {} expired before it was released: \
                  the acquire took longer than the lock timeout",
-                self.lock_key
+                self.keys.lock
             ),
             Err(e) => log::warn!(
                 "redis-semaphore: releasing book lock {}: {e}",
-                self.lock_key
+                self.keys.lock
             ),
         }
         outcome
@@ -458,28 +403,10 @@ impl BookInner {
         let lock_ms = self.lock_timeout.as_millis() as u64;
         let end = Instant::now() + self.lock_wait;
         loop {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(&self.lock_key)
-                .arg(&lock_id)
-                .arg("NX")
-                .arg("PX")
-                .arg(lock_ms)
-                .query(&mut **conn)
-                .map_err(|e| self.err(e))?;
-            if set.is_some() {
+            if book::lock_try(conn, &self.keys, &lock_id, lock_ms).map_err(|e| self.err(e))? {
                 return Ok(Some(lock_id));
             }
-            let ttl: i64 = redis::cmd("TTL")
-                .arg(&self.lock_key)
-                .query(&mut **conn)
-                .map_err(|e| self.err(e))?;
-            if ttl == -1 {
-                redis::cmd("PEXPIRE")
-                    .arg(&self.lock_key)
-                    .arg(lock_ms)
-                    .exec(&mut **conn)
-                    .map_err(|e| self.err(e))?;
-            }
+            book::lock_repair(conn, &self.keys, lock_ms).map_err(|e| self.err(e))?;
             if Instant::now() >= end {
                 return Ok(None);
             }
@@ -493,29 +420,10 @@ impl BookInner {
         // The book retries for ever; the only writer that can abort our EXEC is the
         // lock's own expiry, after which GET no longer matches, so a few rounds suffice.
         for _ in 0..16 {
-            let step = (|| -> redis::RedisResult<Option<bool>> {
-                redis::cmd("WATCH").arg(&self.lock_key).exec(&mut **conn)?;
-                let held: Option<String> =
-                    redis::cmd("GET").arg(&self.lock_key).query(&mut **conn)?;
-                if held.as_deref() != Some(lock_id) {
-                    redis::cmd("UNWATCH").exec(&mut **conn)?;
-                    return Ok(Some(false));
-                }
-                let done: Option<(i64,)> = redis::pipe()
-                    .atomic()
-                    .cmd("DEL")
-                    .arg(&self.lock_key)
-                    .query(&mut **conn)?;
-                Ok(done.map(|_| true))
-            })();
-            match step {
+            match book::lock_release_round(conn, &self.keys, lock_id) {
                 Ok(Some(released)) => return Ok(released),
                 Ok(None) => continue,
-                Err(e) => {
-                    // Never hand a connection with a pending WATCH back to the pool.
-                    let _ = redis::cmd("UNWATCH").exec(&mut **conn);
-                    return Err(self.err(e));
-                }
+                Err(e) => return Err(self.err(e)),
             }
         }
         Ok(false)
@@ -523,27 +431,13 @@ impl BookInner {
 
     /// Listing 13 (basic) or 15 (fair): whether the entry was still there.
     fn remove(&self, conn: &mut Conn, id: &str) -> Result<bool> {
-        let removed: i64 = match self.variant {
-            BookVariant::Basic => redis::cmd("ZREM")
-                .arg(&self.name)
-                .arg(id)
-                .query(&mut **conn)
-                .map_err(|e| self.err(e))?,
+        match self.variant {
+            BookVariant::Basic => book::basic_remove(conn, &self.keys, id),
             BookVariant::Fair | BookVariant::FairWithLock => {
-                let (timeout_zset, _owner): (i64, i64) = redis::pipe()
-                    .atomic()
-                    .cmd("ZREM")
-                    .arg(&self.name)
-                    .arg(id)
-                    .cmd("ZREM")
-                    .arg(&self.owner_key)
-                    .arg(id)
-                    .query(&mut **conn)
-                    .map_err(|e| self.err(e))?;
-                timeout_zset
+                book::fair_remove(conn, &self.keys, id)
             }
-        };
-        Ok(removed == 1)
+        }
+        .map_err(|e| self.err(e))
     }
 
     fn lost(&self, permit: &PermitState, reason: LostReason) -> Error {
@@ -599,13 +493,9 @@ impl Grantor for BookInner {
         Counters::bump(&self.stats().refresh_calls);
         let mut conn = self.conn()?;
         let stamp = self.stamp();
-        let added: i64 = redis::cmd("ZADD")
-            .arg(&self.name)
-            .arg(&stamp.now)
-            .arg(&permit.id)
-            .query(&mut *conn)
+        let added = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
             .map_err(|e| self.err(e))?;
-        if added == 0 {
+        if !added {
             permit.renewed(stamp.at + self.timeout);
             return Ok(());
         }
@@ -714,11 +604,7 @@ impl BookSemaphore {
     /// Redis and pool errors.
     pub fn held(&self) -> Result<u32> {
         let stamp = self.inner.stamp();
-        let n: u64 = redis::cmd("ZCOUNT")
-            .arg(&self.inner.name)
-            .arg(format!("({}", stamp.cutoff))
-            .arg("+inf")
-            .query(&mut *self.inner.conn()?)
+        let n = book::count_younger(&mut *self.inner.conn()?, &self.inner.keys, &stamp.cutoff)
             .map_err(|e| self.inner.err(e))?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
@@ -799,9 +685,9 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(s.inner.name, "market:acct:42");
-        assert_eq!(s.inner.owner_key, "market:acct:42:owner");
-        assert_eq!(s.inner.counter_key, "market:acct:42:counter");
-        assert_eq!(s.inner.lock_key, "lock:market:acct:42");
+        assert_eq!(s.inner.keys.owner, "market:acct:42:owner");
+        assert_eq!(s.inner.keys.counter, "market:acct:42:counter");
+        assert_eq!(s.inner.keys.lock, "lock:market:acct:42");
     }
 
     #[test]

@@ -471,3 +471,32 @@ fn text(v: &Value) -> Result<String> {
         )),
     }
 }
+
+/// `TIME`: the server's clock in ms.
+pub(crate) fn server_time_ms(conn: &mut Connection) -> Result<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).map_err(Error::Redis)?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// One `SCAN` step over the semaphores' info keys whose name matches the glob
+/// `pattern`: the next cursor (0 at the end) and the names found in this step.
+pub(crate) fn scan_names(
+    conn: &mut Connection,
+    cursor: u64,
+    pattern: &str,
+) -> Result<(u64, Vec<String>)> {
+    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(format!("redsem:{{{pattern}}}:i"))
+        .arg("COUNT")
+        .arg(1000)
+        .query(conn)
+        .map_err(Error::Redis)?;
+    let names = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix("}:i"))
+        .map(str::to_owned)
+        .collect();
+    Ok((next, names))
+}

@@ -9,9 +9,12 @@
 //! returns before the full logic is even set up.
 //!
 //! This is the protocol layer: [`leased`] and [`counting`] have one typed function per
-//! script call (arguments in, a typed reply out), so the modules above never build
-//! `ARGV` or read a `redis::Value` of a script. It depends only on `error`.
+//! script call (arguments in, a typed reply out), and [`book`] one per step of the
+//! "Redis in Action" semaphores' command-level protocol, so the modules above never
+//! build `ARGV`, a command or a pipeline, nor read a `redis::Value`. It depends only on
+//! `error`.
 
+pub(crate) mod book;
 pub(crate) mod counting;
 pub(crate) mod leased;
 

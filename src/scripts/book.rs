@@ -1,0 +1,228 @@
+//! The commands of the "Redis in Action" semaphores (ch. 6.3, listings 12–17), typed.
+//! The book's protocol is command level, not scripts: `MULTI`/`EXEC` pipelines, a
+//! `SETNX` lock and a `WATCH` release. Each function here sends one of its steps exactly
+//! as the listings do, on the book's keys, and returns a Rust value; `compat::book`
+//! sequences the steps and never builds a command itself.
+//!
+//! Errors are [`redis::RedisError`] as `redis` gave them; the caller names the semaphore.
+
+use redis::{Connection, RedisResult};
+
+/// The book's keys of semaphore `name`: the time zset `name`, and for the fair
+/// variants the owner zset `name:owner`, the counter `name:counter` and the lock
+/// `lock:name`.
+#[derive(Debug, Clone)]
+pub(crate) struct BookKeys {
+    pub(crate) name: String,
+    pub(crate) owner: String,
+    pub(crate) counter: String,
+    pub(crate) lock: String,
+}
+
+impl BookKeys {
+    pub(crate) fn new(name: &str) -> BookKeys {
+        BookKeys {
+            name: name.to_owned(),
+            owner: format!("{name}:owner"),
+            counter: format!("{name}:counter"),
+            lock: format!("lock:{name}"),
+        }
+    }
+}
+
+/// Listing 12 in one transaction: purge entries scored at or below `cutoff`, add `id`
+/// scored `now`, and `id`'s rank in the time zset.
+pub(crate) fn basic_enter(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    now: &str,
+    cutoff: &str,
+    id: &str,
+) -> RedisResult<Option<i64>> {
+    let (rank,): (Option<i64>,) = redis::pipe()
+        .atomic()
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(&keys.name)
+        .arg("-inf")
+        .arg(cutoff)
+        .ignore()
+        .cmd("ZADD")
+        .arg(&keys.name)
+        .arg(now)
+        .arg(id)
+        .ignore()
+        .cmd("ZRANK")
+        .arg(&keys.name)
+        .arg(id)
+        .query(conn)?;
+    Ok(rank)
+}
+
+/// Listing 13: `ZREM` of `id` from the time zset; whether it was there.
+pub(crate) fn basic_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> RedisResult<bool> {
+    let removed: i64 = redis::cmd("ZREM").arg(&keys.name).arg(id).query(conn)?;
+    Ok(removed == 1)
+}
+
+/// Listing 14, first transaction: purge the time zset, drop the purged entries from
+/// the owner zset (`ZINTERSTORE` with weights 1, 0), and `INCR` the counter: the new
+/// entry's owner score.
+pub(crate) fn fair_purge_and_count(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    cutoff: &str,
+) -> RedisResult<i64> {
+    let (counter,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(&keys.name)
+        .arg("-inf")
+        .arg(cutoff)
+        .ignore()
+        .cmd("ZINTERSTORE")
+        .arg(&keys.owner)
+        .arg(2)
+        .arg(&keys.owner)
+        .arg(&keys.name)
+        .arg("WEIGHTS")
+        .arg(1)
+        .arg(0)
+        .ignore()
+        .cmd("INCR")
+        .arg(&keys.counter)
+        .query(conn)?;
+    Ok(counter)
+}
+
+/// Listing 14, second transaction: add `id` to the time zset (score `now`) and the
+/// owner zset (score `counter`), and `id`'s rank in the owner zset.
+pub(crate) fn fair_enter(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    now: &str,
+    counter: i64,
+    id: &str,
+) -> RedisResult<Option<i64>> {
+    let (rank,): (Option<i64>,) = redis::pipe()
+        .atomic()
+        .cmd("ZADD")
+        .arg(&keys.name)
+        .arg(now)
+        .arg(id)
+        .ignore()
+        .cmd("ZADD")
+        .arg(&keys.owner)
+        .arg(counter)
+        .arg(id)
+        .ignore()
+        .cmd("ZRANK")
+        .arg(&keys.owner)
+        .arg(id)
+        .query(conn)?;
+    Ok(rank)
+}
+
+/// Listing 15: `ZREM` of `id` from both zsets in one transaction; whether it was in
+/// the time zset.
+pub(crate) fn fair_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> RedisResult<bool> {
+    let (timeout_zset, _owner): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("ZREM")
+        .arg(&keys.name)
+        .arg(id)
+        .cmd("ZREM")
+        .arg(&keys.owner)
+        .arg(id)
+        .query(conn)?;
+    Ok(timeout_zset == 1)
+}
+
+/// Listing 16: re-score `id` in the time zset with `now`; whether the `ZADD` added it
+/// (it was gone: the caller takes it out again, as the book does).
+pub(crate) fn rescore(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    now: &str,
+    id: &str,
+) -> RedisResult<bool> {
+    let added: i64 = redis::cmd("ZADD")
+        .arg(&keys.name)
+        .arg(now)
+        .arg(id)
+        .query(conn)?;
+    Ok(added == 1)
+}
+
+/// The entries of the time zset scored above `cutoff`.
+pub(crate) fn count_younger(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    cutoff: &str,
+) -> RedisResult<u64> {
+    redis::cmd("ZCOUNT")
+        .arg(&keys.name)
+        .arg(format!("({cutoff}"))
+        .arg("+inf")
+        .query(conn)
+}
+
+/// The book's lock, one try: `SET lock id NX PX lock_ms` (its `SETNX` + `EXPIRE`);
+/// whether it was taken.
+pub(crate) fn lock_try(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    lock_id: &str,
+    lock_ms: u64,
+) -> RedisResult<bool> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg(lock_id)
+        .arg("NX")
+        .arg("PX")
+        .arg(lock_ms)
+        .query(conn)?;
+    Ok(set.is_some())
+}
+
+/// The book's repair of a lock without expiry (`TTL` is -1: its holder died between
+/// `SETNX` and `EXPIRE`): gives it one of `lock_ms`.
+pub(crate) fn lock_repair(conn: &mut Connection, keys: &BookKeys, lock_ms: u64) -> RedisResult<()> {
+    let ttl: i64 = redis::cmd("TTL").arg(&keys.lock).query(conn)?;
+    if ttl == -1 {
+        redis::cmd("PEXPIRE")
+            .arg(&keys.lock)
+            .arg(lock_ms)
+            .exec(conn)?;
+    }
+    Ok(())
+}
+
+/// One round of the book's `release_lock`: `WATCH`, `GET`, and `MULTI`/`DEL`/`EXEC`
+/// when the value is `lock_id`. `Some(false)`: not ours; `Some(true)`: deleted; `None`:
+/// the transaction aborted (the key changed), try again. On an error the connection
+/// is left without a pending `WATCH`.
+pub(crate) fn lock_release_round(
+    conn: &mut Connection,
+    keys: &BookKeys,
+    lock_id: &str,
+) -> RedisResult<Option<bool>> {
+    let round = (|| -> RedisResult<Option<bool>> {
+        redis::cmd("WATCH").arg(&keys.lock).exec(conn)?;
+        let held: Option<String> = redis::cmd("GET").arg(&keys.lock).query(conn)?;
+        if held.as_deref() != Some(lock_id) {
+            redis::cmd("UNWATCH").exec(conn)?;
+            return Ok(Some(false));
+        }
+        let done: Option<(i64,)> = redis::pipe()
+            .atomic()
+            .cmd("DEL")
+            .arg(&keys.lock)
+            .query(conn)?;
+        Ok(done.map(|_| true))
+    })();
+    if round.is_err() {
+        // never hand a connection with a pending WATCH back to the pool
+        let _ = redis::cmd("UNWATCH").exec(conn);
+    }
+    round
+}
