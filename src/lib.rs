@@ -176,10 +176,12 @@ mod clock;
 mod error;
 mod scripts;
 mod stats;
-// Background machinery: the pool, the combiner of concurrent calls, the registry of
-// live permits, the state shared with the threads, the refresher thread and the
-// wake-up listener. None of it imports the public types.
+// Background machinery: the connection layer (URL forms, TLS, connect errors), the
+// pool, the combiner of concurrent calls, the registry of live permits, the state
+// shared with the threads, the refresher thread and the wake-up listener. None of it
+// imports the public types.
 mod combine;
+mod connect;
 mod listener;
 mod pool;
 mod refresher;
