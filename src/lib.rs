@@ -156,6 +156,16 @@
 //!
 //! - `cli`: builds the `redis-semaphore` command-line inspector (pulls in `clap` and
 //!   `serde_json`). Off by default.
+//! - `tls-rustls`: `rediss://` URLs over rustls, with its `ring` crypto provider
+//!   (installed as the process default before the first TLS connection unless the
+//!   application chose one). Off by default.
+//! - `tls-native-tls`: `rediss://` URLs over the platform's TLS library (OpenSSL on
+//!   Linux). Off by default.
+//!
+//! # Production Redis
+//!
+//! TLS, ACL users and passwords, and the URL forms are in [`guide::deployment`],
+//! with the minimal ACL rule for a user of this library.
 //!
 //! # Requirements
 //!
@@ -201,8 +211,12 @@ pub use permit::Permit;
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
-/// Longer pages: choosing a variant, and the timing guarantees of the keepalive.
+/// Longer pages: choosing a variant, the timing guarantees of the keepalive, and
+/// running against production Redis (URLs, TLS, ACL).
 pub mod guide {
+    #[doc = include_str!("../docs/deployment.md")]
+    pub mod deployment {}
+
     #[doc = include_str!("../docs/which-semaphore.md")]
     pub mod which_semaphore {}
 
