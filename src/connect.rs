@@ -314,11 +314,19 @@ fn percent_decode(s: &str) -> std::result::Result<String, String> {
     String::from_utf8(out).map_err(|_| "not UTF-8 once percent-decoded".to_owned())
 }
 
-/// `url` with any password replaced by `***`: the `user:password@` part of the
-/// authority (every `:` after the user name up to the last `@`), and the values of
-/// `pass=` / `password=` query parameters (redis-rs's form for `unix://` URLs). When in
-/// doubt it hides more, never less.
-pub(crate) fn redact(url: &str) -> String {
+/// `url` with any password replaced by `***`, for logs and messages: the password of
+/// the `user:password@` part (everything from the first `:` after the user name up to
+/// the last `@`), and the values of `pass=` / `password=` query parameters (the form of
+/// `unix://` URLs). When in doubt it hides more, never less. Every message of this
+/// crate that shows a URL shows it through this function.
+///
+/// ```
+/// assert_eq!(
+///     redis_semaphore::redact_url("rediss://app:s3cret@redis.internal:6380/0"),
+///     "rediss://app:***@redis.internal:6380/0"
+/// );
+/// ```
+pub fn redact(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (Some(s), r),
         None => (None, url),
