@@ -15,7 +15,9 @@
 //!
 //! The user name and password are percent-decoded; hosts may be `[IPv6]`.
 
-use std::path::{Path, PathBuf};
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+use std::path::Path;
+use std::path::PathBuf;
 
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
@@ -388,6 +390,7 @@ impl TlsFiles {
     }
 }
 
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 fn read_file(what: &str, path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| {
         Error::InvalidArgument(format!("cannot read the {what} {}: {e}", path.display()))

@@ -79,6 +79,24 @@ impl Manager {
         Ok(conn)
     }
 
+    /// The error of a checkout that timed out while no connection could be made and
+    /// none failed either: connecting hangs (a TLS handshake with a plaintext server
+    /// waits for an answer that never comes with native-tls, which has no handshake
+    /// timeout; a host that drops packets, with a connect timeout longer than the
+    /// checkout timeout).
+    fn stalled(&self) -> Error {
+        let message = if self.endpoint.tls {
+            "no connection was made within the checkout timeout: the TLS handshake did not \
+             finish (is this a plaintext port? use redis:// for a server without TLS)"
+        } else {
+            "no connection was made within the checkout timeout: connecting hangs"
+        };
+        Error::Connect {
+            addr: self.endpoint.addr.clone(),
+            message: message.to_owned(),
+        }
+    }
+
     /// The last connect error if it happened at or after `since`.
     fn failure_since(&self, since: Instant) -> Option<Error> {
         match &*self.last_failure.lock() {
@@ -141,6 +159,8 @@ impl Pool {
                                 Some(f) if is_config_error(&f) => return Err(f),
                                 _ if Instant::now() < deadline => {}
                                 Some(f) => return Err(f),
+                                // no connection at all, and none failed: connecting hangs
+                                None if p.state().connections == 0 => return Err(m.stalled()),
                                 None => return Err(Error::Pool(e)),
                             }
                         }

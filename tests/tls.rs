@@ -1,7 +1,7 @@
-//! TLS (feature `tls-rustls`): server-only and mutual TLS with certificates made by the
+//! TLS (feature `tls-rustls` or `tls-native-tls`; scripts/test.sh runs both): server-only and mutual TLS with certificates made by the
 //! test, every operation over TLS, and clear errors for a missing client certificate and
 //! for a TLS URL against a plaintext port and the reverse.
-#![cfg(feature = "tls-rustls")]
+#![cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 
 mod support;
 
