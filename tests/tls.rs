@@ -18,7 +18,7 @@ fn builder() -> redis_semaphore::ClientBuilder {
 
 #[test]
 fn server_only_tls_with_the_ca_file_runs_every_operation() {
-    let server = TlsServer::start("no");
+    let server = TlsServer::start("no").tls_only();
     let certs = TlsCerts::get();
     let client = builder()
         .tls_ca_file(&certs.ca)
@@ -41,7 +41,7 @@ fn tls_on_the_ip_address_works_too() {
 
 #[test]
 fn mutual_tls_with_a_client_certificate_runs_every_operation() {
-    let server = TlsServer::start("yes");
+    let server = TlsServer::start("yes").tls_only();
     let certs = TlsCerts::get();
     let client = builder()
         .tls_ca_file(&certs.ca)

@@ -775,7 +775,8 @@ impl TlsCerts {
 }
 
 /// A server with a TLS port as well as its plaintext one (which the harness uses to see
-/// that it is up, and the tests to check a TLS URL against a plaintext port).
+/// that it is up, and the tests to check a TLS URL against a plaintext port);
+/// [`TlsServer::tls_only`] closes the plaintext port.
 pub struct TlsServer {
     pub server: RedisServer,
     pub tls_port: u16,
@@ -801,6 +802,22 @@ impl TlsServer {
             auth_clients,
         ]);
         TlsServer { server, tls_port }
+    }
+
+    /// Closes the plaintext port (`CONFIG SET port 0`): from now on the server speaks
+    /// TLS only, as one started with `--port 0 --tls-port P`.
+    pub fn tls_only(self) -> TlsServer {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("port")
+            .arg(0)
+            .exec(&mut self.server.conn())
+            .expect("CONFIG SET port 0");
+        assert!(
+            !ping(self.server.port()),
+            "the plaintext port still answers"
+        );
+        self
     }
 
     /// `rediss://localhost:TLS_PORT/` (the name the server certificate is for).
