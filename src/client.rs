@@ -233,9 +233,10 @@ impl Client {
                 _ => Error::Redis(e),
             })?;
         if reply != "PONG" {
-            return Err(Error::InvalidArgument(format!(
-                "PING answered {reply:?} instead of PONG"
-            )));
+            return Err(Error::Connect {
+                addr: shared.pool.addr(),
+                message: format!("PING answered {reply:?} instead of PONG: is this Redis?"),
+            });
         }
         Ok(())
     }

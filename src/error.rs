@@ -41,8 +41,10 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
-    /// No connection could be taken from the pool in time (the server may be down, or
-    /// every connection is busy).
+    /// No connection could be taken from the pool in time: every connection is busy
+    /// (or, for a pool given to [`Client::from_pool`](crate::Client::from_pool), the
+    /// server may be down). When the client's own pool could not connect, the error is
+    /// [`Error::Connect`] or [`Error::Auth`] instead, saying why.
     #[error("no connection from the pool: {0}")]
     Pool(#[from] r2d2::Error),
 
