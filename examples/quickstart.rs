@@ -31,7 +31,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("using {url}");
+    println!("using {}", redis_semaphore::redact_url(&url));
     if let Err(e) = run(&url) {
         eprintln!("quickstart failed: {e}");
         std::process::exit(1);

@@ -89,7 +89,11 @@ fn run(
         .limit(1)
         .lease(Duration::from_secs(2))
         .build()?;
-    println!("connecting to {url}, semaphore {:?}", sem.name());
+    println!(
+        "connecting to {}, semaphore {:?}",
+        redis_semaphore::redact_url(url),
+        sem.name()
+    );
 
     // Wait for the permit, as a standby if another consumer holds it.
     let permit = loop {

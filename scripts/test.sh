@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: `cargo test --all-targets --features cli "$@"`, then the doc tests.
+# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls "$@"`, then the
+# doc tests with the same features, then the TLS tests again with `tls-native-tls` instead of
+# rustls, and the URL tests without any TLS feature.
 #
 # The tests start their own redis-server processes (from PATH, or $REDIS_SERVER_BIN) on free
 # loopback ports and never touch a server they did not start. This script first makes sure
-# the tools they need are there: redis-server and redis-cli, faketime, and (only when
+# the tools they need are there: redis-server and redis-cli, faketime, openssl (the TLS tests
+# make their certificates with it), OpenSSL's headers and pkg-config (for the tls-native-tls
+# build), and (only when
 # tests/python/requirements.txt exists) the Python packages listed there. As root, missing
 # Debian packages are installed with apt-get; otherwise it says what to install and exits 1.
 #
@@ -51,6 +55,12 @@ else
 fi
 need_tool redis-cli redis-tools
 need_tool faketime faketime
+need_tool openssl openssl
+need_tool pkg-config pkg-config
+if ! pkg-config --exists openssl 2>/dev/null; then
+    missing_pkgs+=(libssl-dev)
+    missing_why+=("OpenSSL headers for the tls-native-tls build (Debian package libssl-dev)")
+fi
 
 python_reqs=tests/python/requirements.txt
 if [ -f "$python_reqs" ]; then
@@ -98,7 +108,11 @@ echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_S
 
 # --- the suite --------------------------------------------------------------------------
 echo "==> unit, integration, example and bench targets"
-run cargo test --all-targets --features cli "$@"
+run cargo test --all-targets --features cli,tls-rustls "$@"
 echo "==> doc tests"
-run cargo test --doc --features cli
+run cargo test --doc --features cli,tls-rustls
+echo "==> TLS tests with tls-native-tls"
+run cargo test --features tls-native-tls --test tls
+echo "==> URL tests without any TLS feature (rediss:// must name the feature to enable)"
+run cargo test --test urls
 echo "==> all tests passed"

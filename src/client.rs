@@ -1,13 +1,11 @@
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
-use redis::IntoConnectionInfo;
-use redis::io::tcp::TcpSettings;
-
 use crate::combine::Combiner;
+use crate::connect::{Credentials, Target, TlsFiles, endpoint, redact};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{Manager, Pool};
@@ -17,6 +15,7 @@ use crate::scripts::leased;
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
+use crossbeam_channel::Sender;
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
 /// the leases of this client's permits alive.
@@ -144,13 +143,38 @@ impl Drop for ClientInner {
 }
 
 impl Client {
-    /// Opens a client for `url` (`redis://host:port/db`, `rediss://`, `unix://`) with
-    /// the default settings of [`ClientBuilder`]. No connection is made until the first
-    /// operation.
+    /// Opens a client for `url` with the default settings of [`ClientBuilder`]. No
+    /// connection is made until the first operation ([`Client::ping`] checks the
+    /// connection and the credentials at once).
+    ///
+    /// URL forms:
+    ///
+    /// - `redis://[user:password@]host[:6379][/db]`: one server;
+    /// - `rediss://[user:password@]host[:port][/db]`: one server over TLS (crate
+    ///   feature `tls-rustls` or `tls-native-tls`; certificate files are set with
+    ///   [`ClientBuilder::tls_ca_file`] and [`ClientBuilder::tls_client_cert`]);
+    /// - `unix:///path/to/redis.sock[?db=N&user=U&pass=P]`: one server on a Unix socket;
+    /// - `redis+sentinel://[user:password@]h1[:26379],h2[:26379]/SERVICE[/db]` and
+    ///   `rediss+sentinel://`: a Sentinel-managed primary;
+    /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]` and `rediss+cluster://`:
+    ///   Redis Cluster seed nodes.
+    ///
+    /// The Sentinel and Cluster forms are parsed but not served yet: they are
+    /// [`Error::InvalidArgument`] for now. User names and passwords are
+    /// percent-decoded; no message or `Debug` output of this crate shows a password.
+    ///
+    /// ```no_run
+    /// use redis_semaphore::Client;
+    ///
+    /// let client = Client::open("redis://semaphores:s3cret@redis.internal:6379/0")?;
+    /// client.ping()?; // fails now with Error::Auth if the password is wrong
+    /// # Ok::<(), redis_semaphore::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when the URL cannot be parsed.
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed, for a TLS URL without a
+    /// TLS feature, and for a topology not supported yet.
     pub fn open(url: &str) -> Result<Client> {
         Client::builder().build(url)
     }
@@ -186,6 +210,36 @@ impl Client {
         let defaults = ClientBuilder::default();
         let op = defaults.operation_timeout;
         ClientInner::start(Pool::User(pool, op), op, None, defaults.connect_timeout)
+    }
+
+    /// Checks now that Redis can be reached and accepts the credentials: checks a
+    /// connection out of the pool (opening one if none is idle) and runs `PING` on it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Auth`] for a wrong user name or password, or a password missing where
+    /// the server requires one; [`Error::Connect`] when the server cannot be reached or
+    /// the TLS handshake fails (both name the address); [`Error::Pool`] or
+    /// [`Error::Redis`] otherwise.
+    pub fn ping(&self) -> Result<()> {
+        let shared = &self.inner.shared;
+        let mut conn = shared.pool.get(None)?;
+        let reply: String = redis::cmd("PING")
+            .query(&mut *conn)
+            .map_err(|e| match e.code() {
+                Some("NOAUTH" | "WRONGPASS") => Error::Auth {
+                    addr: shared.pool.addr(),
+                    message: e.to_string(),
+                },
+                _ => Error::Redis(e),
+            })?;
+        if reply != "PONG" {
+            return Err(Error::Connect {
+                addr: shared.pool.addr(),
+                message: format!("PING answered {reply:?} instead of PONG: is this Redis?"),
+            });
+        }
+        Ok(())
     }
 
     /// A semaphore named `name` allowing `limit` permits at once, with the default
@@ -245,7 +299,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Settings of a [`Client`]: pool size and timeouts.
+/// Settings of a [`Client`]: pool size, timeouts, credentials and TLS files.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -258,12 +312,31 @@ impl std::fmt::Debug for Client {
 ///     .build("redis://127.0.0.1:6379/")?;
 /// # Ok::<(), redis_semaphore::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+///
+/// Over TLS with a private certificate authority and a client certificate, as an ACL
+/// user whose password comes from elsewhere than the URL (needs the crate feature
+/// `tls-rustls` or `tls-native-tls`):
+///
+/// ```no_run
+/// use redis_semaphore::Client;
+///
+/// let client = Client::builder()
+///     .tls_ca_file("/etc/redis/ca.crt")
+///     .tls_client_cert("/etc/redis/client.crt", "/etc/redis/client.key")
+///     .username("semaphores")
+///     .password(std::env::var("REDIS_PASSWORD").unwrap_or_default())
+///     .build("rediss://redis.internal:6380/")?;
+/// client.ping()?;
+/// # Ok::<(), redis_semaphore::Error>(())
+/// ```
+#[derive(Clone)]
 pub struct ClientBuilder {
     max_connections: u32,
     connect_timeout: Duration,
     operation_timeout: Duration,
     checkout_timeout: Duration,
+    creds: Credentials,
+    tls: TlsFiles,
 }
 
 impl Default for ClientBuilder {
@@ -273,7 +346,22 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(2),
             operation_timeout: Duration::from_secs(2),
             checkout_timeout: Duration::from_secs(5),
+            creds: Credentials::default(),
+            tls: TlsFiles::default(),
         }
+    }
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("checkout_timeout", &self.checkout_timeout)
+            .field("credentials", &self.creds)
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 
@@ -305,12 +393,44 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client for `url`. No connection is opened until it is needed.
+    /// The ACL user name to authenticate as, overriding the URL's.
+    pub fn username(mut self, user: impl Into<String>) -> Self {
+        self.creds.username = Some(user.into());
+        self
+    }
+
+    /// The password to authenticate with, overriding the URL's (so that it need not
+    /// be written into a URL). It is never printed, not even by `Debug`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.creds.password = Some(password.into());
+        self
+    }
+
+    /// A PEM file of the certificate authorities that signed the server's certificate,
+    /// for `rediss://` URLs (instead of the system's trust store). Read by
+    /// [`build`](Self::build). Needs the crate feature `tls-rustls` or `tls-native-tls`.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// A client certificate and its private key (PEM files) for mutual TLS, for
+    /// servers run with `tls-auth-clients yes`. Read by [`build`](Self::build). Needs
+    /// the crate feature `tls-rustls` or `tls-native-tls`.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Builds the client for `url` (the forms of [`Client::open`]). No connection is
+    /// opened until it is needed; [`Client::ping`] checks now.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for zero sizes or durations, [`Error::Redis`] when
-    /// the URL cannot be parsed.
+    /// [`Error::InvalidArgument`] for zero sizes or durations, a URL that cannot be
+    /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
+    /// parsed (naming the file) or set for a URL without TLS, and for Sentinel and
+    /// Cluster URLs, which are not supported yet.
     pub fn build(self, url: &str) -> Result<Client> {
         if self.max_connections == 0 {
             return Err(Error::InvalidArgument(
@@ -326,24 +446,33 @@ impl ClientBuilder {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
             }
         }
-        let info = url
-            .into_connection_info()
-            .map_err(Error::Redis)?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(Error::Redis)?;
-        let manager = Manager {
-            client: client.clone(),
-            connect_timeout: self.connect_timeout,
-            op_timeout: self.operation_timeout,
+        let info = match Target::parse(url)? {
+            Target::Single(info) => info,
+            Target::Sentinel { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: Redis Sentinel is not supported yet (issue #13); use the \
+                     primary's redis:// URL for now",
+                    redact(url)
+                )));
+            }
+            Target::Cluster { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: Redis Cluster is not supported yet (issue #13)",
+                    redact(url)
+                )));
+            }
         };
+        let ep = endpoint(url, info, &self.creds, &self.tls)?;
+        let client = ep.client.clone();
+        let manager = Manager::new(ep, self.connect_timeout, self.operation_timeout);
         let pool = r2d2::Pool::builder()
             .max_size(self.max_connections)
             .min_idle(Some(0))
             .test_on_check_out(false)
             .connection_timeout(self.checkout_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         ClientInner::start(
-            Pool::Own(pool),
+            Pool::Own(pool, manager),
             self.operation_timeout,
             Some(client),
             self.connect_timeout,

@@ -1,3 +1,7 @@
+/// How the message of an [`Error::Connect`] for a refused TLS handshake (certificates)
+/// starts: a configuration error, not retryable.
+pub(crate) const TLS_HANDSHAKE_FAILED: &str = "TLS handshake failed";
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -37,10 +41,35 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
-    /// No connection could be taken from the pool in time (the server may be down, or
-    /// every connection is busy).
+    /// No connection could be taken from the pool in time: every connection is busy
+    /// (or, for a pool given to [`Client::from_pool`](crate::Client::from_pool), the
+    /// server may be down). When the client's own pool could not connect, the error is
+    /// [`Error::Connect`] or [`Error::Auth`] instead, saying why.
     #[error("no connection from the pool: {0}")]
     Pool(#[from] r2d2::Error),
+
+    /// The server refused the credentials: a wrong user name or password, a password
+    /// missing where the server requires one (`NOAUTH`), or an ACL user that may not run
+    /// the commands needed to connect. Retrying does not help; fix the configuration.
+    #[error("authentication failed at {addr}: {message}")]
+    Auth {
+        /// The server's address (`host:port`, never a password).
+        addr: String,
+        /// What the server or the client library said.
+        message: String,
+    },
+
+    /// No connection could be opened: the server cannot be reached, or the TLS
+    /// handshake failed (a TLS URL against a plaintext port or the reverse, an unknown
+    /// certificate authority, a missing client certificate), or a certificate file
+    /// could not be read.
+    #[error("cannot connect to {addr}: {message}")]
+    Connect {
+        /// The server's address (`host:port`, never a password).
+        addr: String,
+        /// What went wrong, with the underlying error's text.
+        message: String,
+    },
 
     /// A key of the semaphore holds a value of another type than the protocol's: some
     /// other program writes under the semaphore's key names.
@@ -122,6 +151,26 @@ impl Error {
         }
     }
 
+    /// A copy of a connect error (kept by the pool to explain a failed checkout).
+    pub(crate) fn copy(&self) -> Error {
+        match self {
+            Error::Auth { addr, message } => Error::Auth {
+                addr: addr.clone(),
+                message: message.clone(),
+            },
+            Error::Connect { addr, message } => Error::Connect {
+                addr: addr.clone(),
+                message: message.clone(),
+            },
+            Error::Redis(e) => Error::Redis(e.clone()),
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            other => Error::Connect {
+                addr: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
+
     pub(crate) fn reply(script: &'static str, detail: impl Into<String>) -> Error {
         Error::UnexpectedReply {
             script,
@@ -133,6 +182,30 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::Redis(e) => e.is_timeout(),
+            Error::Pool(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether trying the same call again later may succeed: connection, I/O and
+    /// timeout errors, an unreachable server, a pool that had no free connection in
+    /// time, and the errors Redis marks as transient (`LOADING`, `TRYAGAIN`,
+    /// `MASTERDOWN`...). Not retryable: bad arguments, refused credentials
+    /// ([`Error::Auth`]), a TLS handshake refused over certificates, wrong types,
+    /// malformed replies, lost or expired permits.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Redis(e) => {
+                e.is_timeout()
+                    || e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || matches!(
+                        e.code(),
+                        Some("LOADING" | "TRYAGAIN" | "MASTERDOWN" | "BUSY" | "CLUSTERDOWN")
+                    )
+            }
+            Error::Connect { message, .. } => !message.starts_with(TLS_HANDSHAKE_FAILED),
             Error::Pool(_) => true,
             _ => false,
         }

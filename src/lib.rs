@@ -156,6 +156,16 @@
 //!
 //! - `cli`: builds the `redis-semaphore` command-line inspector (pulls in `clap` and
 //!   `serde_json`). Off by default.
+//! - `tls-rustls`: `rediss://` URLs over rustls, with its `ring` crypto provider
+//!   (installed as the process default before the first TLS connection unless the
+//!   application chose one). Off by default.
+//! - `tls-native-tls`: `rediss://` URLs over the platform's TLS library (OpenSSL on
+//!   Linux). Off by default.
+//!
+//! # Production Redis
+//!
+//! TLS, ACL users and passwords, and the URL forms are in [`guide::deployment`],
+//! with the minimal ACL rule for a user of this library.
 //!
 //! # Requirements
 //!
@@ -176,10 +186,12 @@ mod clock;
 mod error;
 mod scripts;
 mod stats;
-// Background machinery: the pool, the combiner of concurrent calls, the registry of
-// live permits, the state shared with the threads, the refresher thread and the
-// wake-up listener. None of it imports the public types.
+// Background machinery: the connection layer (URL forms, TLS, connect errors), the
+// pool, the combiner of concurrent calls, the registry of live permits, the state
+// shared with the threads, the refresher thread and the wake-up listener. None of it
+// imports the public types.
 mod combine;
+mod connect;
 mod listener;
 mod pool;
 mod refresher;
@@ -193,6 +205,7 @@ mod permit;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
+pub use connect::redact as redact_url;
 pub use counting::CountingSemaphore;
 pub use error::{Error, LostReason, Result};
 pub use permit::Permit;
@@ -200,7 +213,8 @@ pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
 /// Longer pages: choosing a variant, the timing guarantees of the keepalive, and
-/// which Redis deployment gives which guarantee.
+/// which Redis deployment gives which guarantee (URLs, TLS, ACL, Sentinel, Cluster,
+/// failover).
 pub mod guide {
     #[doc = include_str!("../docs/which-semaphore.md")]
     pub mod which_semaphore {}

@@ -236,12 +236,10 @@ impl SubConn {
 }
 
 fn connect(shared: &Shared) -> crate::Result<SubConn> {
-    match (&shared.pool, &shared.redis_client) {
-        (Pool::Own(_), Some(client)) => client
-            .get_connection_with_timeout(shared.connect_timeout)
-            .map(SubConn::Own)
-            .map_err(crate::Error::Redis),
-        _ => shared
+    match &shared.pool {
+        // the pool's manager: the same address, credentials, TLS and error sorting
+        Pool::Own(_, m) => m.open().map(SubConn::Own),
+        Pool::User(..) => shared
             .pool
             .get(Some(shared.op_timeout))
             .map(SubConn::Pooled),

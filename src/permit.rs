@@ -213,7 +213,10 @@ impl Grantor for SemInner {
             }
             Err(e) => {
                 Counters::bump(&shared.stats.release_failed);
-                if matches!(e, Error::Redis(_) | Error::Pool(_)) {
+                if matches!(
+                    e,
+                    Error::Redis(_) | Error::Pool(_) | Error::Connect { .. } | Error::Auth { .. }
+                ) {
                     Counters::bump(&shared.stats.errors);
                 }
             }

@@ -2,10 +2,13 @@
 //! TCP_NODELAY) or a pool the user built, behind one checkout call.
 
 use std::ops::{Deref, DerefMut};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis::ConnectionLike;
 
+use crate::connect::{Endpoint, connect_error, is_config_error};
 use crate::error::{Error, Result};
 
 /// How much later than its deadline a call may end rather than pay for shortening its
@@ -14,28 +17,105 @@ pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 
 /// An r2d2 manager that connects with a timeout and sets read and write timeouts on
 /// every new connection, so no command can block for ever.
+///
+/// Connect errors are sorted into [`Error::Auth`] and [`Error::Connect`] (naming the
+/// address, never the password), and the last one is kept so that a checkout that
+/// times out says why, and one that can never succeed (refused credentials, a failed
+/// TLS handshake) fails at once instead of waiting out the checkout timeout.
+///
+/// Clones share the record of the last failure (the pool keeps one, and a clone of it
+/// for itself, since r2d2 does not hand its manager back).
 #[derive(Debug, Clone)]
-pub(crate) struct Manager {
-    pub(crate) client: redis::Client,
+pub(crate) struct Manager(Arc<ManagerInner>);
+
+#[derive(Debug)]
+pub(crate) struct ManagerInner {
+    pub(crate) endpoint: Endpoint,
     pub(crate) connect_timeout: Duration,
     pub(crate) op_timeout: Duration,
+    last_failure: Mutex<Option<(Instant, Error)>>,
+}
+
+impl Deref for Manager {
+    type Target = ManagerInner;
+    fn deref(&self) -> &ManagerInner {
+        &self.0
+    }
+}
+
+impl Manager {
+    pub(crate) fn new(endpoint: Endpoint, connect_timeout: Duration, op_timeout: Duration) -> Self {
+        Manager(Arc::new(ManagerInner {
+            endpoint,
+            connect_timeout,
+            op_timeout,
+            last_failure: Mutex::new(None),
+        }))
+    }
+
+    /// Opens one connection, with its timeouts set; when no password is sent on
+    /// connect, a `PING` finds at once a server that requires one.
+    pub(crate) fn open(&self) -> Result<redis::Connection> {
+        let result = self.open_inner();
+        if let Err(e) = &result {
+            *self.last_failure.lock() = Some((Instant::now(), e.copy()));
+        }
+        result
+    }
+
+    fn open_inner(&self) -> Result<redis::Connection> {
+        let ep = &self.endpoint;
+        let sort = |e: redis::RedisError| connect_error(ep, &e);
+        let mut conn = ep
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(sort)?;
+        conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
+        conn.set_write_timeout(Some(self.op_timeout))
+            .map_err(sort)?;
+        if !ep.has_password {
+            redis::cmd("PING").exec(&mut conn).map_err(sort)?;
+        }
+        Ok(conn)
+    }
+
+    /// The error of a checkout that timed out while no connection could be made and
+    /// none failed either: connecting hangs (a TLS handshake with a plaintext server
+    /// waits for an answer that never comes with native-tls, which has no handshake
+    /// timeout; a host that drops packets, with a connect timeout longer than the
+    /// checkout timeout).
+    fn stalled(&self) -> Error {
+        let message = if self.endpoint.tls {
+            "no connection was made within the checkout timeout: the TLS handshake did not \
+             finish (is this a plaintext port? use redis:// for a server without TLS)"
+        } else {
+            "no connection was made within the checkout timeout: connecting hangs"
+        };
+        Error::Connect {
+            addr: self.endpoint.addr.clone(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// The last connect error if it happened at or after `since`.
+    fn failure_since(&self, since: Instant) -> Option<Error> {
+        match &*self.last_failure.lock() {
+            Some((at, e)) if *at >= since => Some(e.copy()),
+            _ => None,
+        }
+    }
 }
 
 impl r2d2::ManageConnection for Manager {
     type Connection = redis::Connection;
-    type Error = redis::RedisError;
+    type Error = Error;
 
-    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
-        conn.set_read_timeout(Some(self.op_timeout))?;
-        conn.set_write_timeout(Some(self.op_timeout))?;
-        Ok(conn)
+    fn connect(&self) -> Result<redis::Connection> {
+        self.open()
     }
 
-    fn is_valid(&self, conn: &mut redis::Connection) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").exec(conn)
+    fn is_valid(&self, conn: &mut redis::Connection) -> Result<()> {
+        redis::cmd("PING").exec(conn).map_err(Error::Redis)
     }
 
     fn has_broken(&self, conn: &mut redis::Connection) -> bool {
@@ -43,11 +123,15 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// How often a checkout that waits looks whether connecting has failed for a reason
+/// that waiting will not fix.
+const CHECKOUT_SLICE: Duration = Duration::from_millis(50);
+
 /// Where connections come from.
 #[derive(Clone)]
 pub(crate) enum Pool {
     /// Built by [`crate::ClientBuilder`].
-    Own(r2d2::Pool<Manager>),
+    Own(r2d2::Pool<Manager>, Manager),
     /// Given to [`crate::Client::from_pool`]; the operation timeout is set on each checkout.
     User(r2d2::Pool<redis::Client>, Duration),
 }
@@ -62,10 +146,27 @@ impl Pool {
     /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
     pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
         match self {
-            Pool::Own(p) => Ok(Conn::Own(match timeout {
-                Some(t) => p.get_timeout(t)?,
-                None => p.get()?,
-            })),
+            Pool::Own(p, m) => {
+                let start = Instant::now();
+                let deadline = start + timeout.unwrap_or_else(|| p.connection_timeout());
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match p.get_timeout(left.min(CHECKOUT_SLICE)) {
+                        Ok(c) => return Ok(Conn::Own(c)),
+                        Err(e) => {
+                            let failure = m.failure_since(start);
+                            match failure {
+                                Some(f) if is_config_error(&f) => return Err(f),
+                                _ if Instant::now() < deadline => {}
+                                Some(f) => return Err(f),
+                                // no connection at all, and none failed: connecting hangs
+                                None if p.state().connections == 0 => return Err(m.stalled()),
+                                None => return Err(Error::Pool(e)),
+                            }
+                        }
+                    }
+                }
+            }
             Pool::User(p, op) => {
                 let c = match timeout {
                     Some(t) => p.get_timeout(t)?,
@@ -78,10 +179,18 @@ impl Pool {
         }
     }
 
+    /// The server's address for messages (`host:port`, never a password).
+    pub(crate) fn addr(&self) -> String {
+        match self {
+            Pool::Own(_, m) => m.endpoint.addr.clone(),
+            Pool::User(..) => "the server of the given pool".to_owned(),
+        }
+    }
+
     /// The most connections the pool holds.
     pub(crate) fn max_size(&self) -> u32 {
         match self {
-            Pool::Own(p) => p.max_size(),
+            Pool::Own(p, _) => p.max_size(),
             Pool::User(p, _) => p.max_size(),
         }
     }
@@ -90,6 +199,7 @@ impl Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
+            .field("addr", &self.addr())
             .field("max_size", &self.max_size())
             .finish()
     }

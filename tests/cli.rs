@@ -149,3 +149,124 @@ fn a_wrong_url_or_an_unknown_semaphore_is_a_clear_message_and_a_failure() {
         .unwrap();
     assert_ne!(bad.status.code(), Some(0));
 }
+
+fn bare_cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args(args)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_USER")
+        .env_remove("REDIS_PASSWORD")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn credentials_from_options_and_environment_and_never_printed() {
+    let server = support::AclServer::start("cli-admin-Pw");
+    server.add_user(
+        "ops",
+        "cli-ops-Pw",
+        &["resetkeys", "~redsem:*", "&redsem:c:*", "+@all"],
+    );
+    let port = server.server.port();
+    let plain = format!("redis://127.0.0.1:{port}/");
+    // user and password in the URL
+    let ok = bare_cli(&["--url", &server.url_as("ops", "cli-ops-Pw"), "list"], &[]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // --user and REDIS_PASSWORD
+    let ok = bare_cli(
+        &["--url", &plain, "--user", "ops", "list"],
+        &[("REDIS_PASSWORD", "cli-ops-Pw")],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // a wrong password in the URL: a clear message without the password
+    let bad = bare_cli(
+        &[
+            "--url",
+            &server.url_as("ops", "cli-wrong-Pw"),
+            "status",
+            "x",
+        ],
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(
+        err.contains(&format!("redis://ops:***@127.0.0.1:{port}/")),
+        "{err}"
+    );
+    assert!(!err.contains("cli-wrong-Pw"), "{err}");
+    // --password on the command line, wrong: same
+    let bad = bare_cli(
+        &[
+            "--url",
+            &plain,
+            "--user",
+            "ops",
+            "--password",
+            "cli-wrong-Pw",
+            "list",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(!err.contains("cli-wrong-Pw"), "{err}");
+    // help shows the options, not the password in the environment
+    let help = bare_cli(&["--help"], &[("REDIS_PASSWORD", "cli-ops-Pw")]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for option in [
+        "--user",
+        "--password",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+    ] {
+        assert!(text.contains(option), "{text}");
+    }
+    assert!(!text.contains("cli-ops-Pw"), "{text}");
+}
+
+#[cfg(feature = "tls-rustls")]
+#[test]
+fn tls_options() {
+    let server = support::TlsServer::start("yes");
+    let certs = support::TlsCerts::get();
+    let ca = certs.ca.to_str().unwrap();
+    let ok = bare_cli(
+        &[
+            "--url",
+            &server.tls_url(),
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            certs.client_cert.to_str().unwrap(),
+            "--tls-key",
+            certs.client_key.to_str().unwrap(),
+            "list",
+        ],
+        &[],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let no_cert = bare_cli(&["--url", &server.tls_url(), "--tls-ca", ca, "list"], &[]);
+    assert_eq!(no_cert.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&no_cert.stderr);
+    assert!(err.contains("TLS"), "{err}");
+    // --tls-cert without --tls-key is refused by the parser
+    let half = bare_cli(&["--url", &server.tls_url(), "--tls-cert", ca, "list"], &[]);
+    assert!(!half.status.success());
+}

@@ -1,6 +1,7 @@
 //! `redis-semaphore`: see and act on semaphores without writing code.
 //!
 //! ```text
+//! redis-semaphore [--url URL] [--user U] [--password P] [--tls-ca F] [--tls-cert F --tls-key F] ...
 //! redis-semaphore [--url URL] [--json] status NAME
 //! redis-semaphore [--url URL] [--json] list [PATTERN]
 //! redis-semaphore [--url URL] set-limit NAME N
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use redis_semaphore::{Client, Error, Holder, Semaphore, Status};
+use redis_semaphore::{Client, Error, Holder, Semaphore, Status, redact_url};
 use serde_json::{Value, json};
 
 /// Inspect and operate redis-semaphore semaphores.
@@ -23,9 +24,28 @@ use serde_json::{Value, json};
     about = "Inspect and operate redis-semaphore semaphores"
 )]
 struct Cli {
-    /// Redis URL (redis://host:port/db, rediss://, unix://).
+    /// Where Redis is: redis://[user:password@]host:port/db, rediss://... (TLS),
+    /// unix:///path/redis.sock. (redis+sentinel://h1:26379,h2/SERVICE and
+    /// redis+cluster://h1:7000,h2:7001 are parsed but not supported yet.) Passwords are
+    /// never printed.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
     url: String,
+    /// ACL user name (overrides the URL's).
+    #[arg(long, env = "REDIS_USER")]
+    user: Option<String>,
+    /// Password (overrides the URL's); better given in REDIS_PASSWORD than on the
+    /// command line.
+    #[arg(long, env = "REDIS_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+    /// PEM file of the CA that signed the server's certificate (rediss:// URLs).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Print JSON instead of text, for scripts.
     #[arg(long, global = true)]
     json: bool,
@@ -82,14 +102,29 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<ExitCode, String> {
-    let client = Client::builder()
+    // the URL as every message shows it: without its password
+    let url = redact_url(&cli.url);
+    let mut builder = Client::builder()
         .max_connections(2)
         .connect_timeout(Duration::from_secs(2))
-        .checkout_timeout(Duration::from_secs(3))
-        .build(&cli.url)
-        .map_err(|e| format!("bad URL {:?}: {e}", cli.url))?;
+        .checkout_timeout(Duration::from_secs(3));
+    if let Some(user) = &cli.user {
+        builder = builder.username(user);
+    }
+    if let Some(password) = &cli.password {
+        builder = builder.password(password);
+    }
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    let client = builder.build(&cli.url).map_err(|e| e.to_string())?;
     let reach = |e: Error| match e {
-        Error::Pool(_) | Error::Redis(_) => format!("cannot talk to Redis at {}: {e}", cli.url),
+        Error::Pool(_) | Error::Redis(_) | Error::Connect { .. } | Error::Auth { .. } => {
+            format!("cannot talk to Redis at {url}: {e}")
+        }
         other => other.to_string(),
     };
     let open = |name: &str| client.semaphore(name, 1).map_err(|e| e.to_string());
@@ -99,8 +134,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let (status, holders) = snapshot(&sem).map_err(reach)?;
             if !status.exists {
                 return Err(format!(
-                    "no semaphore {name:?} at {} (it has no keys in Redis)",
-                    cli.url
+                    "no semaphore {name:?} at {url} (it has no keys in Redis)"
                 ));
             }
             if cli.json {

@@ -634,3 +634,352 @@ impl Drop for Proxy {
         let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
     }
 }
+
+// --- TLS and ACL servers ----------------------------------------------------------------
+
+/// Certificates made by the test with the `openssl` command: a CA, a server certificate
+/// (X.509 v3, `subjectAltName=DNS:localhost,IP:127.0.0.1`; rustls refuses v1 and
+/// certificates without a SAN) and a client certificate (`extendedKeyUsage=clientAuth`)
+/// for mutual TLS. Made once per test binary.
+pub struct TlsCerts {
+    pub dir: tempfile::TempDir,
+    pub ca: std::path::PathBuf,
+    pub server_cert: std::path::PathBuf,
+    pub server_key: std::path::PathBuf,
+    pub client_cert: std::path::PathBuf,
+    pub client_key: std::path::PathBuf,
+}
+
+impl TlsCerts {
+    /// The certificates of this test binary, made on first use.
+    pub fn get() -> &'static TlsCerts {
+        static CERTS: OnceLock<TlsCerts> = OnceLock::new();
+        CERTS.get_or_init(TlsCerts::make)
+    }
+
+    fn make() -> TlsCerts {
+        let dir = tempfile::Builder::new()
+            .prefix("redsem-tls-")
+            .tempdir()
+            .expect("create a temporary folder for certificates");
+        let d = dir.path();
+        fs::write(
+            d.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        let steps: &[&[&str]] = &[
+            &["genrsa", "-out", "ca.key", "2048"],
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-nodes",
+                "-sha256",
+                "-key",
+                "ca.key",
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=redsem test CA",
+                "-out",
+                "ca.crt",
+            ],
+            &["genrsa", "-out", "redis.key", "2048"],
+            &[
+                "req",
+                "-new",
+                "-sha256",
+                "-key",
+                "redis.key",
+                "-subj",
+                "/CN=localhost",
+                "-out",
+                "redis.csr",
+            ],
+            &[
+                "x509",
+                "-req",
+                "-sha256",
+                "-in",
+                "redis.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "365",
+                "-extfile",
+                "san.ext",
+                "-out",
+                "redis.crt",
+            ],
+            &["genrsa", "-out", "client.key", "2048"],
+            &[
+                "req",
+                "-new",
+                "-sha256",
+                "-key",
+                "client.key",
+                "-subj",
+                "/CN=redsem-client",
+                "-out",
+                "client.csr",
+            ],
+            &[
+                "x509",
+                "-req",
+                "-sha256",
+                "-in",
+                "client.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "365",
+                "-extfile",
+                "client.ext",
+                "-out",
+                "client.crt",
+            ],
+        ];
+        for args in steps {
+            let out = Command::new("openssl")
+                .args(*args)
+                .current_dir(d)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("cannot run openssl ({e}): install it (Debian package openssl)")
+                });
+            assert!(
+                out.status.success(),
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        TlsCerts {
+            ca: d.join("ca.crt"),
+            server_cert: d.join("redis.crt"),
+            server_key: d.join("redis.key"),
+            client_cert: d.join("client.crt"),
+            client_key: d.join("client.key"),
+            dir,
+        }
+    }
+}
+
+/// A server with a TLS port as well as its plaintext one (which the harness uses to see
+/// that it is up, and the tests to check a TLS URL against a plaintext port);
+/// [`TlsServer::tls_only`] closes the plaintext port.
+pub struct TlsServer {
+    pub server: RedisServer,
+    pub tls_port: u16,
+}
+
+impl TlsServer {
+    /// Starts a server whose TLS port asks for client certificates as `auth_clients`
+    /// says (`yes`, `optional` or `no`).
+    pub fn start(auth_clients: &str) -> TlsServer {
+        let certs = TlsCerts::get();
+        let tls_port = pick_port();
+        let port = tls_port.to_string();
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            certs.server_cert.to_str().unwrap(),
+            "--tls-key-file",
+            certs.server_key.to_str().unwrap(),
+            "--tls-ca-cert-file",
+            certs.ca.to_str().unwrap(),
+            "--tls-auth-clients",
+            auth_clients,
+        ]);
+        TlsServer { server, tls_port }
+    }
+
+    /// Closes the plaintext port (`CONFIG SET port 0`): from now on the server speaks
+    /// TLS only, as one started with `--port 0 --tls-port P`.
+    pub fn tls_only(self) -> TlsServer {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("port")
+            .arg(0)
+            .exec(&mut self.server.conn())
+            .expect("CONFIG SET port 0");
+        assert!(
+            !ping(self.server.port()),
+            "the plaintext port still answers"
+        );
+        self
+    }
+
+    /// `rediss://localhost:TLS_PORT/` (the name the server certificate is for).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://localhost:{}/", self.tls_port)
+    }
+}
+
+/// A server with `requirepass` (the default user's password is `admin_password`) and an
+/// ACL user made with `ACL SETUSER user on >password rules...`.
+pub struct AclServer {
+    pub server: RedisServer,
+    pub admin_password: String,
+}
+
+impl AclServer {
+    /// Starts a server and sets `requirepass` on it.
+    pub fn start(admin_password: &str) -> AclServer {
+        let server = RedisServer::start();
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(admin_password)
+            .exec(&mut server.conn())
+            .expect("CONFIG SET requirepass");
+        AclServer {
+            server,
+            admin_password: admin_password.to_owned(),
+        }
+    }
+
+    /// A connection as the default user (the admin).
+    pub fn admin_conn(&self) -> redis::Connection {
+        let url = format!(
+            "redis://default:{}@127.0.0.1:{}/",
+            self.admin_password,
+            self.server.port()
+        );
+        let conn = redis::Client::open(url)
+            .unwrap()
+            .get_connection_with_timeout(CONN_TIMEOUT)
+            .expect("admin connection");
+        conn.set_read_timeout(Some(CONN_TIMEOUT)).unwrap();
+        conn
+    }
+
+    /// `ACL SETUSER user on >password rules...` (rules as separate words).
+    pub fn add_user(&self, user: &str, password: &str, rules: &[&str]) {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER")
+            .arg(user)
+            .arg("on")
+            .arg(format!(">{password}"));
+        for r in rules {
+            cmd.arg(*r);
+        }
+        cmd.exec(&mut self.admin_conn())
+            .unwrap_or_else(|e| panic!("ACL SETUSER {user}: {e}"));
+    }
+
+    /// `redis://user:password@127.0.0.1:PORT/`
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "redis://{user}:{password}@127.0.0.1:{}/",
+            self.server.port()
+        )
+    }
+}
+
+/// Runs every public operation of the library once against `client` on semaphores whose
+/// names start with `tag`, asserting the results: the leased semaphore (acquire,
+/// try_acquire, acquire_timeout woken by a release, acquire_many, refresh, release,
+/// available, limit, set_limit, queue_len, holders, force_release), list_semaphores,
+/// the counting semaphore (a blocked acquire woken by a release too), and stats.
+pub fn every_operation(client: &redis_semaphore::Client, tag: &str) {
+    use std::sync::mpsc;
+    const LONG: Duration = Duration::from_secs(10);
+
+    client.ping().expect("ping");
+    let name = format!("{tag}:leased");
+    let sem = client.semaphore(&name, 2).expect("semaphore");
+    assert_eq!(sem.limit().unwrap(), 2);
+    assert_eq!(sem.available().unwrap(), 2);
+
+    let a = sem.acquire().expect("acquire");
+    let b = sem
+        .try_acquire()
+        .expect("try_acquire")
+        .expect("a free permit");
+    assert!(sem.try_acquire().unwrap().is_none(), "the limit is 2");
+    assert_eq!(sem.available().unwrap(), 0);
+    a.refresh().expect("refresh");
+    let holders = sem.holders().expect("holders");
+    assert_eq!(holders.len(), 2);
+
+    // a blocked acquire, woken by a release
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || {
+            let p = sem.acquire_timeout(LONG);
+            tx.send(()).unwrap();
+            p
+        })
+    };
+    wait_until(LONG, "the waiter queues", || sem.queue_len().unwrap() == 1);
+    a.release().expect("release");
+    rx.recv_timeout(LONG).expect("the waiter is woken");
+    let c = waiter
+        .join()
+        .unwrap()
+        .expect("acquire_timeout")
+        .expect("granted by the release");
+    assert_eq!(sem.queue_len().unwrap(), 0);
+
+    // force_release of another's permit
+    assert!(sem.force_release(b.id()).expect("force_release"));
+    wait_until(LONG, "b learns its loss", || {
+        b.refresh().is_err() || b.is_lost()
+    });
+    drop(b);
+    drop(c);
+
+    sem.set_limit(3).expect("set_limit");
+    assert_eq!(sem.limit().unwrap(), 3);
+    let sem = client.semaphore(&name, 3).unwrap();
+    let many = sem.acquire_many(3).expect("acquire_many");
+    assert_eq!(many.permits(), 3);
+    assert_eq!(sem.available().unwrap(), 0);
+    let names = client
+        .list_semaphores(&format!("{tag}:*"))
+        .expect("list_semaphores");
+    assert_eq!(names, vec![name.clone()]);
+    many.release().expect("release many");
+    assert_eq!(sem.available().unwrap(), 3);
+
+    // the counting semaphore, with a blocked acquire woken by a release
+    let cs = client
+        .counting_semaphore(&format!("{tag}:counting"))
+        .expect("counting_semaphore");
+    assert!(cs.try_set_permits(1).expect("try_set_permits"));
+    assert!(cs.try_acquire(1).expect("counting try_acquire"));
+    assert_eq!(cs.available_permits().unwrap(), 0);
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let cs = cs.clone();
+        thread::spawn(move || {
+            let got = cs.acquire_timeout(1, LONG);
+            tx.send(()).unwrap();
+            got
+        })
+    };
+    wait_until(LONG, "the counting waiter queues", || {
+        cs.queue_len().unwrap() == 1
+    });
+    cs.release(1).expect("counting release");
+    rx.recv_timeout(LONG).expect("the counting waiter is woken");
+    assert!(waiter.join().unwrap().expect("counting acquire_timeout"));
+    cs.release(1).unwrap();
+    assert_eq!(cs.drain_permits().expect("drain_permits"), 1);
+
+    let stats = client.stats();
+    assert!(stats.acquired >= 4, "{stats:?}");
+    assert!(stats.waits >= 1, "{stats:?}");
+}

@@ -1,0 +1,778 @@
+//! Where Redis is: the URL forms of the crate (one server, a Sentinel service, Cluster
+//! seed nodes; plaintext or TLS), the TLS settings that a URL cannot carry, the
+//! process-wide rustls crypto provider, the sorting of connect errors into
+//! [`Error::Auth`] and [`Error::Connect`], and [`redact`], which every message that
+//! shows a URL goes through.
+//!
+//! `redis://`, `rediss://`, `unix://` (and redis-rs's other single-server forms) are
+//! parsed by redis-rs itself. `redis+sentinel://`, `rediss+sentinel://`,
+//! `redis+cluster://` and `rediss+cluster://` are parsed here:
+//!
+//! ```text
+//! redis+sentinel://[user:password@]h1[:26379][,h2[:26379]...]/SERVICE[/DB]
+//! redis+cluster://[user:password@]h1[:6379][,h2[:6379]...][/]
+//! ```
+//!
+//! The user name and password are percent-decoded; hosts may be `[IPv6]`.
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+use std::path::Path;
+use std::path::PathBuf;
+
+use redis::IntoConnectionInfo;
+use redis::io::tcp::TcpSettings;
+
+use crate::error::{Error, Result, TLS_HANDSHAKE_FAILED};
+
+/// Default port of a sentinel in `redis+sentinel://` URLs.
+pub(crate) const SENTINEL_PORT: u16 = 26379;
+/// Default port of a cluster node in `redis+cluster://` URLs.
+pub(crate) const CLUSTER_PORT: u16 = 6379;
+
+/// Where Redis is, as parsed from a URL.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server (`redis://`, `rediss://`, `unix://`), parsed by redis-rs.
+    Single(redis::ConnectionInfo),
+    /// A primary found through sentinels (`redis+sentinel://`, `rediss+sentinel://`).
+    Sentinel {
+        /// The sentinels' addresses.
+        sentinels: Vec<(String, u16)>,
+        /// The service (master) name the sentinels monitor.
+        service: String,
+        /// The database on the data nodes.
+        db: i64,
+        /// Credentials for the data nodes (the primary and replicas).
+        auth: Credentials,
+        /// Whether the data nodes (and sentinels) speak TLS.
+        tls: bool,
+    },
+    /// Redis Cluster seed nodes (`redis+cluster://`, `rediss+cluster://`).
+    Cluster {
+        /// The seed nodes' addresses.
+        nodes: Vec<(String, u16)>,
+        /// Credentials for every node.
+        auth: Credentials,
+        /// Whether the nodes speak TLS.
+        tls: bool,
+    },
+}
+
+/// A user name and password taken from a URL (or set on the builder).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Single(info) => f
+                .debug_struct("Single")
+                .field("addr", &info.addr().to_string())
+                .field("username", &info.redis_settings().username())
+                .field("password", &info.redis_settings().password().map(|_| "***"))
+                .field("db", &info.redis_settings().db())
+                .field("tls", &is_tls_addr(info.addr()))
+                .finish(),
+            Target::Sentinel {
+                sentinels,
+                service,
+                db,
+                auth,
+                tls,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("service", service)
+                .field("db", db)
+                .field("auth", auth)
+                .field("tls", tls)
+                .finish(),
+            Target::Cluster { nodes, auth, tls } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("auth", auth)
+                .field("tls", tls)
+                .finish(),
+        }
+    }
+}
+
+fn is_tls_addr(addr: &redis::ConnectionAddr) -> bool {
+    matches!(addr, redis::ConnectionAddr::TcpTls { .. })
+}
+
+/// Whether a TLS feature of this crate is compiled in.
+pub(crate) const TLS_ENABLED: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
+
+fn tls_feature_missing(url: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{} is a TLS URL, but redis-semaphore was built without TLS: enable its crate \
+         feature `tls-rustls` (or `tls-native-tls`)",
+        redact(url)
+    ))
+}
+
+impl Target {
+    /// Parses any URL form of the crate. Never panics; a bad URL is
+    /// [`Error::InvalidArgument`] naming the (redacted) URL and what is wrong.
+    pub(crate) fn parse(url: &str) -> Result<Target> {
+        let bad =
+            |why: &str| Error::InvalidArgument(format!("bad Redis URL {}: {why}", redact(url)));
+        let url = url.trim();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(bad(
+                "expected redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://",
+            ));
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        let (topology, tls) = match scheme.as_str() {
+            "redis+sentinel" => ("sentinel", false),
+            "rediss+sentinel" => ("sentinel", true),
+            "redis+cluster" => ("cluster", false),
+            "rediss+cluster" => ("cluster", true),
+            "rediss" | "valkeys" => {
+                if !TLS_ENABLED {
+                    return Err(tls_feature_missing(url));
+                }
+                return single(url);
+            }
+            _ => return single(url),
+        };
+        if tls && !TLS_ENABLED {
+            return Err(tls_feature_missing(url));
+        }
+        // authority, path, and no query or fragment
+        let (before_query, query) = match rest.find(['?', '#']) {
+            Some(i) => (&rest[..i], Some(&rest[i..])),
+            None => (rest, None),
+        };
+        if query.is_some() {
+            return Err(bad("query parameters and fragments are not supported here"));
+        }
+        let (userinfo, hostpath) = match before_query.rfind('@') {
+            Some(i) => (Some(&before_query[..i]), &before_query[i + 1..]),
+            None => (None, before_query),
+        };
+        let (hosts, path) = match hostpath.find('/') {
+            Some(i) => (&hostpath[..i], &hostpath[i..]),
+            None => (hostpath, ""),
+        };
+        let auth = match userinfo {
+            None => Credentials::default(),
+            Some(info) => {
+                let (user, pass) = match info.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (info, None),
+                };
+                let user = percent_decode(user).map_err(|e| bad(&format!("user name: {e}")))?;
+                let pass = pass
+                    .map(percent_decode)
+                    .transpose()
+                    .map_err(|e| bad(&format!("password: {e}")))?;
+                Credentials {
+                    username: (!user.is_empty()).then_some(user),
+                    password: pass.filter(|p| !p.is_empty()),
+                }
+            }
+        };
+        let default_port = if topology == "sentinel" {
+            SENTINEL_PORT
+        } else {
+            CLUSTER_PORT
+        };
+        let nodes = parse_hosts(hosts, default_port).map_err(|e| bad(&e))?;
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        if topology == "cluster" {
+            match segments.as_slice() {
+                [] | ["0"] => {}
+                _ => {
+                    return Err(bad(
+                        "a cluster URL takes no path (Redis Cluster has only database 0)",
+                    ));
+                }
+            }
+            return Ok(Target::Cluster { nodes, auth, tls });
+        }
+        let (service, db) = match segments.as_slice() {
+            [] => {
+                return Err(bad("a sentinel URL needs the service name as its path: \
+                     redis+sentinel://host:26379/SERVICE"));
+            }
+            [service] => (*service, 0),
+            [service, db] => (
+                *service,
+                db.parse::<i64>()
+                    .ok()
+                    .filter(|d| *d >= 0)
+                    .ok_or_else(|| bad(&format!("database {db:?} is not a number")))?,
+            ),
+            _ => return Err(bad("expected /SERVICE or /SERVICE/DB as the path")),
+        };
+        let service = percent_decode(service).map_err(|e| bad(&format!("service: {e}")))?;
+        Ok(Target::Sentinel {
+            sentinels: nodes,
+            service,
+            db,
+            auth,
+            tls,
+        })
+    }
+
+    /// Whether the target speaks TLS.
+    #[allow(dead_code)] // for the Sentinel and Cluster targets, which come next
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Target::Single(info) => is_tls_addr(info.addr()),
+            Target::Sentinel { tls, .. } | Target::Cluster { tls, .. } => *tls,
+        }
+    }
+}
+
+/// A one-server URL, parsed by redis-rs.
+fn single(url: &str) -> Result<Target> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {}: {e}", redact(url))))?;
+    Ok(Target::Single(info))
+}
+
+/// `h1:p1,h2,[::1]:p3` into addresses, with `default_port` where none is given.
+fn parse_hosts(hosts: &str, default_port: u16) -> std::result::Result<Vec<(String, u16)>, String> {
+    if hosts.is_empty() {
+        return Err("no host given".into());
+    }
+    let mut out = Vec::new();
+    for part in hosts.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err("an empty host in the host list".into());
+        }
+        let (host, port) = if let Some(v6) = part.strip_prefix('[') {
+            let Some((host, after)) = v6.split_once(']') else {
+                return Err(format!("{part:?}: an IPv6 address without its closing ]"));
+            };
+            match after {
+                "" => (host, None),
+                p => match p.strip_prefix(':') {
+                    Some(p) => (host, Some(p)),
+                    None => return Err(format!("{part:?}: expected :PORT after the ]")),
+                },
+            }
+        } else {
+            match part.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (part, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("{part:?}: the host is empty"));
+        }
+        if host.contains([' ', '@', ':', '/']) && !part.starts_with('[') {
+            return Err(format!("{part:?}: not a host name"));
+        }
+        let port = match port {
+            None => default_port,
+            Some(p) => match p.parse::<u16>() {
+                Ok(0) | Err(_) => return Err(format!("{part:?}: the port must be 1 to 65535")),
+                Ok(p) => p,
+            },
+        };
+        out.push((host.to_owned(), port));
+    }
+    Ok(out)
+}
+
+/// Decodes `%XX` escapes (UTF-8 required).
+fn percent_decode(s: &str) -> std::result::Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or("a % not followed by two hex digits")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "not UTF-8 once percent-decoded".to_owned())
+}
+
+/// `url` with any password replaced by `***`, for logs and messages: the password of
+/// the `user:password@` part (everything from the first `:` after the user name up to
+/// the last `@`), and the values of `pass=` / `password=` query parameters (the form of
+/// `unix://` URLs). When in doubt it hides more, never less. Every message of this
+/// crate that shows a URL shows it through this function.
+///
+/// ```
+/// assert_eq!(
+///     redis_semaphore::redact_url("rediss://app:s3cret@redis.internal:6380/0"),
+///     "rediss://app:***@redis.internal:6380/0"
+/// );
+/// ```
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let mut out = String::with_capacity(url.len());
+    if let Some(s) = scheme {
+        out.push_str(s);
+        out.push_str("://");
+    }
+    let rest = match rest.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) if scheme.is_some() => {
+                    out.push_str(user);
+                    out.push_str(":***");
+                }
+                // no scheme: we cannot tell what this is, hide all of it
+                _ if scheme.is_none() => out.push_str("***"),
+                _ => out.push_str(userinfo),
+            }
+            out.push('@');
+            &rest[at + 1..]
+        }
+        None => rest,
+    };
+    match rest.split_once('?') {
+        None => out.push_str(rest),
+        Some((before, query)) => {
+            out.push_str(before);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+    }
+    out
+}
+
+/// TLS files set on the builder: read when the client is built.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsFiles {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client_cert.is_none()
+    }
+}
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+fn read_file(what: &str, path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Error::InvalidArgument(format!("cannot read the {what} {}: {e}", path.display()))
+    })
+}
+
+/// What the pool's manager needs to open connections to one server.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) client: redis::Client,
+    /// `host:port` (or the socket path): what messages name. Never a password.
+    pub(crate) addr: String,
+    pub(crate) tls: bool,
+    /// Whether a password is sent on connect (when none is, a PING checks at once that
+    /// the server does not require one).
+    pub(crate) has_password: bool,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// Builds the redis-rs client of one server from its connection info, the builder's
+/// credentials and TLS files.
+pub(crate) fn endpoint(
+    url: &str,
+    info: redis::ConnectionInfo,
+    creds: &Credentials,
+    tls_files: &TlsFiles,
+) -> Result<Endpoint> {
+    let mut settings = info.redis_settings().clone();
+    if let Some(u) = &creds.username {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = &creds.password {
+        settings = settings.set_password(p);
+    }
+    let has_password = settings.password().is_some();
+    let info = info
+        .set_redis_settings(settings)
+        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    let addr = info.addr().to_string();
+    let tls = is_tls_addr(info.addr());
+    let client = if tls_files.is_empty() {
+        redis::Client::open(info)
+            .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {}: {e}", redact(url))))?
+    } else if !tls {
+        return Err(Error::InvalidArgument(format!(
+            "TLS certificate files are set, but {} is not a TLS URL (use rediss://)",
+            redact(url)
+        )));
+    } else {
+        with_tls(url, info, tls_files)?
+    };
+    if tls {
+        install_crypto_provider();
+    }
+    Ok(Endpoint {
+        client,
+        addr,
+        tls,
+        has_password,
+    })
+}
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<redis::Client> {
+    let root_cert = files
+        .ca
+        .as_deref()
+        .map(|p| read_file("TLS CA file", p))
+        .transpose()?;
+    let client_tls = match &files.client_cert {
+        None => None,
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read_file("TLS client certificate file", cert)?,
+            client_key: read_file("TLS client key file", key)?,
+        }),
+    };
+    let names = {
+        let mut v: Vec<String> = Vec::new();
+        if let Some(ca) = &files.ca {
+            v.push(format!("CA file {}", ca.display()));
+        }
+        if let Some((c, k)) = &files.client_cert {
+            v.push(format!(
+                "client certificate {} and key {}",
+                c.display(),
+                k.display()
+            ));
+        }
+        v.join(", ")
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| {
+        Error::InvalidArgument(format!(
+            "cannot use the TLS files ({names}) for {}: {e}",
+            redact(url)
+        ))
+    })
+}
+
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+fn with_tls(url: &str, _info: redis::ConnectionInfo, _files: &TlsFiles) -> Result<redis::Client> {
+    Err(tls_feature_missing(url))
+}
+
+/// Makes rustls's `ring` provider the process default, once, before the first TLS
+/// connection: redis-rs compiles rustls without a provider, and rustls panics at the
+/// first handshake when it cannot tell which provider to use. A provider the
+/// application installed first is kept.
+pub(crate) fn install_crypto_provider() {
+    #[cfg(feature = "tls-rustls")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // Err means one is installed already: the application's choice stands
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        });
+    }
+}
+
+/// Sorts an error met while opening a connection to `ep`.
+pub(crate) fn connect_error(ep: &Endpoint, e: &redis::RedisError) -> Error {
+    let text = e.to_string();
+    let code = e.code().unwrap_or("");
+    if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+        || text.contains("NOAUTH")
+        || text.contains("WRONGPASS")
+    {
+        let hint = match code {
+            "NOAUTH" => {
+                " (the server requires a password: put it in the URL or set \
+                         ClientBuilder::password)"
+            }
+            "NOPERM" => " (the ACL user may not run PING: see the ACL rule in the docs)",
+            _ => " (wrong user name or password)",
+        };
+        return Error::Auth {
+            addr: ep.addr.clone(),
+            message: format!("{text}{hint}"),
+        };
+    }
+    let lower = text.to_ascii_lowercase();
+    let message = if ep.tls {
+        if [
+            "certificate",
+            "unknownissuer",
+            "alert",
+            "corrupt",
+            "invalidcontenttype",
+            "wrong version",
+            "record",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
+        {
+            format!("{TLS_HANDSHAKE_FAILED}: {text}")
+        } else if e.is_timeout() {
+            format!(
+                "no TLS handshake within the connect timeout (is this a plaintext port? use \
+                 redis:// for a server without TLS): {text}"
+            )
+        } else {
+            format!("TLS connection failed: {text}")
+        }
+    } else if e.is_connection_dropped()
+        || ["reset", "broken pipe", "end of file", "eof"]
+            .iter()
+            .any(|w| lower.contains(w))
+    {
+        format!(
+            "the server closed the connection during the handshake (is this a TLS port? \
+             use rediss:// for a server with TLS): {text}"
+        )
+    } else {
+        text
+    };
+    Error::Connect {
+        addr: ep.addr.clone(),
+        message,
+    }
+}
+
+/// Whether a connect error is a matter of configuration, which waiting will not fix:
+/// refused credentials, a TLS handshake the server or the client refused (certificates).
+pub(crate) fn is_config_error(e: &Error) -> bool {
+    match e {
+        Error::Auth { .. } => true,
+        Error::Connect { message, .. } => message.starts_with(TLS_HANDSHAKE_FAILED),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Target {
+        Target::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"))
+    }
+
+    fn parse_err(url: &str) -> String {
+        match Target::parse(url) {
+            Ok(t) => panic!("{url} parsed as {t:?}"),
+            Err(e) => {
+                let Error::InvalidArgument(m) = &e else {
+                    panic!("{url}: not InvalidArgument: {e:?}")
+                };
+                m.clone()
+            }
+        }
+    }
+
+    #[test]
+    fn single_server_urls_go_through_redis_rs() {
+        let Target::Single(info) = parse("redis://127.0.0.1:6380/2") else {
+            panic!()
+        };
+        assert_eq!(info.addr().to_string(), "127.0.0.1:6380");
+        assert_eq!(info.redis_settings().db(), 2);
+        let Target::Single(info) = parse("redis://us%40r:p%3Ass@h/") else {
+            panic!()
+        };
+        assert_eq!(info.redis_settings().username(), Some("us@r"));
+        assert_eq!(info.redis_settings().password(), Some("p:ss"));
+        assert!(matches!(parse("unix:///tmp/r.sock"), Target::Single(_)));
+    }
+
+    #[test]
+    fn tls_urls_need_a_feature_or_parse() {
+        let r = Target::parse("rediss://user:secret@host:6380/");
+        if TLS_ENABLED {
+            let t = r.unwrap();
+            assert!(t.is_tls());
+        } else {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("tls-rustls"), "{e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let Target::Sentinel {
+            sentinels,
+            service,
+            db,
+            auth,
+            tls,
+        } = parse("redis+sentinel://u:p%40w@h1:26380,h2/mymaster/3")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            sentinels,
+            vec![("h1".to_string(), 26380), ("h2".to_string(), 26379)]
+        );
+        assert_eq!(service, "mymaster");
+        assert_eq!(db, 3);
+        assert_eq!(auth.username.as_deref(), Some("u"));
+        assert_eq!(auth.password.as_deref(), Some("p@w"));
+        assert!(!tls);
+        let Target::Sentinel {
+            sentinels,
+            db,
+            auth,
+            ..
+        } = parse("REDIS+SENTINEL://[::1]:5000,127.0.0.1/svc/")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            sentinels,
+            vec![("::1".to_string(), 5000), ("127.0.0.1".to_string(), 26379)]
+        );
+        assert_eq!(db, 0);
+        assert_eq!(auth, Credentials::default());
+        let Target::Sentinel { auth, .. } = parse("redis+sentinel://:onlypass@h/s") else {
+            panic!()
+        };
+        assert_eq!(auth.username, None);
+        assert_eq!(auth.password.as_deref(), Some("onlypass"));
+        if TLS_ENABLED {
+            assert!(parse("rediss+sentinel://h/s").is_tls());
+        }
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let Target::Cluster { nodes, auth, tls } = parse("redis+cluster://h1:7000,h2:7001") else {
+            panic!()
+        };
+        assert_eq!(
+            nodes,
+            vec![("h1".to_string(), 7000), ("h2".to_string(), 7001)]
+        );
+        assert_eq!(auth, Credentials::default());
+        assert!(!tls);
+        let Target::Cluster { nodes, auth, .. } = parse("redis+cluster://sem:pw@h1/") else {
+            panic!()
+        };
+        assert_eq!(nodes, vec![("h1".to_string(), 6379)]);
+        assert_eq!(auth.username.as_deref(), Some("sem"));
+        if TLS_ENABLED {
+            assert!(parse("rediss+cluster://h1:7000").is_tls());
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_clear_errors() {
+        let cases = [
+            ("", "expected redis://"),
+            ("localhost:6379", "expected redis://"),
+            ("redis+sentinel://h1:26379", "service name"),
+            ("redis+sentinel:///svc", "no host"),
+            ("redis+sentinel://h1,,h2/svc", "empty host"),
+            ("redis+sentinel://h1:abc/svc", "port must be"),
+            ("redis+sentinel://h1:0/svc", "port must be"),
+            ("redis+sentinel://h1:70000/svc", "port must be"),
+            ("redis+sentinel://h1/svc/x", "not a number"),
+            ("redis+sentinel://h1/svc/1/2", "/SERVICE/DB"),
+            ("redis+sentinel://[::1/svc", "closing ]"),
+            ("redis+sentinel://u:p%zz@h1/svc", "password"),
+            ("redis+cluster://h1:7000/3", "no path"),
+            ("redis+cluster://h1:7000?x=1", "query"),
+            ("redis+cluster://:secret@h1:x", "port must be"),
+            ("redis://host:notaport/", "bad Redis URL"),
+            ("http://host/", "bad Redis URL"),
+        ];
+        for (url, want) in cases {
+            let m = parse_err(url);
+            assert!(m.contains(want), "{url}: {m}");
+            assert!(!m.contains("secret"), "{url}: {m}");
+        }
+    }
+
+    #[test]
+    fn redact_hides_passwords() {
+        let cases = [
+            ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
+            ("redis://u:secret@h:1/0", "redis://u:***@h:1/0"),
+            ("rediss://:secret@h/", "rediss://:***@h/"),
+            ("redis://user@h/", "redis://user@h/"),
+            ("redis://u:se@cr:et@h/", "redis://u:***@h/"),
+            (
+                "redis+sentinel://u:secret@h1,h2/m",
+                "redis+sentinel://u:***@h1,h2/m",
+            ),
+            (
+                "unix:///s.sock?db=1&pass=secret",
+                "unix:///s.sock?db=1&pass=***",
+            ),
+            ("u:secret@h", "***@h"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact(url), want);
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        for url in [
+            "redis://u:secret@h:1/",
+            "redis+sentinel://u:secret@h/s",
+            "redis+cluster://u:secret@h",
+        ] {
+            let d = format!("{:?}", parse(url));
+            assert!(!d.contains("secret"), "{d}");
+            assert!(d.contains("***"), "{d}");
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! ACL and passwords: the minimal ACL rule documented in docs/deployment.md (read from
+//! that file, so the docs and the test cannot drift apart) runs every operation of the
+//! library, and Redis logs no refusal for it; a wrong or missing password is
+//! `Error::Auth`, from `ping()` and from an operation, and no message or `Debug` output
+//! shows a password.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_semaphore::compat::book::BookVariant;
+use redis_semaphore::{Client, Error};
+use support::{AclServer, every_operation};
+
+const ADMIN_PW: &str = "admin-Pw-0";
+const USER_PW: &str = "sem-Pw-7";
+
+/// The words of the documented rule after `ACL SETUSER semaphores`, with the password
+/// put in, for the rule block marked `acl-rule` (or the book's extra rule).
+fn documented_rule(marker: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deployment.md"))
+        .expect("read docs/deployment.md");
+    let after = &doc[doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker} in the docs"))..];
+    let block = after.split("```text\n").nth(1).expect("a text block");
+    let block = &block[..block.find("```").expect("the block's end")];
+    let words: Vec<&str> = block.split_whitespace().collect();
+    assert_eq!(&words[..3], ["ACL", "SETUSER", "semaphores"], "{block}");
+    words[3..]
+        .iter()
+        .map(|w| {
+            if *w == ">PASSWORD" {
+                format!(">{USER_PW}")
+            } else {
+                (*w).to_owned()
+            }
+        })
+        .collect()
+}
+
+/// ACL LOG entries other than failed logins (`reason` `auth`).
+fn acl_refusals(server: &AclServer) -> Vec<String> {
+    let entries: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .arg(100)
+        .query(&mut server.admin_conn())
+        .unwrap();
+    entries
+        .into_iter()
+        .map(|e| format!("{e:?}"))
+        .filter(|e| !e.contains("\"auth\""))
+        .collect()
+}
+
+fn user_server() -> AclServer {
+    let server = AclServer::start(ADMIN_PW);
+    let rule = documented_rule("<!-- acl-rule");
+    let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+    let (on, rest) = rule.split_first().unwrap();
+    assert_eq!(*on, "on");
+    // `add_user` adds `on >password` itself
+    let rest: Vec<&str> = rest
+        .iter()
+        .copied()
+        .filter(|w| !w.starts_with('>'))
+        .collect();
+    server.add_user("semaphores", USER_PW, &rest);
+    server
+}
+
+#[test]
+fn the_documented_acl_user_runs_every_operation() {
+    let server = user_server();
+    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    every_operation(&client, "acl");
+    drop(client);
+    let refusals = acl_refusals(&server);
+    assert!(refusals.is_empty(), "ACL refusals: {refusals:#?}");
+}
+
+#[test]
+fn builder_credentials_override_the_urls() {
+    let server = user_server();
+    let url = format!("redis://nobody:nothing@127.0.0.1:{}/", server.server.port());
+    let client = Client::builder()
+        .username("semaphores")
+        .password(USER_PW)
+        .build(&url)
+        .unwrap();
+    client.ping().unwrap();
+    let sem = client.semaphore("override", 1).unwrap();
+    drop(sem.try_acquire().unwrap().unwrap());
+    let debug = format!("{client:?} {:?}", Client::builder().password(USER_PW));
+    assert!(!debug.contains(USER_PW), "{debug}");
+}
+
+#[test]
+fn without_the_channel_permission_subscribe_is_refused_and_logged() {
+    // the check that the ACL LOG test above can see a missing permission at all
+    let server = AclServer::start(ADMIN_PW);
+    let rule = documented_rule("<!-- acl-rule");
+    let rest: Vec<&str> = rule[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|w| !w.starts_with('>') && !w.starts_with('&'))
+        .collect();
+    server.add_user("semaphores", USER_PW, &rest);
+    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    let sem = client.semaphore("nochannel", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(300))
+            .unwrap()
+            .is_none()
+    );
+    drop(held);
+    support::wait_until(Duration::from_secs(5), "a refusal in the ACL LOG", || {
+        !acl_refusals(&server).is_empty()
+    });
+}
+
+fn assert_auth(e: Error, what: &str) {
+    let text = e.to_string();
+    let debug = format!("{e:?}");
+    assert!(matches!(e, Error::Auth { .. }), "{what}: {debug}");
+    assert!(!e.is_retryable(), "{what}: {debug}");
+    for secret in [USER_PW, ADMIN_PW, "wrong-Pw-1"] {
+        assert!(!text.contains(secret), "{what}: {text}");
+        assert!(!debug.contains(secret), "{what}: {debug}");
+    }
+}
+
+#[test]
+fn a_wrong_password_is_an_auth_error_from_ping_and_from_acquire() {
+    let server = user_server();
+    let url = server.url_as("semaphores", "wrong-Pw-1");
+    let client = Client::open(&url).unwrap();
+    let debug = format!("{client:?}");
+    assert!(!debug.contains("wrong-Pw-1"), "{debug}");
+    let started = std::time::Instant::now();
+    let e = client.ping().unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("127.0.0.1:{}", server.server.port()))
+    );
+    assert_auth(e, "ping");
+    // refused credentials do not wait out the checkout timeout (5 s by default)
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let sem = client.semaphore("wrongpw", 1).unwrap();
+    assert_auth(sem.acquire().unwrap_err(), "acquire");
+    assert_auth(sem.try_acquire().unwrap_err(), "try_acquire");
+    // a wrong user name too
+    let client = Client::open(&server.url_as("nosuchuser", USER_PW)).unwrap();
+    assert_auth(client.ping().unwrap_err(), "unknown user");
+}
+
+#[test]
+fn a_missing_password_on_a_requirepass_server_is_an_auth_error() {
+    let server = AclServer::start(ADMIN_PW);
+    let client = Client::open(&server.server.url()).unwrap();
+    let e = client.ping().unwrap_err();
+    assert!(
+        e.to_string().contains("NOAUTH") || e.to_string().contains("requires"),
+        "{e}"
+    );
+    assert_auth(e, "ping without a password");
+    let sem = client.semaphore("nopw", 1).unwrap();
+    assert_auth(sem.acquire().unwrap_err(), "acquire without a password");
+    // the default user's password in the URL works
+    let ok = Client::open(&format!(
+        "redis://:{ADMIN_PW}@127.0.0.1:{}/",
+        server.server.port()
+    ))
+    .unwrap();
+    ok.ping().unwrap();
+}
+
+#[test]
+fn the_book_variants_run_with_the_documented_extra_rule() {
+    let server = user_server();
+    let extra = documented_rule("### The book's semaphores");
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg("semaphores").arg(&extra);
+    cmd.exec(&mut server.admin_conn()).unwrap();
+    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    for variant in [
+        BookVariant::Basic,
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+    ] {
+        let sem = client
+            .book_semaphore("book:jobs", 1)
+            .variant(variant)
+            .build()
+            .unwrap();
+        let p = sem.try_acquire().unwrap().expect("free");
+        assert!(sem.try_acquire().unwrap().is_none());
+        assert_eq!(sem.held().unwrap(), 1);
+        if variant != BookVariant::Basic {
+            p.refresh().unwrap();
+        }
+        p.release().unwrap();
+        assert_eq!(sem.available().unwrap(), 1);
+    }
+    let refusals = acl_refusals(&server);
+    assert!(refusals.is_empty(), "ACL refusals: {refusals:#?}");
+}

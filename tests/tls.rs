@@ -1,0 +1,181 @@
+//! TLS (feature `tls-rustls` or `tls-native-tls`; scripts/test.sh runs both): server-only and mutual TLS with certificates made by the
+//! test, every operation over TLS, and clear errors for a missing client certificate and
+//! for a TLS URL against a plaintext port and the reverse.
+#![cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+
+mod support;
+
+use std::time::Duration;
+
+use redis_semaphore::{Client, Error};
+use support::{TlsCerts, TlsServer, every_operation};
+
+fn builder() -> redis_semaphore::ClientBuilder {
+    Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .checkout_timeout(Duration::from_secs(3))
+}
+
+#[test]
+fn server_only_tls_with_the_ca_file_runs_every_operation() {
+    let server = TlsServer::start("no").tls_only();
+    let certs = TlsCerts::get();
+    let client = builder()
+        .tls_ca_file(&certs.ca)
+        .build(&server.tls_url())
+        .unwrap();
+    every_operation(&client, "tls-server-only");
+}
+
+#[test]
+fn tls_on_the_ip_address_works_too() {
+    let server = TlsServer::start("optional");
+    let client = builder()
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(&format!("rediss://127.0.0.1:{}/", server.tls_port))
+        .unwrap();
+    client.ping().unwrap();
+    let sem = client.semaphore("ip", 1).unwrap();
+    drop(sem.acquire().unwrap());
+}
+
+#[test]
+fn mutual_tls_with_a_client_certificate_runs_every_operation() {
+    let server = TlsServer::start("yes").tls_only();
+    let certs = TlsCerts::get();
+    let client = builder()
+        .tls_ca_file(&certs.ca)
+        .tls_client_cert(&certs.client_cert, &certs.client_key)
+        .build(&server.tls_url())
+        .unwrap();
+    every_operation(&client, "mtls");
+}
+
+fn connect_error(e: Error) -> (String, String) {
+    match e {
+        Error::Connect { addr, message } => (addr, message),
+        other => panic!("expected Error::Connect, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_client_certificate_is_a_clear_error() {
+    let server = TlsServer::start("yes");
+    let client = builder()
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(&server.tls_url())
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    let text = err.to_string();
+    assert!(!err.is_timeout(), "{err:?}");
+    eprintln!("{text}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let (addr, message) = connect_error(err);
+    assert_eq!(addr, format!("localhost:{}", server.tls_port));
+    assert!(message.contains("TLS"), "{message}");
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+    assert!(text.contains(&addr), "{text}");
+    // an operation says the same
+    let sem = client.semaphore("m", 1).unwrap();
+    assert!(matches!(sem.try_acquire(), Err(Error::Connect { .. })));
+}
+
+#[test]
+fn an_unknown_certificate_authority_is_a_clear_error() {
+    let server = TlsServer::start("no");
+    // no CA file: the system's roots do not know the test CA
+    let client = builder().build(&server.tls_url()).unwrap();
+    let err = client.ping().unwrap_err();
+    eprintln!("{err}");
+    let (_, message) = connect_error(err);
+    assert!(message.contains("TLS"), "{message}");
+}
+
+#[test]
+fn a_tls_url_against_a_plaintext_port_names_tls_and_the_address() {
+    let server = TlsServer::start("no");
+    let plain = server.server.port();
+    // the plaintext server waits for a newline that the TLS hello never sends: the
+    // handshake times out (a timeout is retried until the checkout timeout ends)
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_millis(800))
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(&format!("rediss://localhost:{plain}/"))
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let text = err.to_string();
+    eprintln!("{text}");
+    let (addr, message) = connect_error(err);
+    assert_eq!(addr, format!("localhost:{plain}"));
+    assert!(message.contains("TLS"), "{message}");
+    assert!(text.contains(&addr), "{text}");
+}
+
+#[test]
+fn a_plaintext_url_against_a_tls_port_names_tls_and_the_address() {
+    let server = TlsServer::start("no");
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_millis(800))
+        .build(&format!("redis://127.0.0.1:{}/", server.tls_port))
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    let text = err.to_string();
+    eprintln!("{text}");
+    let (addr, message) = connect_error(err);
+    assert_eq!(addr, format!("127.0.0.1:{}", server.tls_port));
+    assert!(message.contains("TLS"), "{message}");
+    assert!(text.contains(&addr), "{text}");
+}
+
+#[test]
+fn unreadable_tls_files_are_named() {
+    let err = Client::builder()
+        .tls_ca_file("/nonexistent/ca.crt")
+        .build("rediss://localhost:1/")
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    assert!(text.contains("/nonexistent/ca.crt"), "{text}");
+
+    let certs = TlsCerts::get();
+    let err = Client::builder()
+        .tls_client_cert(&certs.client_cert, "/nonexistent/client.key")
+        .build("rediss://localhost:1/")
+        .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/client.key"), "{err}");
+
+    // certificate files with a plaintext URL
+    let err = Client::builder()
+        .tls_ca_file(&certs.ca)
+        .build("redis://u:secret@localhost:1/")
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("rediss://"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+}
+
+#[test]
+fn the_password_goes_over_tls_too() {
+    let server = TlsServer::start("no");
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("tlspw")
+        .exec(&mut server.server.conn())
+        .unwrap();
+    let certs = TlsCerts::get();
+    let url = format!("rediss://default:tlspw@localhost:{}/", server.tls_port);
+    let client = builder().tls_ca_file(&certs.ca).build(&url).unwrap();
+    client.ping().unwrap();
+    let wrong = builder()
+        .tls_ca_file(&certs.ca)
+        .password("nottlspw")
+        .build(&url)
+        .unwrap();
+    let err = wrong.ping().unwrap_err();
+    assert!(matches!(err, Error::Auth { .. }), "{err:?}");
+    assert!(!err.to_string().contains("tlspw"), "{err}");
+}

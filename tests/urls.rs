@@ -1,0 +1,80 @@
+//! The URL forms of `Client::open` that need no server: Sentinel and Cluster URLs are
+//! parsed but refused for now, bad URLs and TLS URLs without a TLS feature are clear
+//! errors, and no message or `Debug` output shows a password.
+
+use redis_semaphore::{Client, Error};
+
+const SECRET: &str = "s3cret-Pw";
+
+fn invalid(url: &str) -> String {
+    match Client::open(url) {
+        Err(e @ Error::InvalidArgument(_)) => {
+            let text = e.to_string();
+            assert!(!text.contains(SECRET), "{text}");
+            assert!(!format!("{e:?}").contains(SECRET), "{e:?}");
+            text
+        }
+        Err(e) => panic!("{url}: expected InvalidArgument, got {e:?}"),
+        Ok(c) => panic!("{url}: opened {c:?}"),
+    }
+}
+
+#[test]
+fn sentinel_and_cluster_urls_are_not_supported_yet() {
+    for url in [
+        format!("redis+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"),
+        format!("redis+cluster://u:{SECRET}@h1:7000,h2:7001"),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("not supported yet"), "{text}");
+        assert!(text.contains("u:***@h1"), "{text}");
+    }
+}
+
+#[test]
+fn bad_urls_are_clear_errors_without_the_password() {
+    for url in [
+        format!("redis://u:{SECRET}@host:notaport/"),
+        format!("redis+sentinel://u:{SECRET}@h1:26379"),
+        format!("redis+cluster://u:{SECRET}@h1:0"),
+        format!("ftp://u:{SECRET}@host/"),
+        "".to_string(),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("bad Redis URL"), "{text}");
+    }
+}
+
+#[test]
+fn debug_output_never_shows_the_password() {
+    let client = Client::open(&format!("redis://u:{SECRET}@127.0.0.1:1/")).unwrap();
+    let debug = format!("{client:?}");
+    assert!(!debug.contains(SECRET), "{debug}");
+    assert!(debug.contains("127.0.0.1:1"), "{debug}");
+    let builder = Client::builder().username("u").password(SECRET);
+    assert!(!format!("{builder:?}").contains(SECRET));
+}
+
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+#[test]
+fn tls_urls_without_a_tls_feature_name_the_feature() {
+    for url in [
+        format!("rediss://u:{SECRET}@host:6380/"),
+        format!("rediss+cluster://u:{SECRET}@h1:7000"),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("tls-rustls"), "{text}");
+    }
+}
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+#[test]
+fn tls_files_with_a_plaintext_url_are_refused() {
+    let err = Client::builder()
+        .tls_ca_file("/some/ca.crt")
+        .build(&format!("redis://u:{SECRET}@host/"))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("rediss://"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+}
