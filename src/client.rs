@@ -16,6 +16,7 @@ use crate::registry::Registry;
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
+use crate::topology::{self, Connector, SentinelTarget, Watcher};
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
 /// the leases of this client's permits alive.
@@ -53,21 +54,31 @@ pub(crate) struct ClientInner {
     /// One combiner per semaphore name, shared by every handle of this client, so that
     /// concurrent try-acquires and releases of one semaphore share script calls.
     combiners: parking_lot::Mutex<HashMap<String, Weak<SemCombiner>>>,
+    /// The `+switch-master` watcher of a Sentinel target; stopped and joined on drop.
+    watcher: Option<Watcher>,
 }
 
 impl ClientInner {
     fn start(
         pool: Pool,
         op_timeout: Duration,
-        redis_client: Option<redis::Client>,
+        connector: Option<Connector>,
         connect_timeout: Duration,
     ) -> Result<Client> {
+        let watcher = match connector.as_ref().and_then(Connector::sentinel) {
+            Some(target) => Some(Watcher::start(Arc::clone(target), connect_timeout).map_err(
+                |e| {
+                    Error::InvalidArgument(format!("cannot start the sentinel watcher thread: {e}"))
+                },
+            )?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             pool,
             op_timeout,
             registry: parking_lot::Mutex::new(Registry::default()),
             origin: format!("{}|{}", std::process::id(), host_name()),
-            redis_client,
+            connector,
             connect_timeout,
             stats: Counters::default(),
             clock: crate::clock::Clock::default(),
@@ -89,6 +100,7 @@ impl ClientInner {
                 thread: Some(thread),
                 listener: parking_lot::Mutex::new(None),
                 combiners: parking_lot::Mutex::new(HashMap::new()),
+                watcher,
             }),
         })
     }
@@ -133,6 +145,7 @@ impl ClientInner {
 impl Drop for ClientInner {
     fn drop(&mut self) {
         drop(self.wake.take());
+        drop(self.watcher.take());
         if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
             && t.join().is_err()
@@ -143,13 +156,15 @@ impl Drop for ClientInner {
 }
 
 impl Client {
-    /// Opens a client for `url` (`redis://host:port/db`, `rediss://`, `unix://`) with
-    /// the default settings of [`ClientBuilder`]. No connection is made until the first
-    /// operation.
+    /// Opens a client for `url` (`redis://host:port/db`, `rediss://`, `unix://`, or a
+    /// Sentinel service: `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]`)
+    /// with the default settings of [`ClientBuilder`]. No connection is made until the
+    /// first operation.
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] when the URL cannot be parsed.
+    /// [`Error::Redis`] when the URL cannot be parsed ([`Error::InvalidArgument`] for
+    /// a Sentinel URL).
     pub fn open(url: &str) -> Result<Client> {
         Client::builder().build(url)
     }
@@ -274,6 +289,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Duration,
     checkout_timeout: Duration,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<topology::Secret>,
 }
 
 impl Default for ClientBuilder {
@@ -283,6 +300,8 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(2),
             operation_timeout: Duration::from_secs(2),
             checkout_timeout: Duration::from_secs(5),
+            sentinel_username: None,
+            sentinel_password: None,
         }
     }
 }
@@ -315,7 +334,25 @@ impl ClientBuilder {
         self
     }
 
+    /// The user name for the sentinels of a `redis+sentinel://` URL (the URL's own
+    /// user and password are for the data nodes). Unset by default.
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_username = Some(username.into());
+        self
+    }
+
+    /// The password for the sentinels of a `redis+sentinel://` URL (the URL's own
+    /// password is for the data nodes). Unset by default: the sentinels need none.
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(topology::Secret(password.into()));
+        self
+    }
+
     /// Builds the client for `url`. No connection is opened until it is needed.
+    ///
+    /// A `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` URL names a
+    /// Sentinel service: connections go to its current primary, and the client
+    /// follows a failover (see the crate's deployment notes).
     ///
     /// # Errors
     ///
@@ -336,13 +373,27 @@ impl ClientBuilder {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
             }
         }
+        if topology::is_sentinel_url(url) {
+            let parsed = topology::parse_sentinel_url(url)
+                .map_err(|e| Error::InvalidArgument(format!("bad sentinel URL: {e}")))?;
+            let target = SentinelTarget::new(
+                parsed,
+                self.sentinel_username.clone(),
+                self.sentinel_password.clone(),
+            );
+            return self.build_with(Connector::Sentinel(Arc::new(target)));
+        }
         let info = url
             .into_connection_info()
             .map_err(Error::Redis)?
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let client = redis::Client::open(info).map_err(Error::Redis)?;
+        self.build_with(Connector::Single(client))
+    }
+
+    fn build_with(self, connector: Connector) -> Result<Client> {
         let manager = Manager {
-            client: client.clone(),
+            connector: connector.clone(),
             connect_timeout: self.connect_timeout,
             op_timeout: self.operation_timeout,
         };
@@ -355,7 +406,7 @@ impl ClientBuilder {
         ClientInner::start(
             Pool::Own(pool),
             self.operation_timeout,
-            Some(client),
+            Some(connector),
             self.connect_timeout,
         )
     }

@@ -177,14 +177,16 @@ mod error;
 mod scripts;
 mod stats;
 // Background machinery: the pool, the combiner of concurrent calls, the registry of
-// live permits, the state shared with the threads, the refresher thread and the
-// wake-up listener. None of it imports the public types.
+// live permits, the state shared with the threads, the refresher thread, the
+// wake-up listener, and where the primary is (Sentinel watcher). None of it imports
+// the public types.
 mod combine;
 mod listener;
 mod pool;
 mod refresher;
 mod registry;
 mod shared;
+mod topology;
 // Public types.
 mod client;
 pub mod compat;

@@ -7,39 +7,39 @@ use std::time::Duration;
 use redis::ConnectionLike;
 
 use crate::error::{Error, Result};
+use crate::topology::{Connector, PrimaryConn};
 
 /// How much later than its deadline a call may end rather than pay for shortening its
 /// connection's timeouts (see [`Conn::within`]).
 pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 
 /// An r2d2 manager that connects with a timeout and sets read and write timeouts on
-/// every new connection, so no command can block for ever.
+/// every new connection, so no command can block for ever. Its connections go to the
+/// current primary; one opened for a primary since replaced counts as broken.
 #[derive(Debug, Clone)]
 pub(crate) struct Manager {
-    pub(crate) client: redis::Client,
+    pub(crate) connector: Connector,
     pub(crate) connect_timeout: Duration,
     pub(crate) op_timeout: Duration,
 }
 
 impl r2d2::ManageConnection for Manager {
-    type Connection = redis::Connection;
+    type Connection = PrimaryConn;
     type Error = redis::RedisError;
 
-    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
+    fn connect(&self) -> Result<PrimaryConn, redis::RedisError> {
+        let conn = self.connector.connect(self.connect_timeout)?;
         conn.set_read_timeout(Some(self.op_timeout))?;
         conn.set_write_timeout(Some(self.op_timeout))?;
         Ok(conn)
     }
 
-    fn is_valid(&self, conn: &mut redis::Connection) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").exec(conn)
+    fn is_valid(&self, conn: &mut PrimaryConn) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").exec(&mut conn.conn)
     }
 
-    fn has_broken(&self, conn: &mut redis::Connection) -> bool {
-        !conn.is_open()
+    fn has_broken(&self, conn: &mut PrimaryConn) -> bool {
+        !conn.is_open() || conn.is_stale()
     }
 }
 
@@ -62,10 +62,23 @@ impl Pool {
     /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
     pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
         match self {
-            Pool::Own(p) => Ok(Conn::Own(match timeout {
-                Some(t) => p.get_timeout(t)?,
-                None => p.get()?,
-            })),
+            Pool::Own(p) => {
+                // a connection to a replaced primary is never handed out: dropped here,
+                // r2d2 discards it (`has_broken`), and the next one is tried
+                let deadline = timeout.map(|t| std::time::Instant::now() + t);
+                loop {
+                    let c = match deadline {
+                        Some(d) => p.get_timeout(
+                            d.saturating_duration_since(std::time::Instant::now())
+                                .max(Duration::from_millis(1)),
+                        )?,
+                        None => p.get()?,
+                    };
+                    if !c.is_stale() {
+                        return Ok(Conn::Own(c));
+                    }
+                }
+            }
             Pool::User(p, op) => {
                 let c = match timeout {
                     Some(t) => p.get_timeout(t)?,
@@ -131,7 +144,7 @@ impl Deref for Conn {
     type Target = redis::Connection;
     fn deref(&self) -> &redis::Connection {
         match self {
-            Conn::Own(c) => c,
+            Conn::Own(c) => &c.conn,
             Conn::User(c) => c,
         }
     }
@@ -140,7 +153,7 @@ impl Deref for Conn {
 impl DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut redis::Connection {
         match self {
-            Conn::Own(c) => c,
+            Conn::Own(c) => &mut c.conn,
             Conn::User(c) => c,
         }
     }

@@ -119,10 +119,10 @@ impl SemInner {
         }
         let mut fresh;
         let mut pooled;
-        let conn: &mut redis::Connection = match &shared.redis_client {
-            Some(client) => {
-                fresh = client
-                    .get_connection_with_timeout(left.min(shared.connect_timeout))
+        let conn: &mut redis::Connection = match &shared.connector {
+            Some(connector) => {
+                fresh = connector
+                    .connect(left.min(shared.connect_timeout))
                     .map_err(Error::Redis)?;
                 &mut fresh
             }
@@ -137,7 +137,7 @@ impl SemInner {
         conn.set_read_timeout(Some(left)).map_err(Error::Redis)?;
         conn.set_write_timeout(Some(left)).map_err(Error::Redis)?;
         let status = leased::release(conn, &self.keys, id, false);
-        if shared.redis_client.is_none() {
+        if shared.connector.is_none() {
             let _ = conn.set_read_timeout(Some(shared.op_timeout));
             let _ = conn.set_write_timeout(Some(shared.op_timeout));
         }

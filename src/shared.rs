@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::pool::Pool;
 use crate::registry::Registry;
 use crate::stats::Counters;
+use crate::topology::Connector;
 
 /// What the background thread shares with the handles: never a handle itself, so the
 /// thread cannot keep the client alive.
@@ -19,9 +20,9 @@ pub(crate) struct Shared {
     pub(crate) registry: parking_lot::Mutex<Registry>,
     /// "pid|host", recorded with every grant.
     pub(crate) origin: String,
-    /// Where the wake-up listener opens its own connection (`None` for a user pool:
-    /// it then keeps one of the pool's connections).
-    pub(crate) redis_client: Option<redis::Client>,
+    /// Where the wake-up listener opens its own connection, to the current primary
+    /// (`None` for a user pool: it then keeps one of the pool's connections).
+    pub(crate) connector: Option<Connector>,
     pub(crate) connect_timeout: Duration,
     pub(crate) stats: Counters,
     /// The client's view of the server's clock (see `clock.rs`).
