@@ -454,15 +454,24 @@ impl SentinelTarget {
         let generation = self.generation();
         let known = self.primary.lock().clone();
         let mut tried = Vec::new();
-        if let Some(addr) = &known {
-            match self.open_primary(addr, timeout) {
+        let mut failed = None;
+        if let Some(addr) = known {
+            match self.open_primary(&addr, timeout) {
                 Ok(conn) => return Ok((conn, generation)),
-                Err(e) => tried.push(format!("known primary {}:{}: {e}", addr.0, addr.1)),
+                Err(e) => {
+                    tried.push(format!("known primary {}:{}: {e}", addr.0, addr.1));
+                    failed = Some(addr);
+                }
             }
         }
         let mut unknown = 0;
         for s in &self.sentinels {
             match self.ask(s, timeout) {
+                // just failed: not worth a second connect timeout
+                Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
+                    "sentinel {}:{} names the same {}:{}",
+                    s.0, s.1, addr.0, addr.1
+                )),
                 Ok(Some(addr)) => match self.open_primary(&addr, timeout) {
                     Ok(conn) => {
                         let generation = self.observe(addr);

@@ -286,6 +286,43 @@ fn an_unknown_service_gives_an_error_naming_it() {
 }
 
 #[test]
+fn sentinels_with_a_password_take_the_builders_credentials() {
+    let set = SentinelSet::start_with(&[], &["requirepass sentpw"]);
+    // the URL's credentials are the data nodes': no password there
+    let without = Client::builder()
+        .checkout_timeout(Duration::from_millis(500))
+        .build(&set.url())
+        .unwrap();
+    let e = without
+        .semaphore("s", 1)
+        .unwrap()
+        .try_acquire()
+        .unwrap_err()
+        .to_string();
+    eprintln!("sentinel without its password: {e}");
+    assert!(
+        e.contains(&format!("127.0.0.1:{}", set.sentinels[0].port())),
+        "{e}"
+    );
+    assert!(e.contains("\"svc\""), "{e}");
+
+    let client = Client::builder()
+        .sentinel_password("sentpw")
+        .build(&set.url())
+        .unwrap();
+    let sem = client.semaphore("s", 1).unwrap();
+    let p = sem.acquire().unwrap();
+    assert!(!format!("{client:?}").contains("sentpw"));
+    p.release().unwrap();
+    // the watcher subscribed on the first sentinel, with the password too
+    let mut c = set.sentinels[0].conn();
+    wait_until(Duration::from_secs(5), "the watcher's subscription", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+        list.lines().any(|l| l.contains(" sub=1 "))
+    });
+}
+
+#[test]
 fn bad_sentinel_urls_are_refused_at_once() {
     for (url, needle) in [
         ("redis+sentinel://h1:26379", "names the service"),

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{
-    READY_DEADLINE, RedisServer, info_field, pick_port, ping, read_or_empty, scrubbed_faketime_env,
+    READY_DEADLINE, RedisServer, info_field, pick_port, read_or_empty, scrubbed_faketime_env,
     wait_until,
 };
 
@@ -25,6 +25,8 @@ const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
 pub struct Sentinel {
     child: Option<Child>,
     port: u16,
+    /// From a `requirepass` line of its configuration.
+    password: Option<String>,
     // Declared last: dropped after the child is killed.
     dir: tempfile::TempDir,
 }
@@ -37,14 +39,19 @@ impl Sentinel {
             .prefix("redsem-sentinel-")
             .tempdir()
             .expect("create a temporary folder for a sentinel");
+        let password = extra
+            .iter()
+            .find_map(|l| l.strip_prefix("requirepass "))
+            .map(|p| p.trim().to_owned());
         let mut failures = Vec::new();
         for _ in 0..5 {
             let port = pick_port();
-            match Self::spawn(dir.path(), port, primary, extra) {
+            match Self::spawn(dir.path(), port, primary, extra, password.as_deref()) {
                 Ok(child) => {
                     return Sentinel {
                         child: Some(child),
                         port,
+                        password,
                         dir,
                     };
                 }
@@ -56,7 +63,13 @@ impl Sentinel {
     }
 
     /// Spawns on `port`; `Err((true, ..))` when the port was taken (worth another try).
-    fn spawn(dir: &Path, port: u16, primary: u16, extra: &[&str]) -> Result<Child, (bool, String)> {
+    fn spawn(
+        dir: &Path,
+        port: u16,
+        primary: u16,
+        extra: &[&str],
+        password: Option<&str>,
+    ) -> Result<Child, (bool, String)> {
         let conf = dir.join("sentinel.conf");
         let mut text = format!(
             "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
@@ -99,7 +112,7 @@ impl Sentinel {
                     format!("sentinel on port {port} exited with {status}; log:\n{log}"),
                 ));
             }
-            if ping(port) {
+            if answers(port) {
                 break;
             }
             if Instant::now() >= deadline {
@@ -112,7 +125,7 @@ impl Sentinel {
         // make sure our child answers, not a foreign process that took the port
         let info: String = redis::cmd("INFO")
             .arg("server")
-            .query(&mut sentinel_conn(port))
+            .query(&mut sentinel_conn(port, password))
             .map_err(|e| (false, format!("INFO server on sentinel {port}: {e}")))?;
         let pid = info_field(&info, "process_id").and_then(|v| v.parse::<u32>().ok());
         if pid != Some(child.id()) {
@@ -130,7 +143,7 @@ impl Sentinel {
 
     /// A direct connection to this sentinel (5 s timeouts).
     pub fn conn(&self) -> redis::Connection {
-        sentinel_conn(self.port)
+        sentinel_conn(self.port, self.password.as_deref())
     }
 
     /// Kills the sentinel (SIGKILL). Does nothing when it is already stopped.
@@ -153,9 +166,26 @@ impl Drop for Sentinel {
     }
 }
 
-fn sentinel_conn(port: u16) -> redis::Connection {
+/// An inline `PING` over a raw socket: true when anything answers (`+PONG`, or
+/// `-NOAUTH` from a sentinel with a password).
+fn answers(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = s.set_write_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 1];
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read_exact(&mut buf).is_ok()
+        && matches!(buf[0], b'+' | b'-')
+}
+
+fn sentinel_conn(port: u16, password: Option<&str>) -> redis::Connection {
     let t = Duration::from_secs(5);
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+    let auth = password.map_or(String::new(), |p| format!(":{p}@"));
+    let conn = redis::Client::open(format!("redis://{auth}127.0.0.1:{port}/"))
         .expect("sentinel client")
         .get_connection_with_timeout(t)
         .unwrap_or_else(|e| panic!("connect to sentinel {port}: {e}"));
