@@ -15,6 +15,7 @@ use crate::scripts::leased;
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
+use crate::topology::{self, Connector, SentinelTarget, Watcher};
 use crossbeam_channel::Sender;
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
@@ -53,21 +54,30 @@ pub(crate) struct ClientInner {
     /// One combiner per semaphore name, shared by every handle of this client, so that
     /// concurrent try-acquires and releases of one semaphore share script calls.
     combiners: parking_lot::Mutex<HashMap<String, Weak<SemCombiner>>>,
+    /// The `+switch-master` watcher of a Sentinel target; stopped and joined on drop.
+    watcher: Option<Watcher>,
 }
 
 impl ClientInner {
     fn start(
         pool: Pool,
         op_timeout: Duration,
-        redis_client: Option<redis::Client>,
+        connector: Option<Connector>,
         connect_timeout: Duration,
     ) -> Result<Client> {
+        let watcher = match connector.as_ref().and_then(Connector::sentinel) {
+            Some(target) => Some(Watcher::start(Arc::clone(target), connect_timeout).map_err(
+                |e| {
+                    Error::InvalidArgument(format!("cannot start the sentinel watcher thread: {e}"))
+                },
+            )?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             pool,
             op_timeout,
             registry: parking_lot::Mutex::new(Registry::default()),
             origin: format!("{}|{}", std::process::id(), host_name()),
-            redis_client,
             connect_timeout,
             stats: Counters::default(),
             clock: crate::clock::Clock::default(),
@@ -89,6 +99,7 @@ impl ClientInner {
                 thread: Some(thread),
                 listener: parking_lot::Mutex::new(None),
                 combiners: parking_lot::Mutex::new(HashMap::new()),
+                watcher,
             }),
         })
     }
@@ -133,6 +144,7 @@ impl ClientInner {
 impl Drop for ClientInner {
     fn drop(&mut self) {
         drop(self.wake.take());
+        drop(self.watcher.take());
         if let Some(t) = self.thread.take()
             && t.thread().id() != std::thread::current().id()
             && t.join().is_err()
@@ -159,7 +171,9 @@ impl Client {
     /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]` and `rediss+cluster://`:
     ///   Redis Cluster seed nodes.
     ///
-    /// The Sentinel and Cluster forms are parsed but not served yet: they are
+    /// A Sentinel client follows a failover: its connections go to the service's
+    /// current primary (docs: `guide::deployment`). The Cluster form and
+    /// `rediss+sentinel://` are parsed but not served yet: they are
     /// [`Error::InvalidArgument`] for now. User names and passwords are
     /// percent-decoded; no message or `Debug` output of this crate shows a password.
     ///
@@ -337,6 +351,8 @@ pub struct ClientBuilder {
     checkout_timeout: Duration,
     creds: Credentials,
     tls: TlsFiles,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<topology::Secret>,
 }
 
 impl Default for ClientBuilder {
@@ -348,6 +364,8 @@ impl Default for ClientBuilder {
             checkout_timeout: Duration::from_secs(5),
             creds: Credentials::default(),
             tls: TlsFiles::default(),
+            sentinel_username: None,
+            sentinel_password: None,
         }
     }
 }
@@ -422,8 +440,26 @@ impl ClientBuilder {
         self
     }
 
+    /// The user name for the sentinels of a `redis+sentinel://` URL (the URL's own
+    /// user and password are for the data nodes). Unset by default.
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_username = Some(username.into());
+        self
+    }
+
+    /// The password for the sentinels of a `redis+sentinel://` URL (the URL's own
+    /// password is for the data nodes). Unset by default: the sentinels need none.
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(topology::Secret(password.into()));
+        self
+    }
+
     /// Builds the client for `url` (the forms of [`Client::open`]). No connection is
     /// opened until it is needed; [`Client::ping`] checks now.
+    ///
+    /// A `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` URL names a
+    /// Sentinel service: connections go to its current primary, and the client
+    /// follows a failover (see the crate's deployment notes).
     ///
     /// # Errors
     ///
@@ -446,25 +482,46 @@ impl ClientBuilder {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
             }
         }
-        let info = match Target::parse(url)? {
-            Target::Single(info) => info,
+        match Target::parse(url)? {
+            Target::Single(info) => {
+                let ep = endpoint(url, info, &self.creds, &self.tls)?;
+                self.build_with(Connector::Single(Box::new(ep)))
+            }
+            Target::Sentinel { tls: true, .. } => Err(Error::InvalidArgument(format!(
+                "{}: TLS with Sentinel is not supported yet",
+                redact(url)
+            ))),
             Target::Sentinel { .. } => {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: Redis Sentinel is not supported yet (issue #13); use the \
-                     primary's redis:// URL for now",
-                    redact(url)
-                )));
+                let mut parsed = topology::parse_sentinel_url(url).map_err(|e| {
+                    Error::InvalidArgument(format!("bad sentinel URL {}: {e}", redact(url)))
+                })?;
+                // the builder's credentials for the data nodes override the URL's
+                if let Some(u) = &self.creds.username {
+                    parsed.username = Some(u.clone());
+                }
+                if let Some(p) = &self.creds.password {
+                    parsed.password = Some(p.clone());
+                }
+                let target = SentinelTarget::new(
+                    parsed,
+                    self.sentinel_username.clone(),
+                    self.sentinel_password.clone(),
+                );
+                self.build_with(Connector::Sentinel(Arc::new(target)))
             }
-            Target::Cluster { .. } => {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: Redis Cluster is not supported yet (issue #13)",
-                    redact(url)
-                )));
-            }
-        };
-        let ep = endpoint(url, info, &self.creds, &self.tls)?;
-        let client = ep.client.clone();
-        let manager = Manager::new(ep, self.connect_timeout, self.operation_timeout);
+            Target::Cluster { .. } => Err(Error::InvalidArgument(format!(
+                "{}: Redis Cluster is not supported yet (issue #13)",
+                redact(url)
+            ))),
+        }
+    }
+
+    fn build_with(self, connector: Connector) -> Result<Client> {
+        let manager = Manager::new(
+            connector.clone(),
+            self.connect_timeout,
+            self.operation_timeout,
+        );
         let pool = r2d2::Pool::builder()
             .max_size(self.max_connections)
             .min_idle(Some(0))
@@ -474,7 +531,7 @@ impl ClientBuilder {
         ClientInner::start(
             Pool::Own(pool, manager),
             self.operation_timeout,
-            Some(client),
+            Some(connector),
             self.connect_timeout,
         )
     }

@@ -524,8 +524,9 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
-/// Sorts an error met while opening a connection to `ep`.
-pub(crate) fn connect_error(ep: &Endpoint, e: &redis::RedisError) -> Error {
+/// Sorts an error met while opening a connection to `addr` (what messages name: an
+/// address, or a Sentinel service and its sentinels), over TLS when `tls`.
+pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> Error {
     let text = e.to_string();
     let code = e.code().unwrap_or("");
     if e.kind() == redis::ErrorKind::AuthenticationFailed
@@ -542,12 +543,12 @@ pub(crate) fn connect_error(ep: &Endpoint, e: &redis::RedisError) -> Error {
             _ => " (wrong user name or password)",
         };
         return Error::Auth {
-            addr: ep.addr.clone(),
+            addr: addr.to_owned(),
             message: format!("{text}{hint}"),
         };
     }
     let lower = text.to_ascii_lowercase();
-    let message = if ep.tls {
+    let message = if tls {
         if [
             "certificate",
             "unknownissuer",
@@ -582,7 +583,7 @@ pub(crate) fn connect_error(ep: &Endpoint, e: &redis::RedisError) -> Error {
         text
     };
     Error::Connect {
-        addr: ep.addr.clone(),
+        addr: addr.to_owned(),
         message,
     }
 }

@@ -186,7 +186,8 @@ mod clock;
 mod error;
 mod scripts;
 mod stats;
-// Background machinery: the connection layer (URL forms, TLS, connect errors), the
+// Background machinery: the connection layer (URL forms, TLS, connect errors), where
+// the primary is (one server, a Sentinel service and its watcher, a Redis Cluster), the
 // pool, the combiner of concurrent calls, the registry of live permits, the state
 // shared with the threads, the refresher thread and the wake-up listener. None of it
 // imports the public types.
@@ -197,6 +198,7 @@ mod pool;
 mod refresher;
 mod registry;
 mod shared;
+mod topology;
 // Public types.
 mod client;
 pub mod compat;

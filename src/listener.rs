@@ -34,6 +34,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
+use crate::topology::PrimaryConn;
 
 /// How long one read of the subscription may block: bounds how late the thread sees
 /// that it must stop.
@@ -219,10 +220,11 @@ fn stopped(stop: &Receiver<()>) -> bool {
     matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
 }
 
-/// A connection for the subscription: a dedicated one when the client built its own
-/// pool, else one taken from the user's pool for as long as the thread needs it.
+/// A connection for the subscription: a dedicated one to the current primary when the
+/// client built its own pool, else one taken from the user's pool for as long as the
+/// thread needs it.
 enum SubConn {
-    Own(redis::Connection),
+    Own(PrimaryConn),
     Pooled(crate::pool::Conn),
 }
 
@@ -233,11 +235,21 @@ impl SubConn {
             SubConn::Pooled(c) => c,
         }
     }
+
+    /// Whether the primary it was opened for has been replaced (Sentinel failover):
+    /// the subscription must move to the new primary, where the scripts now publish.
+    fn stale_check(&self) -> Box<dyn Fn() -> bool> {
+        match self {
+            SubConn::Own(c) => Box::new(c.stale_check()),
+            SubConn::Pooled(_) => Box::new(|| false),
+        }
+    }
 }
 
 fn connect(shared: &Shared) -> crate::Result<SubConn> {
     match &shared.pool {
-        // the pool's manager: the same address, credentials, TLS and error sorting
+        // the pool's manager: the current primary, with the same credentials, TLS and
+        // error sorting
         Pool::Own(_, m) => m.open().map(SubConn::Own),
         Pool::User(..) => shared
             .pool
@@ -272,7 +284,8 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             Counters::bump(&shared.stats.reconnects);
             log::info!("redis-semaphore: wake-up listener reconnected");
         }
-        match listen(conn.get(), hub, stop) {
+        let stale = conn.stale_check();
+        match listen(conn.get(), hub, stop, &stale) {
             Ok(()) => return,
             Err(e) => {
                 failed_before = true;
@@ -284,8 +297,14 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
     }
 }
 
-/// Subscribes and delivers messages until told to stop (`Ok`) or the connection fails.
-fn listen(conn: &mut redis::Connection, hub: &Hub, stop: &Receiver<()>) -> redis::RedisResult<()> {
+/// Subscribes and delivers messages until told to stop (`Ok`), the connection fails,
+/// or `stale` says the primary it is subscribed on was replaced.
+fn listen(
+    conn: &mut redis::Connection,
+    hub: &Hub,
+    stop: &Receiver<()>,
+    stale: &dyn Fn() -> bool,
+) -> redis::RedisResult<()> {
     let mut ps = conn.as_pubsub();
     ps.set_read_timeout(Some(POLL))?;
     ps.subscribe(&hub.channel)?;
@@ -298,6 +317,13 @@ fn listen(conn: &mut redis::Connection, hub: &Hub, stop: &Receiver<()>) -> redis
         if stopped(stop) {
             hub.set_ready(false);
             return Ok(());
+        }
+        if stale() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the primary was replaced",
+                "subscribing on the new one".to_string(),
+            )));
         }
         match ps.get_message() {
             Ok(msg) => {

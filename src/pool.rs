@@ -1,5 +1,6 @@
 //! Connections: our own r2d2 manager (connect timeout, per-command timeouts,
-//! TCP_NODELAY) or a pool the user built, behind one checkout call.
+//! TCP_NODELAY, connect errors sorted) to one server or a Sentinel service's current
+//! primary, or a pool the user built, behind one checkout call.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -8,15 +9,18 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::connect::{Endpoint, connect_error, is_config_error};
+use crate::connect::{connect_error_at, is_config_error};
 use crate::error::{Error, Result};
+use crate::topology::{Connector, PrimaryConn};
 
 /// How much later than its deadline a call may end rather than pay for shortening its
 /// connection's timeouts (see [`Conn::within`]).
 pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 
 /// An r2d2 manager that connects with a timeout and sets read and write timeouts on
-/// every new connection, so no command can block for ever.
+/// every new connection, so no command can block for ever. Its connections go to the
+/// current primary; one opened for a primary since replaced (a Sentinel failover)
+/// counts as broken and is never handed out again.
 ///
 /// Connect errors are sorted into [`Error::Auth`] and [`Error::Connect`] (naming the
 /// address, never the password), and the last one is kept so that a checkout that
@@ -30,7 +34,7 @@ pub(crate) struct Manager(Arc<ManagerInner>);
 
 #[derive(Debug)]
 pub(crate) struct ManagerInner {
-    pub(crate) endpoint: Endpoint,
+    pub(crate) connector: Connector,
     pub(crate) connect_timeout: Duration,
     pub(crate) op_timeout: Duration,
     last_failure: Mutex<Option<(Instant, Error)>>,
@@ -44,9 +48,13 @@ impl Deref for Manager {
 }
 
 impl Manager {
-    pub(crate) fn new(endpoint: Endpoint, connect_timeout: Duration, op_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        connector: Connector,
+        connect_timeout: Duration,
+        op_timeout: Duration,
+    ) -> Self {
         Manager(Arc::new(ManagerInner {
-            endpoint,
+            connector,
             connect_timeout,
             op_timeout,
             last_failure: Mutex::new(None),
@@ -55,28 +63,35 @@ impl Manager {
 
     /// Opens one connection, with its timeouts set; when no password is sent on
     /// connect, a `PING` finds at once a server that requires one.
-    pub(crate) fn open(&self) -> Result<redis::Connection> {
-        let result = self.open_inner();
+    pub(crate) fn open(&self) -> Result<PrimaryConn> {
+        self.open_within(self.connect_timeout)
+    }
+
+    /// [`open`](Self::open) with its own connect timeout.
+    pub(crate) fn open_within(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
+        let result = self.open_inner(connect_timeout);
         if let Err(e) = &result {
             *self.last_failure.lock() = Some((Instant::now(), e.copy()));
         }
         result
     }
 
-    fn open_inner(&self) -> Result<redis::Connection> {
-        let ep = &self.endpoint;
-        let sort = |e: redis::RedisError| connect_error(ep, &e);
-        let mut conn = ep
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(sort)?;
+    fn open_inner(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
+        let (addr, tls) = (self.connector.addr(), self.connector.is_tls());
+        let sort = |e: redis::RedisError| connect_error_at(&addr, tls, &e);
+        let mut conn = self.connector.connect(connect_timeout).map_err(sort)?;
         conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
         conn.set_write_timeout(Some(self.op_timeout))
             .map_err(sort)?;
-        if !ep.has_password {
-            redis::cmd("PING").exec(&mut conn).map_err(sort)?;
+        if !self.connector.has_password() {
+            redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;
         }
         Ok(conn)
+    }
+
+    /// What messages name as the server (never a password).
+    pub(crate) fn addr(&self) -> String {
+        self.connector.addr()
     }
 
     /// The error of a checkout that timed out while no connection could be made and
@@ -85,14 +100,14 @@ impl Manager {
     /// timeout; a host that drops packets, with a connect timeout longer than the
     /// checkout timeout).
     fn stalled(&self) -> Error {
-        let message = if self.endpoint.tls {
+        let message = if self.connector.is_tls() {
             "no connection was made within the checkout timeout: the TLS handshake did not \
              finish (is this a plaintext port? use redis:// for a server without TLS)"
         } else {
             "no connection was made within the checkout timeout: connecting hangs"
         };
         Error::Connect {
-            addr: self.endpoint.addr.clone(),
+            addr: self.addr(),
             message: message.to_owned(),
         }
     }
@@ -107,19 +122,21 @@ impl Manager {
 }
 
 impl r2d2::ManageConnection for Manager {
-    type Connection = redis::Connection;
+    type Connection = PrimaryConn;
     type Error = Error;
 
-    fn connect(&self) -> Result<redis::Connection> {
+    fn connect(&self) -> Result<PrimaryConn> {
         self.open()
     }
 
-    fn is_valid(&self, conn: &mut redis::Connection) -> Result<()> {
-        redis::cmd("PING").exec(conn).map_err(Error::Redis)
+    fn is_valid(&self, conn: &mut PrimaryConn) -> Result<()> {
+        redis::cmd("PING")
+            .exec(&mut conn.conn)
+            .map_err(Error::Redis)
     }
 
-    fn has_broken(&self, conn: &mut redis::Connection) -> bool {
-        !conn.is_open()
+    fn has_broken(&self, conn: &mut PrimaryConn) -> bool {
+        !conn.is_open() || conn.is_stale()
     }
 }
 
@@ -152,6 +169,9 @@ impl Pool {
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
                     match p.get_timeout(left.min(CHECKOUT_SLICE)) {
+                        // a connection to a replaced primary is never handed out: r2d2
+                        // discards it (`has_broken`) and the next one is tried
+                        Ok(c) if c.is_stale() => drop(c),
                         Ok(c) => return Ok(Conn::Own(c)),
                         Err(e) => {
                             let failure = m.failure_since(start);
@@ -182,7 +202,7 @@ impl Pool {
     /// The server's address for messages (`host:port`, never a password).
     pub(crate) fn addr(&self) -> String {
         match self {
-            Pool::Own(_, m) => m.endpoint.addr.clone(),
+            Pool::Own(_, m) => m.addr(),
             Pool::User(..) => "the server of the given pool".to_owned(),
         }
     }

@@ -10,6 +10,7 @@ use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::permit::Permit;
+use crate::pool::Pool;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
     self, AcquireArgs, Acquired, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode, Released,
@@ -117,31 +118,30 @@ impl SemInner {
         if left.is_zero() {
             return Err(late_reply(&self.name));
         }
-        let mut fresh;
-        let mut pooled;
-        let conn: &mut redis::Connection = match &shared.redis_client {
-            Some(client) => {
-                fresh = client
-                    .get_connection_with_timeout(left.min(shared.connect_timeout))
-                    .map_err(Error::Redis)?;
-                &mut fresh
-            }
-            None => {
-                pooled = shared.pool.get(Some(left))?;
-                &mut pooled
-            }
+        let left_now = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
         };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        conn.set_read_timeout(Some(left)).map_err(Error::Redis)?;
-        conn.set_write_timeout(Some(left)).map_err(Error::Redis)?;
-        let status = leased::release(conn, &self.keys, id, false);
-        if shared.redis_client.is_none() {
-            let _ = conn.set_read_timeout(Some(shared.op_timeout));
-            let _ = conn.set_write_timeout(Some(shared.op_timeout));
+        match &shared.pool {
+            Pool::Own(_, manager) => {
+                let mut fresh = manager.open_within(left.min(shared.connect_timeout))?;
+                fresh
+                    .set_read_timeout(Some(left_now()))
+                    .map_err(Error::Redis)?;
+                fresh
+                    .set_write_timeout(Some(left_now()))
+                    .map_err(Error::Redis)?;
+                leased::release(&mut fresh, &self.keys, id, false)
+            }
+            Pool::User(..) => {
+                let mut pooled = shared.pool.get(Some(left))?;
+                let op = shared.op_timeout;
+                pooled.within(left_now(), op, |c| {
+                    leased::release(c, &self.keys, id, false)
+                })
+            }
         }
-        status
     }
 
     fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<HotReply>> {

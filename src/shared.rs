@@ -19,9 +19,6 @@ pub(crate) struct Shared {
     pub(crate) registry: parking_lot::Mutex<Registry>,
     /// "pid|host", recorded with every grant.
     pub(crate) origin: String,
-    /// Where the wake-up listener opens its own connection (`None` for a user pool:
-    /// it then keeps one of the pool's connections).
-    pub(crate) redis_client: Option<redis::Client>,
     pub(crate) connect_timeout: Duration,
     pub(crate) stats: Counters,
     /// The client's view of the server's clock (see `clock.rs`).

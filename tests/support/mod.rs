@@ -9,6 +9,8 @@
 
 #![allow(dead_code)]
 
+pub mod sentinel;
+
 use std::collections::{HashMap, HashSet};
 use std::env;
 use std::ffi::OsString;

@@ -1,0 +1,741 @@
+//! Where the current primary is: one seam, [`Connector::connect`], used by the pool's
+//! manager, the wake-up listener's own connection and the fresh-connection release.
+//!
+//! - [`Connector::Single`]: one server, a plain `redis::Client`.
+//! - [`Connector::Sentinel`]: a service behind Redis Sentinel. A connection goes to the
+//!   primary last known to this client (checked with `ROLE`), else to the one the
+//!   sentinels name (asked in order, `SENTINEL GET-MASTER-ADDR-BY-NAME`, then `ROLE`
+//!   on the node). A watcher thread per client ([`Watcher`]) subscribes to
+//!   `+switch-master` on one reachable sentinel; on a switch of our service it records
+//!   the new primary and bumps a *generation*.
+//!
+//! Invariants it keeps:
+//!
+//! - **No connection outlives its primary.** Every connection is tagged with the
+//!   generation it was opened in ([`PrimaryConn`]); once the generation moves on, the
+//!   pool never hands it out again and r2d2 discards it, and the listener re-subscribes
+//!   on the new primary. A command in flight at the moment of the switch may still
+//!   reach the old primary; none is sent there after the watcher has seen the switch.
+//! - **A missed switch is caught up.** After every (re)subscription the watcher reads
+//!   the current primary again, since a switch may have happened while it was away.
+//! - **Errors name what failed, never a password.** Sentinel addresses and the service
+//!   are named; credentials never appear in a message.
+//!
+//! Before the switch is announced (a forced failover promotes the replica about a
+//! second before `+switch-master`) the old primary still answers `ROLE` with `master`:
+//! no client can tell, so writes in that window are lost with the old primary's data.
+//! `wait_replicas` and the server's `min-replicas-to-write` bound that window.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use crate::connect::Endpoint;
+use redis::io::tcp::TcpSettings;
+use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
+
+/// Default port of a sentinel.
+const SENTINEL_PORT: u16 = 26379;
+/// The channel on which sentinels announce a new primary.
+const SWITCH_CHANNEL: &str = "+switch-master";
+/// How long one read of the watcher's subscription may block: bounds how late it sees
+/// that it must stop.
+const POLL: Duration = Duration::from_millis(100);
+/// A PING after this much silence finds a half-open connection to a sentinel.
+const HEARTBEAT: Duration = Duration::from_secs(3);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Opens connections to the current primary.
+#[derive(Clone)]
+pub(crate) enum Connector {
+    /// One server (plain, TLS or a Unix socket).
+    Single(Box<Endpoint>),
+    /// A Sentinel service.
+    Sentinel(Arc<SentinelTarget>),
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Connector::Single(ep) => write!(f, "Single({})", ep.addr),
+            Connector::Sentinel(t) => write!(f, "Sentinel({})", t.describe()),
+        }
+    }
+}
+
+/// A connection with the generation of the primary it was opened for.
+pub(crate) struct PrimaryConn {
+    pub(crate) conn: redis::Connection,
+    generation: u64,
+    target: Option<Arc<SentinelTarget>>,
+}
+
+impl PrimaryConn {
+    /// Whether the primary this connection was opened for has been replaced since.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.target
+            .as_ref()
+            .is_some_and(|t| t.generation() != self.generation)
+    }
+
+    /// [`is_stale`](Self::is_stale) as a check that does not borrow the connection.
+    pub(crate) fn stale_check(&self) -> impl Fn() -> bool + Send + 'static + use<> {
+        let target = self.target.clone();
+        let generation = self.generation;
+        move || {
+            target
+                .as_ref()
+                .is_some_and(|t| t.generation() != generation)
+        }
+    }
+}
+
+impl std::ops::Deref for PrimaryConn {
+    type Target = redis::Connection;
+    fn deref(&self) -> &redis::Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for PrimaryConn {
+    fn deref_mut(&mut self) -> &mut redis::Connection {
+        &mut self.conn
+    }
+}
+
+impl Connector {
+    /// A connection to the current primary, opened within `timeout` (per attempt: a
+    /// Sentinel target may ask each sentinel in turn).
+    pub(crate) fn connect(&self, timeout: Duration) -> redis::RedisResult<PrimaryConn> {
+        match self {
+            Connector::Single(ep) => Ok(PrimaryConn {
+                conn: ep.client.get_connection_with_timeout(timeout)?,
+                generation: 0,
+                target: None,
+            }),
+            Connector::Sentinel(t) => {
+                let (conn, generation) = t.connect(timeout)?;
+                Ok(PrimaryConn {
+                    conn,
+                    generation,
+                    target: Some(Arc::clone(t)),
+                })
+            }
+        }
+    }
+
+    /// What messages name: the server's address, or the service and its sentinels.
+    pub(crate) fn addr(&self) -> String {
+        match self {
+            Connector::Single(ep) => ep.addr.clone(),
+            Connector::Sentinel(t) => t.describe(),
+        }
+    }
+
+    /// Whether connections use TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        match self {
+            Connector::Single(ep) => ep.tls,
+            Connector::Sentinel(_) => false,
+        }
+    }
+
+    /// Whether a password is sent on connect (when none is, the manager checks with a
+    /// `PING` that the server does not require one).
+    pub(crate) fn has_password(&self) -> bool {
+        match self {
+            Connector::Single(ep) => ep.has_password,
+            Connector::Sentinel(t) => t.data.password().is_some(),
+        }
+    }
+
+    /// The Sentinel target, if this is one.
+    pub(crate) fn sentinel(&self) -> Option<&Arc<SentinelTarget>> {
+        match self {
+            Connector::Single(_) => None,
+            Connector::Sentinel(t) => Some(t),
+        }
+    }
+}
+
+/// A password: its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A parsed `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]`.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    pub(crate) sentinels: Vec<(String, u16)>,
+    pub(crate) service: String,
+    pub(crate) db: i64,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("service", &self.service)
+            .field("db", &self.db)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Parses a Sentinel URL; the message of an error never contains the password.
+pub(crate) fn parse_sentinel_url(url: &str) -> Result<SentinelUrl, String> {
+    let url = url.trim();
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| "a sentinel URL starts with redis+sentinel://".to_string())?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "redis+sentinel" => {}
+        "rediss+sentinel" => {
+            return Err("TLS with Sentinel is not supported yet (rediss+sentinel://)".into());
+        }
+        other => return Err(format!("{other}:// is not a sentinel URL scheme")),
+    }
+    if rest.contains(['?', '#']) {
+        return Err("a sentinel URL takes no query or fragment".into());
+    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => {
+            let (user, pass) = match u.split_once(':') {
+                Some((user, pass)) => (user, Some(pass)),
+                None => (u, None),
+            };
+            let user = percent_decode(user).map_err(|e| format!("the user name {e}"))?;
+            let pass = pass
+                .map(|p| percent_decode(p).map_err(|e| format!("the password {e}")))
+                .transpose()?;
+            (
+                (!user.is_empty()).then_some(user),
+                pass.filter(|p| !p.is_empty()),
+            )
+        }
+    };
+    let mut sentinels = Vec::new();
+    for h in hosts.split(',') {
+        sentinels.push(parse_host_port(h.trim())?);
+    }
+    let mut parts = path.split('/').filter(|p| !p.is_empty());
+    let service = parts
+        .next()
+        .map(percent_decode)
+        .transpose()
+        .map_err(|e| format!("the service name {e}"))?
+        .ok_or_else(|| {
+            "a sentinel URL names the service: redis+sentinel://host:26379/SERVICE".to_string()
+        })?;
+    let db = match parts.next() {
+        None => 0,
+        Some(d) => d
+            .parse::<i64>()
+            .ok()
+            .filter(|d| *d >= 0)
+            .ok_or_else(|| format!("the database {d:?} is not a number"))?,
+    };
+    if parts.next().is_some() {
+        return Err("a sentinel URL's path is /SERVICE or /SERVICE/DB".into());
+    }
+    Ok(SentinelUrl {
+        sentinels,
+        service,
+        db,
+        username,
+        password,
+    })
+}
+
+fn parse_host_port(h: &str) -> Result<(String, u16), String> {
+    if h.is_empty() {
+        return Err(
+            "a sentinel URL lists at least one sentinel, host[:port] apart by commas".into(),
+        );
+    }
+    let (host, port) = if let Some(rest) = h.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("unclosed [ in sentinel address {h:?}"))?;
+        match after {
+            "" => (host, None),
+            p => (
+                host,
+                Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("bad sentinel address {h:?}"))?,
+                ),
+            ),
+        }
+    } else {
+        match h.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (h, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("the sentinel address {h:?} has no host"));
+    }
+    let port =
+        match port {
+            None => SENTINEL_PORT,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                format!("the port of sentinel address {h:?} is not a port number")
+            })?,
+        };
+    Ok((host.to_owned(), port))
+}
+
+/// `%XX` decoding; the error says what is wrong without repeating the text.
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "has a bad %-escape".to_string())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "is not UTF-8 once decoded".to_string())
+}
+
+/// A Sentinel service: the sentinels, the credentials for them and for the data
+/// nodes, the primary last known and its generation.
+pub(crate) struct SentinelTarget {
+    service: String,
+    sentinels: Vec<(String, u16)>,
+    /// AUTH for the sentinels.
+    sentinel_auth: RedisConnectionInfo,
+    /// AUTH and SELECT for the data nodes.
+    data: RedisConnectionInfo,
+    /// The primary last known (its generation is `generation`).
+    primary: parking_lot::Mutex<Option<(String, u16)>>,
+    generation: AtomicU64,
+}
+
+impl SentinelTarget {
+    /// A target for `url`, with separate credentials for the sentinels.
+    pub(crate) fn new(
+        url: SentinelUrl,
+        sentinel_username: Option<String>,
+        sentinel_password: Option<Secret>,
+    ) -> SentinelTarget {
+        let mut data = RedisConnectionInfo::default().set_db(url.db);
+        if let Some(u) = &url.username {
+            data = data.set_username(u);
+        }
+        if let Some(p) = &url.password {
+            data = data.set_password(p);
+        }
+        let mut sentinel_auth = RedisConnectionInfo::default();
+        if let Some(u) = &sentinel_username {
+            sentinel_auth = sentinel_auth.set_username(u);
+        }
+        if let Some(Secret(p)) = &sentinel_password {
+            sentinel_auth = sentinel_auth.set_password(p);
+        }
+        SentinelTarget {
+            service: url.service,
+            sentinels: url.sentinels,
+            sentinel_auth,
+            data,
+            primary: parking_lot::Mutex::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The generation of the primary: moves on at every switch.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// "service "S" via h1:p1,h2:p2" (no credentials).
+    pub(crate) fn describe(&self) -> String {
+        format!("service {:?} via {}", self.service, self.sentinel_list())
+    }
+
+    fn sentinel_list(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Records `addr` as the primary; a change of a known primary bumps the generation.
+    fn observe(&self, addr: (String, u16)) -> u64 {
+        let mut primary = self.primary.lock();
+        match primary.as_ref() {
+            Some(known) if *known == addr => {}
+            Some(_) => {
+                log::warn!(
+                    "redis-semaphore: the primary of sentinel service {:?} is now {}:{}; \
+                     connections to the old one are dropped",
+                    self.service,
+                    addr.0,
+                    addr.1
+                );
+                *primary = Some(addr);
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            None => *primary = Some(addr),
+        }
+        self.generation()
+    }
+
+    fn sentinel_conn(
+        &self,
+        (host, port): &(String, u16),
+        timeout: Duration,
+    ) -> redis::RedisResult<redis::Connection> {
+        let info = ConnectionAddr::Tcp(host.clone(), *port)
+            .into_connection_info()?
+            .set_redis_settings(self.sentinel_auth.clone())
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
+    }
+
+    /// Asks one sentinel where the primary is (`None`: it does not know the service).
+    fn ask(
+        &self,
+        sentinel: &(String, u16),
+        timeout: Duration,
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        let mut conn = self.sentinel_conn(sentinel, timeout)?;
+        ask_on(&mut conn, &self.service)
+    }
+
+    /// A connection to `addr` if it is a primary now (`ROLE` says `master`).
+    fn open_primary(
+        &self,
+        (host, port): &(String, u16),
+        timeout: Duration,
+    ) -> redis::RedisResult<redis::Connection> {
+        let info = ConnectionAddr::Tcp(host.clone(), *port)
+            .into_connection_info()?
+            .set_redis_settings(self.data.clone())
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let mut conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        let role: redis::Value = redis::cmd("ROLE").query(&mut conn)?;
+        let first = match &role {
+            redis::Value::Array(items) => items.first(),
+            _ => None,
+        };
+        let is_master = matches!(
+            first,
+            Some(redis::Value::BulkString(b)) if b.as_slice() == b"master"
+        ) || matches!(first, Some(redis::Value::SimpleString(s)) if s == "master");
+        if !is_master {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "not a primary",
+                format!(
+                    "{host}:{port}, named primary of sentinel service {:?}, answers ROLE \
+                     with {role:?}",
+                    self.service
+                ),
+            )));
+        }
+        Ok(conn)
+    }
+
+    /// A connection to the current primary and the generation it belongs to.
+    fn connect(&self, timeout: Duration) -> redis::RedisResult<(redis::Connection, u64)> {
+        let generation = self.generation();
+        let known = self.primary.lock().clone();
+        let mut tried = Vec::new();
+        let mut failed = None;
+        if let Some(addr) = known {
+            match self.open_primary(&addr, timeout) {
+                Ok(conn) => return Ok((conn, generation)),
+                Err(e) => {
+                    tried.push(format!("known primary {}:{}: {e}", addr.0, addr.1));
+                    failed = Some(addr);
+                }
+            }
+        }
+        let mut unknown = 0;
+        for s in &self.sentinels {
+            match self.ask(s, timeout) {
+                // just failed: not worth a second connect timeout
+                Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
+                    "sentinel {}:{} names the same {}:{}",
+                    s.0, s.1, addr.0, addr.1
+                )),
+                Ok(Some(addr)) => match self.open_primary(&addr, timeout) {
+                    Ok(conn) => {
+                        let generation = self.observe(addr);
+                        return Ok((conn, generation));
+                    }
+                    Err(e) => tried.push(format!(
+                        "sentinel {}:{} names {}:{}: {e}",
+                        s.0, s.1, addr.0, addr.1
+                    )),
+                },
+                Ok(None) => {
+                    unknown += 1;
+                    tried.push(format!(
+                        "sentinel {}:{} does not know the service",
+                        s.0, s.1
+                    ));
+                }
+                Err(e) => tried.push(format!("sentinel {}:{}: {e}", s.0, s.1)),
+            }
+        }
+        let detail = format!("service {:?}: {}", self.service, tried.join("; "));
+        Err(if unknown == self.sentinels.len() {
+            RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel knows the service",
+                detail,
+            ))
+        } else {
+            RedisError::from((
+                ErrorKind::Io,
+                "cannot reach the primary through the sentinels",
+                detail,
+            ))
+        })
+    }
+}
+
+fn ask_on(
+    conn: &mut redis::Connection,
+    service: &str,
+) -> redis::RedisResult<Option<(String, u16)>> {
+    let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(service)
+        .query(conn)?;
+    Ok(addr)
+}
+
+/// The `+switch-master` watcher of a client with a Sentinel target, stopped and
+/// joined when dropped.
+pub(crate) struct Watcher {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").finish()
+    }
+}
+
+impl Watcher {
+    /// Starts the thread for `target`; the connect timeout bounds each sentinel call.
+    pub(crate) fn start(
+        target: Arc<SentinelTarget>,
+        timeout: Duration,
+    ) -> std::io::Result<Watcher> {
+        let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let thread = std::thread::Builder::new()
+            .name("redsem-sentinel".into())
+            .spawn(move || watch(&target, timeout, &stop_rx))?;
+        Ok(Watcher {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take()
+            && t.thread().id() != std::thread::current().id()
+            && t.join().is_err()
+        {
+            log::error!("redis-semaphore: the sentinel watcher thread panicked");
+        }
+    }
+}
+
+fn stopped(stop: &Receiver<()>) -> bool {
+    matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
+}
+
+fn watch(target: &SentinelTarget, timeout: Duration, stop: &Receiver<()>) {
+    let n = target.sentinels.len();
+    let mut next = 0;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        if stopped(stop) {
+            return;
+        }
+        let s = &target.sentinels[next % n];
+        next += 1;
+        match watch_one(target, s, timeout, stop) {
+            Ok(()) => return,
+            Err(e) => {
+                log::warn!(
+                    "redis-semaphore: sentinel watcher of service {:?} lost sentinel {}:{}: {e}",
+                    target.service,
+                    s.0,
+                    s.1
+                );
+            }
+        }
+        // after a round of failures, wait before the next round
+        if next % n == 0 {
+            if stop
+                .recv_timeout(backoff)
+                .is_err_and(|e| e.is_disconnected())
+            {
+                return;
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        } else {
+            backoff = Duration::from_millis(10);
+        }
+    }
+}
+
+/// Subscribes on one sentinel and follows switches until told to stop (`Ok`) or the
+/// sentinel fails.
+fn watch_one(
+    target: &SentinelTarget,
+    sentinel: &(String, u16),
+    timeout: Duration,
+    stop: &Receiver<()>,
+) -> redis::RedisResult<()> {
+    let mut conn = target.sentinel_conn(sentinel, timeout)?;
+    let mut ps = conn.as_pubsub();
+    ps.subscribe(SWITCH_CHANNEL)?;
+    ps.set_read_timeout(Some(POLL))?;
+    // a switch may have happened while nobody listened: read the primary again
+    if let Some(addr) = target.ask(sentinel, timeout)? {
+        target.observe(addr);
+    }
+    log::debug!(
+        "redis-semaphore: watching {SWITCH_CHANNEL} of service {:?} on {}:{}",
+        target.service,
+        sentinel.0,
+        sentinel.1
+    );
+    let mut last_heard = Instant::now();
+    loop {
+        if stopped(stop) {
+            return Ok(());
+        }
+        match ps.get_message() {
+            Ok(msg) => {
+                last_heard = Instant::now();
+                let payload: String = msg.get_payload()?;
+                // "<service> <old ip> <old port> <new ip> <new port>"
+                let f: Vec<&str> = payload.split(' ').collect();
+                if let [service, _, _, ip, port] = f[..]
+                    && service == target.service
+                {
+                    match port.parse::<u16>() {
+                        Ok(port) => {
+                            target.observe((ip.to_owned(), port));
+                        }
+                        Err(_) => log::warn!(
+                            "redis-semaphore: unreadable {SWITCH_CHANNEL} message {payload:?}"
+                        ),
+                    }
+                }
+            }
+            Err(e) if e.is_timeout() => {
+                if last_heard.elapsed() >= HEARTBEAT {
+                    ps.ping::<redis::Value>()?;
+                    last_heard = Instant::now();
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_parse() {
+        let u = parse_sentinel_url("redis+sentinel://h1:26379,h2/mymaster").unwrap();
+        assert_eq!(
+            u.sentinels,
+            vec![("h1".to_string(), 26379), ("h2".to_string(), 26379)]
+        );
+        assert_eq!(u.service, "mymaster");
+        assert_eq!(u.db, 0);
+        assert_eq!(u.username, None);
+        assert_eq!(u.password, None);
+
+        let u = parse_sentinel_url("redis+sentinel://us%40er:p%3Ass@[::1]:7000,h:7001/my%20svc/3")
+            .unwrap();
+        assert_eq!(
+            u.sentinels,
+            vec![("::1".to_string(), 7000), ("h".to_string(), 7001)]
+        );
+        assert_eq!(u.service, "my svc");
+        assert_eq!(u.db, 3);
+        assert_eq!(u.username.as_deref(), Some("us@er"));
+        assert_eq!(u.password.as_deref(), Some("p:ss"));
+        assert!(!format!("{u:?}").contains("p:ss"));
+
+        let u = parse_sentinel_url("redis+sentinel://:secret@h/s").unwrap();
+        assert_eq!(u.username, None);
+        assert_eq!(u.password.as_deref(), Some("secret"));
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_refused_without_the_password() {
+        for bad in [
+            "redis+sentinel://u:secret@h1:26379",
+            "redis+sentinel://u:secret@h1:26379/",
+            "redis+sentinel://u:secret@h1:0/s",
+            "redis+sentinel://u:secret@h1:port/s",
+            "redis+sentinel://u:secret@/s",
+            "redis+sentinel://u:secret@h1,,h2/s",
+            "redis+sentinel://u:secret@h1/s/x",
+            "redis+sentinel://u:secret@h1/s/1/2",
+            "redis+sentinel://u:secret@h1/s?x=1",
+            "redis+sentinel://u:sec%zzret@h1/s",
+            "rediss+sentinel://u:secret@h1/s",
+            "redis://u:secret@h1/s",
+        ] {
+            let e = parse_sentinel_url(bad).unwrap_err();
+            assert!(!e.contains("secret"), "{bad}: {e}");
+        }
+        assert!(
+            parse_sentinel_url("rediss+sentinel://h/s")
+                .unwrap_err()
+                .contains("TLS with Sentinel is not supported yet")
+        );
+    }
+}

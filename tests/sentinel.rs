@@ -1,0 +1,362 @@
+//! Sentinel (#13) against real servers: a primary, a replica and three sentinels
+//! started by the test (tests/support/sentinel.rs).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_semaphore::Client;
+use support::sentinel::{SERVICE, Sentinel, SentinelSet};
+use support::{RedisServer, command_calls, keys, wait_until};
+
+/// Script calls a data node ran for clients (`EVALSHA` and `EVAL`). Replication
+/// carries a script's effects, never the script, so a replica's own count stays put.
+fn script_calls(node: &RedisServer) -> u64 {
+    let calls = command_calls(&mut node.conn());
+    calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0)
+}
+
+/// Waits until the client sends its calls to `node` (a probe semaphore's keys appear
+/// there), i.e. it has followed the switch.
+fn wait_until_client_uses(client: &Client, node: &RedisServer, what: &str) {
+    let probe = client.semaphore("probe", 1).unwrap();
+    let mut conn = node.conn();
+    wait_until(Duration::from_secs(10), what, || {
+        if let Ok(Some(p)) = probe.try_acquire() {
+            let found = !keys(&mut conn, "redsem:{probe}:*").is_empty();
+            drop(p);
+            found
+        } else {
+            false
+        }
+    });
+}
+
+#[test]
+fn acquire_and_release_through_a_sentinel_url() {
+    let set = SentinelSet::start();
+    let client = Client::open(&set.url()).unwrap();
+    let sem = client.semaphore("s", 2).unwrap();
+    let a = sem.acquire().unwrap();
+    let b = sem.try_acquire().unwrap().expect("a second permit");
+    assert!(sem.try_acquire().unwrap().is_none(), "limit 2");
+    let primary = set.node(set.primary_port());
+    assert!(!keys(&mut primary.conn(), "redsem:{s}:*").is_empty());
+    a.release().unwrap();
+    b.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    // a waiter is woken through the listener's subscription on the primary
+    let held = sem.acquire_many(2).unwrap();
+    let sem2 = sem.clone();
+    let waiter = thread::spawn(move || sem2.acquire_timeout(Duration::from_secs(10)));
+    wait_until(Duration::from_secs(5), "the waiter queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+    drop(held);
+    let got = waiter.join().unwrap().unwrap();
+    assert!(got.is_some(), "the waiter got its permit");
+}
+
+#[test]
+fn a_failover_is_followed_and_the_old_primary_gets_no_writes_after_the_switch() {
+    const WORKERS: usize = 4;
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(&set.url())
+        .unwrap();
+    // a short lease: grants and releases lost in the failover window free up soon
+    let sem = client
+        .semaphore_builder("work")
+        .limit(8)
+        .lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let old = set.primary_port();
+    let old_node = set.node(old);
+    let new_node = set.other_node(old);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (sem, stop, ok, failed) = (
+                sem.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&ok),
+                Arc::clone(&failed),
+            );
+            thread::spawn(move || {
+                // (longest call, longest gap between two successful calls)
+                let mut longest = Duration::ZERO;
+                let mut gap = Duration::ZERO;
+                let mut last_ok = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let r = sem
+                        .acquire_timeout(Duration::from_secs(2))
+                        .and_then(|p| p.map_or(Ok(()), |p| p.release()));
+                    longest = longest.max(t.elapsed());
+                    match r {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            gap = gap.max(last_ok.elapsed());
+                            last_ok = Instant::now();
+                        }
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("call failed during the failover: {e}");
+                        }
+                    }
+                }
+                (longest, gap)
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(10), "the workload running", || {
+        ok.load(Ordering::Relaxed) > 100
+    });
+
+    // the test hears +switch-master on the sentinel that runs the failover (the one
+    // the client's watcher subscribes to first) and counts the old primary's script
+    // calls at that moment
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let sentinel_port = set.sentinels[0].port();
+    let old_port = old_node.port();
+    let listener = thread::spawn(move || {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{sentinel_port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut ps = conn.as_pubsub();
+        ps.subscribe("+switch-master").unwrap();
+        ps.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        ready_tx.send(()).unwrap();
+        let msg = ps.get_message().unwrap();
+        let seen = Instant::now();
+        let mut old = redis::Client::open(format!("redis://127.0.0.1:{old_port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let calls = command_calls(&mut old);
+        let n =
+            calls.get("evalsha").copied().unwrap_or(0) + calls.get("eval").copied().unwrap_or(0);
+        tx.send((seen, n, msg.get_payload::<String>().unwrap()))
+            .unwrap();
+    });
+    ready_rx.recv().unwrap();
+
+    // a blocking wait starts the client's wake-up listener, whose move to the new
+    // primary (counted in `reconnects`) tells that the client has seen the switch
+    let gate = client.semaphore("gate", 1).unwrap();
+    let _held = gate.acquire().unwrap();
+    assert!(
+        gate.acquire_timeout(Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    let reconnects_before = client.stats().reconnects;
+    let asked = Instant::now();
+    let (was, now) = set.failover();
+    assert_eq!((was, now), (old, new_node.port()));
+    let (seen, at_switch, payload) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("+switch-master heard");
+    listener.join().unwrap();
+    assert!(payload.starts_with(SERVICE), "{payload}");
+    // the client has seen the switch once its listener moved to the new primary (it
+    // follows the watcher within 0.1 s): from then on nothing new goes to the old one
+    wait_until(
+        Duration::from_secs(10),
+        "the listener follows the switch",
+        || client.stats().reconnects > reconnects_before,
+    );
+    let at_client_switch = script_calls(old_node);
+    let new_at_switch = script_calls(new_node);
+
+    // the same client carries on against the new primary
+    wait_until(
+        Duration::from_secs(10),
+        "200 more script calls on the new primary",
+        || script_calls(new_node) >= new_at_switch + 200,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let mut longest = Duration::ZERO;
+    let mut gap = Duration::ZERO;
+    for w in workers {
+        let (l, g) = w.join().unwrap();
+        longest = longest.max(l);
+        gap = gap.max(g);
+    }
+    let after = script_calls(old_node);
+    eprintln!(
+        "failover: +switch-master {:?} after SENTINEL FAILOVER; longest call {longest:?}, \
+         longest gap between successful calls of a worker {gap:?}; {} calls failed, {} \
+         succeeded; script calls on the old primary after the switch was heard: {}",
+        seen - asked,
+        failed.load(Ordering::Relaxed),
+        ok.load(Ordering::Relaxed),
+        after - at_switch
+    );
+    // at most the calls in flight when the client saw the switch (one per worker)
+    assert!(
+        after - at_client_switch <= WORKERS as u64,
+        "{} script calls reached the old primary after the client saw the switch",
+        after - at_client_switch
+    );
+    // and the client works on, with the same handle
+    let p = sem.acquire_timeout(Duration::from_secs(5)).unwrap();
+    assert!(p.is_some());
+    assert!(!keys(&mut new_node.conn(), "redsem:{work}:*").is_empty());
+}
+
+#[test]
+fn a_blocked_acquire_is_woken_across_a_failover() {
+    let set = SentinelSet::start();
+    let client = Client::open(&set.url()).unwrap();
+    let sem = client
+        .semaphore_builder("one")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let holder = sem.acquire().unwrap();
+    let sem2 = sem.clone();
+    let waiter = thread::spawn(move || {
+        let r = sem2.acquire_timeout(Duration::from_secs(60));
+        (r, Instant::now())
+    });
+    wait_until(Duration::from_secs(5), "the waiter queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+
+    let (_, new) = set.failover();
+    let new_node = set.node(new);
+    wait_until_client_uses(&client, new_node, "the client following the switch");
+    let released = Instant::now();
+    holder.release().unwrap();
+    let (r, woke) = waiter.join().unwrap();
+    let permit = r.unwrap().expect("the waiter got its permit");
+    eprintln!(
+        "failover: the waiter got its permit {:?} after the release",
+        woke - released
+    );
+    assert!(woke - released < Duration::from_secs(5));
+    assert_eq!(permit.permits(), 1);
+    assert!(!keys(&mut new_node.conn(), "redsem:{one}:*").is_empty());
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn unreachable_sentinels_give_an_error_naming_them_and_the_service() {
+    let (p1, p2) = (dead_port(), dead_port());
+    let url = format!("redis+sentinel://user:hunter2@127.0.0.1:{p1},127.0.0.1:{p2}/mysvc");
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(200))
+        .checkout_timeout(Duration::from_millis(500))
+        .build(&url)
+        .unwrap();
+    let sem = client.semaphore("s", 1).unwrap();
+    let e = sem.try_acquire().unwrap_err().to_string();
+    eprintln!("unreachable sentinels: {e}");
+    for needle in [
+        format!("127.0.0.1:{p1}"),
+        format!("127.0.0.1:{p2}"),
+        "\"mysvc\"".to_string(),
+    ] {
+        assert!(e.contains(&needle), "{needle} missing in: {e}");
+    }
+    assert!(!e.contains("hunter2"), "{e}");
+}
+
+#[test]
+fn an_unknown_service_gives_an_error_naming_it() {
+    let primary = RedisServer::start();
+    let sentinel = Sentinel::start(primary.port(), &[]);
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{}/nosuchservice",
+        sentinel.port()
+    );
+    let client = Client::builder()
+        .checkout_timeout(Duration::from_millis(500))
+        .build(&url)
+        .unwrap();
+    let e = client
+        .semaphore("s", 1)
+        .unwrap()
+        .try_acquire()
+        .unwrap_err()
+        .to_string();
+    eprintln!("unknown service: {e}");
+    assert!(e.contains("no sentinel knows the service"), "{e}");
+    assert!(e.contains("\"nosuchservice\""), "{e}");
+    assert!(e.contains(&format!("127.0.0.1:{}", sentinel.port())), "{e}");
+}
+
+#[test]
+fn sentinels_with_a_password_take_the_builders_credentials() {
+    let set = SentinelSet::start_with(&[], &["requirepass sentpw"]);
+    // the URL's credentials are the data nodes': no password there
+    let without = Client::builder()
+        .checkout_timeout(Duration::from_millis(500))
+        .build(&set.url())
+        .unwrap();
+    let e = without
+        .semaphore("s", 1)
+        .unwrap()
+        .try_acquire()
+        .unwrap_err()
+        .to_string();
+    eprintln!("sentinel without its password: {e}");
+    assert!(
+        e.contains(&format!("127.0.0.1:{}", set.sentinels[0].port())),
+        "{e}"
+    );
+    assert!(e.contains("\"svc\""), "{e}");
+
+    let client = Client::builder()
+        .sentinel_password("sentpw")
+        .build(&set.url())
+        .unwrap();
+    let sem = client.semaphore("s", 1).unwrap();
+    let p = sem.acquire().unwrap();
+    assert!(!format!("{client:?}").contains("sentpw"));
+    p.release().unwrap();
+    // the watcher subscribed on the first sentinel, with the password too
+    let mut c = set.sentinels[0].conn();
+    wait_until(Duration::from_secs(5), "the watcher's subscription", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+        list.lines().any(|l| l.contains(" sub=1 "))
+    });
+}
+
+#[test]
+fn bad_sentinel_urls_are_refused_at_once() {
+    for (url, needle) in [
+        ("redis+sentinel://h1:26379", "service name"),
+        ("redis+sentinel://u:secret@h1:x/s", "port must be"),
+        (
+            "rediss+sentinel://h1/s",
+            "TLS with Sentinel is not supported yet",
+        ),
+    ] {
+        let e = Client::open(url).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, redis_semaphore::Error::InvalidArgument(_)),
+            "{text}"
+        );
+        assert!(text.contains(needle), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+}
