@@ -10,7 +10,7 @@ use redis::io::tcp::TcpSettings;
 use crate::combine::Combiner;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
-use crate::pool::{Manager, Pool};
+use crate::pool::{ClusterSource, Manager, Pool, Source};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased;
@@ -60,7 +60,7 @@ impl ClientInner {
     fn start(
         pool: Pool,
         op_timeout: Duration,
-        redis_client: Option<redis::Client>,
+        manager: Option<Manager>,
         connect_timeout: Duration,
     ) -> Result<Client> {
         let shared = Arc::new(Shared {
@@ -68,10 +68,10 @@ impl ClientInner {
             op_timeout,
             registry: parking_lot::Mutex::new(Registry::default()),
             origin: format!("{}|{}", std::process::id(), host_name()),
-            redis_client,
+            manager,
             connect_timeout,
             stats: Counters::default(),
-            clock: crate::clock::Clock::default(),
+            clock: Default::default(),
         });
         let (wake, rx) = crossbeam_channel::unbounded();
         let thread = {
@@ -220,15 +220,30 @@ impl Client {
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
         let shared = &self.inner.shared;
         let mut conn = shared.pool.get(None)?;
-        let mut cursor: u64 = 0;
         let mut names = Vec::new();
-        loop {
-            let (next, found) = leased::scan_names(&mut conn, cursor, pattern)?;
-            names.extend(found);
-            if next == 0 {
-                break;
+        // SCAN is not routed by key on a cluster: each primary is scanned in turn
+        let primaries = match conn.cluster() {
+            Some(cluster) => Some(leased::cluster_primaries(cluster)?),
+            None => None,
+        };
+        for node in primaries
+            .as_deref()
+            .map_or(vec![None], |p| p.iter().map(Some).collect())
+        {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, found) = match (node, conn.cluster()) {
+                    (Some(node), Some(cluster)) => {
+                        leased::scan_names_at(cluster, node, cursor, pattern)?
+                    }
+                    _ => leased::scan_names(&mut conn, cursor, pattern)?,
+                };
+                names.extend(found);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         names.sort();
         names.dedup();
@@ -326,13 +341,34 @@ impl ClientBuilder {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
             }
         }
-        let info = url
-            .into_connection_info()
-            .map_err(Error::Redis)?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(Error::Redis)?;
+        let source = match cluster_nodes(url)? {
+            Some(nodes) => {
+                let per_attempt = crate::pool::per_attempt(self.operation_timeout);
+                let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                    .retries(crate::pool::CLUSTER_ATTEMPTS - 1)
+                    .min_retry_wait(5)
+                    .max_retry_wait(50)
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(per_attempt)
+                    .tcp_settings(TcpSettings::default().set_nodelay(true))
+                    .build()
+                    .map_err(Error::Redis)?;
+                Source::Cluster(Arc::new(ClusterSource {
+                    client,
+                    nodes,
+                    next: Default::default(),
+                }))
+            }
+            None => {
+                let info = url
+                    .into_connection_info()
+                    .map_err(Error::Redis)?
+                    .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+                Source::Single(redis::Client::open(info).map_err(Error::Redis)?)
+            }
+        };
         let manager = Manager {
-            client: client.clone(),
+            source,
             connect_timeout: self.connect_timeout,
             op_timeout: self.operation_timeout,
         };
@@ -341,13 +377,77 @@ impl ClientBuilder {
             .min_idle(Some(0))
             .test_on_check_out(false)
             .connection_timeout(self.checkout_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         ClientInner::start(
             Pool::Own(pool),
             self.operation_timeout,
-            Some(client),
+            Some(manager),
             self.connect_timeout,
         )
+    }
+}
+
+/// The seed nodes of a `redis+cluster://` or `rediss+cluster://` URL
+/// (`[user:password@]host[:port],host[:port]...`, port 6379 by default), each as the
+/// connection info of one node; `None` for any other URL.
+fn cluster_nodes(url: &str) -> Result<Option<Vec<redis::ConnectionInfo>>> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s @ ("redis+cluster" | "rediss+cluster"), rest)) => (s, rest),
+        _ => return Ok(None),
+    };
+    let node_scheme = if scheme == "rediss+cluster" {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let bad = |why: &str| Error::InvalidArgument(format!("cluster URL {}: {why}", redact(url)));
+    let rest = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (Some(auth), hosts),
+        None => (None, rest),
+    };
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(bad("an empty node address"));
+        }
+        let has_port = host.rsplit_once(':').is_some_and(|(h, p)| {
+            !h.is_empty() && !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit())
+        });
+        let with_port = if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:6379")
+        };
+        let node_url = match auth {
+            Some(a) => format!("{node_scheme}://{a}@{with_port}/"),
+            None => format!("{node_scheme}://{with_port}/"),
+        };
+        let info = node_url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| bad(&format!("node {host}: {e}")))?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        nodes.push(info);
+    }
+    if nodes.is_empty() {
+        return Err(bad("no node address"));
+    }
+    Ok(Some(nodes))
+}
+
+/// `url` with any password replaced by `***`.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((auth, hosts)) => match auth.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{hosts}"),
+                None => format!("{scheme}://***@{hosts}"),
+            },
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 

@@ -227,18 +227,19 @@ enum SubConn {
 }
 
 impl SubConn {
-    fn get(&mut self) -> &mut redis::Connection {
+    fn get(&mut self) -> Option<&mut redis::Connection> {
         match self {
-            SubConn::Own(c) => c,
-            SubConn::Pooled(c) => c,
+            SubConn::Own(c) => Some(c),
+            SubConn::Pooled(c) => c.plain(),
         }
     }
 }
 
 fn connect(shared: &Shared) -> crate::Result<SubConn> {
-    match (&shared.pool, &shared.redis_client) {
-        (Pool::Own(_), Some(client)) => client
-            .get_connection_with_timeout(shared.connect_timeout)
+    match (&shared.pool, &shared.manager) {
+        (Pool::Own(_), Some(manager)) => manager
+            .source
+            .plain(shared.connect_timeout)
             .map(SubConn::Own)
             .map_err(crate::Error::Redis),
         _ => shared
@@ -274,7 +275,11 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             Counters::bump(&shared.stats.reconnects);
             log::info!("redis-semaphore: wake-up listener reconnected");
         }
-        match listen(conn.get(), hub, stop) {
+        let Some(plain) = conn.get() else {
+            log::error!("redis-semaphore: wake-up listener: no plain connection to subscribe on");
+            return;
+        };
+        match listen(plain, hub, stop) {
             Ok(()) => return,
             Err(e) => {
                 failed_before = true;

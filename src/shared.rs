@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::pool::Pool;
+use crate::pool::{Manager, Pool};
 use crate::registry::Registry;
 use crate::stats::Counters;
 
@@ -19,11 +19,20 @@ pub(crate) struct Shared {
     pub(crate) registry: parking_lot::Mutex<Registry>,
     /// "pid|host", recorded with every grant.
     pub(crate) origin: String,
-    /// Where the wake-up listener opens its own connection (`None` for a user pool:
-    /// it then keeps one of the pool's connections).
-    pub(crate) redis_client: Option<redis::Client>,
+    /// How the client's own pool connects: the wake-up listener and fresh connections
+    /// for a release retry use it too (`None` for a user pool: the listener then keeps
+    /// one of the pool's connections).
+    pub(crate) manager: Option<Manager>,
     pub(crate) connect_timeout: Duration,
     pub(crate) stats: Counters,
-    /// The client's view of the server's clock (see `clock.rs`).
-    pub(crate) clock: Clock,
+    /// The client's view of the server's clock (see `clock.rs`); on a cluster each
+    /// semaphore keeps its own, of its node.
+    pub(crate) clock: std::sync::Arc<Clock>,
+}
+
+impl Shared {
+    /// Whether the client's own pool connects to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.manager.as_ref().is_some_and(|m| m.source.is_cluster())
+    }
 }
