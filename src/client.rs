@@ -8,15 +8,17 @@ use crate::combine::Combiner;
 use crate::connect::{Credentials, Target, TlsFiles, endpoint, redact};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
-use crate::pool::{Manager, Pool};
+use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased;
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
-use crate::topology::{self, Connector, SentinelTarget, Watcher};
+use crate::topology::{self, ClusterSource, Connector, SentinelTarget, Watcher};
 use crossbeam_channel::Sender;
+use redis::IntoConnectionInfo;
+use redis::io::tcp::TcpSettings;
 
 /// A handle to a Redis server: a connection pool and one background thread that keeps
 /// the leases of this client's permits alive.
@@ -80,7 +82,7 @@ impl ClientInner {
             origin: format!("{}|{}", std::process::id(), host_name()),
             connect_timeout,
             stats: Counters::default(),
-            clock: crate::clock::Clock::default(),
+            clock: Default::default(),
         });
         let (wake, rx) = crossbeam_channel::unbounded();
         let thread = {
@@ -288,15 +290,30 @@ impl Client {
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
         let shared = &self.inner.shared;
         let mut conn = shared.pool.get(None)?;
-        let mut cursor: u64 = 0;
         let mut names = Vec::new();
-        loop {
-            let (next, found) = leased::scan_names(&mut conn, cursor, pattern)?;
-            names.extend(found);
-            if next == 0 {
-                break;
+        // SCAN is not routed by key on a cluster: each primary is scanned in turn
+        let primaries = match conn.cluster() {
+            Some(cluster) => Some(leased::cluster_primaries(cluster)?),
+            None => None,
+        };
+        for node in primaries
+            .as_deref()
+            .map_or(vec![None], |p| p.iter().map(Some).collect())
+        {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, found) = match (node, conn.cluster()) {
+                    (Some(node), Some(cluster)) => {
+                        leased::scan_names_at(cluster, node, cursor, pattern)?
+                    }
+                    _ => leased::scan_names(&mut conn, cursor, pattern)?,
+                };
+                names.extend(found);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         names.sort();
         names.dedup();
@@ -509,11 +526,80 @@ impl ClientBuilder {
                 );
                 self.build_with(Connector::Sentinel(Arc::new(target)))
             }
-            Target::Cluster { .. } => Err(Error::InvalidArgument(format!(
-                "{}: Redis Cluster is not supported yet (issue #13)",
-                redact(url)
-            ))),
+            Target::Cluster { nodes, auth, tls } => {
+                let source = self.cluster_source(url, nodes, auth, tls)?;
+                self.build_with(Connector::Cluster(Arc::new(source)))
+            }
         }
+    }
+
+    /// The cluster client of a `redis+cluster://` URL: the builder's credentials
+    /// override the URL's; each command with its retries ends within the operation
+    /// timeout ([`per_attempt`]).
+    fn cluster_source(
+        &self,
+        url: &str,
+        nodes: Vec<(String, u16)>,
+        auth: Credentials,
+        tls: bool,
+    ) -> Result<ClusterSource> {
+        let username = self.creds.username.clone().or(auth.username);
+        let password = self.creds.password.clone().or(auth.password);
+        let scheme = if tls { "rediss" } else { "redis" };
+        let bad = |e: redis::RedisError| {
+            Error::InvalidArgument(format!("bad cluster URL {}: {e}", redact(url)))
+        };
+        let mut infos = Vec::with_capacity(nodes.len());
+        for (host, port) in &nodes {
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host.clone()
+            };
+            let info = format!("{scheme}://{host}:{port}/")
+                .as_str()
+                .into_connection_info()
+                .map_err(bad)?;
+            let mut settings = info.redis_settings().clone();
+            if let Some(u) = &username {
+                settings = settings.set_username(u);
+            }
+            if let Some(p) = &password {
+                settings = settings.set_password(p);
+            }
+            infos.push(
+                info.set_redis_settings(settings)
+                    .set_tcp_settings(TcpSettings::default().set_nodelay(true)),
+            );
+        }
+        if !self.tls.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: TLS certificate files are not supported with Redis Cluster yet (the \
+                 system's trust store is used for rediss+cluster://)",
+                redact(url)
+            )));
+        }
+        if tls {
+            crate::connect::install_crypto_provider();
+        }
+        let client = redis::cluster::ClusterClient::builder(infos.clone())
+            .retries(CLUSTER_ATTEMPTS - 1)
+            .min_retry_wait(5)
+            .max_retry_wait(50)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(per_attempt(self.operation_timeout))
+            .tcp_settings(TcpSettings::default().set_nodelay(true))
+            .build()
+            .map_err(bad)?;
+        let list: Vec<String> = nodes.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        Ok(ClusterSource {
+            client,
+            nodes: infos,
+            addr: format!("cluster {}", list.join(",")),
+            tls,
+            has_password: password.is_some(),
+            next: Default::default(),
+        })
     }
 
     fn build_with(self, connector: Connector) -> Result<Client> {

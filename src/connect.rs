@@ -570,6 +570,8 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
         } else {
             format!("TLS connection failed: {text}")
         }
+    } else if e.is_connection_refusal() || lower.contains("refused") {
+        text
     } else if e.is_connection_dropped()
         || ["reset", "broken pipe", "end of file", "eof"]
             .iter()

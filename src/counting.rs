@@ -400,7 +400,7 @@ impl CountingSemaphore {
     /// error sorted.
     fn run<T>(
         &self,
-        call: impl FnOnce(&mut redis::Connection, &CountingKeys) -> Result<T>,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.shared().pool.get(None)?;
         call(&mut conn, &self.inner.keys).map_err(|e| {

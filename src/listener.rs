@@ -229,10 +229,10 @@ enum SubConn {
 }
 
 impl SubConn {
-    fn get(&mut self) -> &mut redis::Connection {
+    fn get(&mut self) -> Option<&mut redis::Connection> {
         match self {
-            SubConn::Own(c) => c,
-            SubConn::Pooled(c) => c,
+            SubConn::Own(c) => Some(c),
+            SubConn::Pooled(c) => c.plain(),
         }
     }
 
@@ -250,7 +250,7 @@ fn connect(shared: &Shared) -> crate::Result<SubConn> {
     match &shared.pool {
         // the pool's manager: the current primary, with the same credentials, TLS and
         // error sorting
-        Pool::Own(_, m) => m.open().map(SubConn::Own),
+        Pool::Own(_, m) => m.open_plain().map(SubConn::Own),
         Pool::User(..) => shared
             .pool
             .get(Some(shared.op_timeout))
@@ -285,7 +285,11 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             log::info!("redis-semaphore: wake-up listener reconnected");
         }
         let stale = conn.stale_check();
-        match listen(conn.get(), hub, stop, &stale) {
+        let Some(plain) = conn.get() else {
+            log::error!("redis-semaphore: wake-up listener: no plain connection to subscribe on");
+            return;
+        };
+        match listen(plain, hub, stop, &stale) {
             Ok(()) => return,
             Err(e) => {
                 failed_before = true;

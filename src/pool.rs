@@ -1,6 +1,6 @@
 //! Connections: our own r2d2 manager (connect timeout, per-command timeouts,
-//! TCP_NODELAY, connect errors sorted) to one server or a Sentinel service's current
-//! primary, or a pool the user built, behind one checkout call.
+//! TCP_NODELAY, connect errors sorted) to one server, a Sentinel service's current
+//! primary or a Redis Cluster, or a pool the user built, behind one checkout call.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -11,11 +11,131 @@ use redis::ConnectionLike;
 
 use crate::connect::{connect_error_at, is_config_error};
 use crate::error::{Error, Result};
-use crate::topology::{Connector, PrimaryConn};
+use crate::topology::{ClusterSource, Connector, PrimaryConn};
 
 /// How much later than its deadline a call may end rather than pay for shortening its
 /// connection's timeouts (see [`Conn::within`]).
 pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
+/// How many times the cluster client sends one command at most (a `MOVED` after a
+/// failover or a slot migration, a dropped node connection): the first attempt and
+/// two retries. Every script is safe to run twice (DESIGN invariant 11).
+pub(crate) const CLUSTER_ATTEMPTS: u32 = 3;
+
+/// The per-attempt share of a timeout `d` on a cluster connection, so that every
+/// attempt of one command together stays within `d`.
+pub(crate) fn per_attempt(d: Duration) -> Duration {
+    (d / CLUSTER_ATTEMPTS).max(Duration::from_millis(1))
+}
+
+/// A connection of the library's own pool: to one server or a Sentinel service's
+/// primary, or to a Redis Cluster (which routes each command to the node owning its
+/// keys' slot).
+pub(crate) enum RConn {
+    Primary(PrimaryConn),
+    /// With whether a command failed for want of a node: the connection's slot map
+    /// may then name a node that is gone (a failed primary whose replica took over
+    /// without a `MOVED` ever reaching us), so the pool replaces the whole connection
+    /// and the next one reads the slot map afresh.
+    Cluster(Box<redis::cluster::ClusterConnection>, bool),
+}
+
+impl RConn {
+    /// Sets the read timeout: on a cluster, each attempt gets its share
+    /// ([`per_attempt`]), so that a command with its retries ends within `d`.
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            RConn::Primary(c) => c.set_read_timeout(d),
+            RConn::Cluster(c, _) => c.set_read_timeout(d.map(per_attempt)),
+        }
+    }
+
+    /// Sets the write timeout, as [`set_read_timeout`](Self::set_read_timeout).
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            RConn::Primary(c) => c.set_write_timeout(d),
+            RConn::Cluster(c, _) => c.set_write_timeout(d.map(per_attempt)),
+        }
+    }
+
+    /// Whether it goes to a primary since replaced (Sentinel failover).
+    pub(crate) fn is_stale(&self) -> bool {
+        match self {
+            RConn::Primary(c) => c.is_stale(),
+            RConn::Cluster(..) => false,
+        }
+    }
+}
+
+/// Passes `result` on, noting in `broken` an error that says a node could not be
+/// reached or did not answer.
+fn noting<T>(broken: &mut bool, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+    if let Err(e) = &result
+        && (e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.is_timeout())
+    {
+        *broken = true;
+    }
+    result
+}
+
+impl ConnectionLike for RConn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        match self {
+            RConn::Primary(c) => c.conn.req_packed_command(cmd),
+            RConn::Cluster(c, broken) => noting(broken, c.req_packed_command(cmd)),
+        }
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        match self {
+            RConn::Primary(c) => c.conn.req_packed_commands(cmd, offset, count),
+            RConn::Cluster(c, broken) => noting(broken, c.req_packed_commands(cmd, offset, count)),
+        }
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match self {
+            RConn::Primary(c) => c.conn.req_command(cmd),
+            RConn::Cluster(c, broken) => noting(broken, c.req_command(cmd)),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RConn::Primary(c) => c.conn.get_db(),
+            RConn::Cluster(c, _) => c.get_db(),
+        }
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        match self {
+            RConn::Primary(c) => c.conn.supports_pipelining(),
+            RConn::Cluster(c, _) => c.supports_pipelining(),
+        }
+    }
+
+    fn check_connection(&mut self) -> bool {
+        match self {
+            RConn::Primary(c) => c.conn.check_connection(),
+            RConn::Cluster(c, _) => c.check_connection(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            RConn::Primary(c) => c.conn.is_open(),
+            RConn::Cluster(c, broken) => !*broken && c.is_open(),
+        }
+    }
+}
 
 /// An r2d2 manager that connects with a timeout and sets read and write timeouts on
 /// every new connection, so no command can block for ever. Its connections go to the
@@ -63,17 +183,41 @@ impl Manager {
 
     /// Opens one connection, with its timeouts set; when no password is sent on
     /// connect, a `PING` finds at once a server that requires one.
-    pub(crate) fn open(&self) -> Result<PrimaryConn> {
+    pub(crate) fn open(&self) -> Result<RConn> {
         self.open_within(self.connect_timeout)
     }
 
     /// [`open`](Self::open) with its own connect timeout.
-    pub(crate) fn open_within(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
-        let result = self.open_inner(connect_timeout);
+    pub(crate) fn open_within(&self, connect_timeout: Duration) -> Result<RConn> {
+        let result = match &self.connector {
+            Connector::Cluster(c) => self.open_cluster(c),
+            _ => self.open_inner(connect_timeout).map(RConn::Primary),
+        };
         if let Err(e) = &result {
             *self.last_failure.lock() = Some((Instant::now(), e.copy()));
         }
         result
+    }
+
+    /// A plain connection with its timeouts set: to the current primary, or to one
+    /// node of a cluster (for the wake-up listener's subscription).
+    pub(crate) fn open_plain(&self) -> Result<PrimaryConn> {
+        let result = self.open_inner(self.connect_timeout);
+        if let Err(e) = &result {
+            *self.last_failure.lock() = Some((Instant::now(), e.copy()));
+        }
+        result
+    }
+
+    /// A cluster connection (the cluster client's own connect and response timeouts
+    /// are set when it is built, `ClientBuilder::build`).
+    fn open_cluster(&self, c: &ClusterSource) -> Result<RConn> {
+        let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, &e);
+        let conn = RConn::Cluster(Box::new(c.client.get_connection().map_err(sort)?), false);
+        conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
+        conn.set_write_timeout(Some(self.op_timeout))
+            .map_err(sort)?;
+        Ok(conn)
     }
 
     fn open_inner(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
@@ -122,20 +266,18 @@ impl Manager {
 }
 
 impl r2d2::ManageConnection for Manager {
-    type Connection = PrimaryConn;
+    type Connection = RConn;
     type Error = Error;
 
-    fn connect(&self) -> Result<PrimaryConn> {
+    fn connect(&self) -> Result<RConn> {
         self.open()
     }
 
-    fn is_valid(&self, conn: &mut PrimaryConn) -> Result<()> {
-        redis::cmd("PING")
-            .exec(&mut conn.conn)
-            .map_err(Error::Redis)
+    fn is_valid(&self, conn: &mut RConn) -> Result<()> {
+        redis::cmd("PING").exec(conn).map_err(Error::Redis)
     }
 
-    fn has_broken(&self, conn: &mut PrimaryConn) -> bool {
+    fn has_broken(&self, conn: &mut RConn) -> bool {
         !conn.is_open() || conn.is_stale()
     }
 }
@@ -226,6 +368,42 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Conn {
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            Conn::Own(c) => c.set_read_timeout(d),
+            Conn::User(c) => c.set_read_timeout(d),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            Conn::Own(c) => c.set_write_timeout(d),
+            Conn::User(c) => c.set_write_timeout(d),
+        }
+    }
+
+    /// The cluster connection under this one, for commands routed by hand.
+    pub(crate) fn cluster(&mut self) -> Option<&mut redis::cluster::ClusterConnection> {
+        match self {
+            Conn::Own(c) => match &mut **c {
+                RConn::Cluster(c, _) => Some(c),
+                RConn::Primary(_) => None,
+            },
+            Conn::User(_) => None,
+        }
+    }
+
+    /// The plain connection under this one, for a subscription; `None` on a cluster.
+    pub(crate) fn plain(&mut self) -> Option<&mut redis::Connection> {
+        match self {
+            Conn::Own(c) => match &mut **c {
+                RConn::Primary(c) => Some(&mut c.conn),
+                RConn::Cluster(..) => None,
+            },
+            Conn::User(c) => Some(c),
+        }
+    }
+
     /// Runs `f` with read and write timeouts of `budget` when that is shorter than the
     /// operation timeout `op` by more than [`TIMEOUT_SLACK`], restored to `op` before the
     /// connection goes back to the pool. A reply that comes after the short timeout is
@@ -238,15 +416,15 @@ impl Conn {
         &mut self,
         budget: Duration,
         op: Duration,
-        f: impl FnOnce(&mut redis::Connection) -> R,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> R,
     ) -> R {
         if budget + TIMEOUT_SLACK.min(op / 10) >= op {
-            return f(self);
+            return f(&mut **self);
         }
         let budget = budget.max(Duration::from_millis(1));
         let _ = self.set_read_timeout(Some(budget));
         let _ = self.set_write_timeout(Some(budget));
-        let result = f(self);
+        let result = f(&mut **self);
         let restored = self
             .set_read_timeout(Some(op))
             .and_then(|()| self.set_write_timeout(Some(op)));
@@ -258,20 +436,55 @@ impl Conn {
 }
 
 impl Deref for Conn {
-    type Target = redis::Connection;
-    fn deref(&self) -> &redis::Connection {
+    type Target = dyn ConnectionLike;
+    fn deref(&self) -> &(dyn ConnectionLike + 'static) {
         match self {
-            Conn::Own(c) => c,
-            Conn::User(c) => c,
+            Conn::Own(c) => &**c,
+            Conn::User(c) => &**c,
         }
     }
 }
 
 impl DerefMut for Conn {
-    fn deref_mut(&mut self) -> &mut redis::Connection {
+    fn deref_mut(&mut self) -> &mut (dyn ConnectionLike + 'static) {
         match self {
-            Conn::Own(c) => c,
-            Conn::User(c) => c,
+            Conn::Own(c) => &mut **c,
+            Conn::User(c) => &mut **c,
         }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        (**self).req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        (**self).req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        (**self).req_command(cmd)
+    }
+
+    fn get_db(&self) -> i64 {
+        (**self).get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        (**self).supports_pipelining()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        (**self).check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        (**self).is_open()
     }
 }

@@ -76,6 +76,10 @@ pub(crate) struct SemInner {
     /// [`SemaphoreBuilder::wait_replicas`]: how many replicas must acknowledge a grant,
     /// and how long to wait for them (ms).
     pub(crate) replicas: Option<(u32, u64)>,
+    /// The view of the server's clock this handle's deadlines are converted with: the
+    /// client's on one server; on a cluster this handle's own, of the node that holds
+    /// the semaphore (nodes' clocks may differ).
+    pub(crate) clock: Arc<Clock>,
 }
 
 /// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
@@ -144,8 +148,12 @@ impl SemInner {
         }
     }
 
-    fn exec_on_conn(&self, conn: &mut redis::Connection, ops: &[&Op]) -> Result<Vec<HotReply>> {
-        let clock = &self.client.inner.shared.clock;
+    fn exec_on_conn(
+        &self,
+        conn: &mut dyn redis::ConnectionLike,
+        ops: &[&Op],
+    ) -> Result<Vec<HotReply>> {
+        let clock = &self.clock;
         let anchor = match clock.get() {
             Some(a) => a,
             None => read_server_time(conn, clock)?,
@@ -202,7 +210,7 @@ fn note_anchor(clock: &Clock, sent: Instant, server_ms: Option<i64>) {
 }
 
 /// Reads the server's `TIME` once, for a client's first anchor.
-fn read_server_time(conn: &mut redis::Connection, clock: &Clock) -> Result<Anchor> {
+fn read_server_time(conn: &mut dyn redis::ConnectionLike, clock: &Clock) -> Result<Anchor> {
     let sent = Instant::now();
     let server_ms = leased::server_time_ms(conn)?;
     let anchor = Anchor {
@@ -430,6 +438,12 @@ impl SemaphoreBuilder {
             self.client.inner.shared.origin, self.label
         ));
         let combiner = self.client.inner.combiner(&self.name);
+        let shared = &self.client.inner.shared;
+        let clock = if shared.is_cluster() {
+            Arc::new(Clock::default())
+        } else {
+            Arc::clone(&shared.clock)
+        };
         let keys = Arc::new(Keys::new(&self.name));
         let group = GroupKey {
             name: Arc::from(self.name.as_str()),
@@ -456,6 +470,7 @@ impl SemaphoreBuilder {
                 origin,
                 combiner,
                 replicas,
+                clock,
             }),
         })
     }
@@ -560,6 +575,7 @@ impl Semaphore {
                 origin: Arc::from(format!("{}|{label}", inner.client.inner.shared.origin)),
                 combiner: Arc::clone(&inner.combiner),
                 replicas: inner.replicas,
+                clock: Arc::clone(&inner.clock),
             }),
         })
     }
@@ -817,12 +833,11 @@ impl Semaphore {
         let hub = client.hub()?;
         let ready_by = Instant::now() + client.shared.op_timeout;
         hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
-        let mut waiter = Waiter::new(self, hub, id);
         let stats = &client.shared.stats;
         Counters::bump(&stats.waits);
         let started = Instant::now();
         let result = self
-            .wait_queued(n, deadline, cancel, &mut waiter)
+            .wait_riding_through(n, deadline, cancel, &hub, id)
             .and_then(|p| p.map(|p| self.confirm(p)).transpose());
         match &result {
             Ok(Some(_)) => stats.waited(started.elapsed()),
@@ -830,6 +845,53 @@ impl Semaphore {
             Err(_) => Counters::bump(&stats.errors),
         }
         result
+    }
+
+    /// The queued part of [`wait_for`](Semaphore::wait_for), riding through a failover
+    /// or a short outage: a look that fails for want of the server (a connection
+    /// refused or dropped, a timeout, a cluster moving its slots) does not end the
+    /// wait while the outage is shorter than [`RIDE_THROUGH`] and the deadline has not
+    /// come; the waiter queues again with a new id after a short pause. The old id is
+    /// never used again: a grant a failed look may have left behind is given back by
+    /// the clean-up `attempt` schedules, and a queued record of it lapses with its
+    /// heartbeat (about a second).
+    fn wait_riding_through<T>(
+        &self,
+        n: u32,
+        deadline: Option<Instant>,
+        cancel: &Receiver<T>,
+        hub: &Arc<Hub>,
+        mut id: String,
+    ) -> Result<Option<Permit>> {
+        let mut outage_since: Option<Instant> = None;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let mut waiter = Waiter::new(self, Arc::clone(hub), id);
+            let looked = Instant::now();
+            match self.wait_queued(n, deadline, cancel, &mut waiter) {
+                Err(e) if is_outage(&e) => {
+                    // leave without a cancel round trip (the server is not answering)
+                    waiter.finish();
+                    let now = Instant::now();
+                    let since = *outage_since.get_or_insert(looked);
+                    if now >= since + RIDE_THROUGH || deadline.is_some_and(|d| now >= d) {
+                        return Err(e);
+                    }
+                    log::warn!(
+                        "redis-semaphore: a waiter of {} looks again after: {e}",
+                        self.inner.name
+                    );
+                    let until = deadline.map_or(now + pause, |d| d.min(now + pause));
+                    select! {
+                        recv(cancel) -> _ => return Ok(None),
+                        recv(crossbeam_channel::at(until)) -> _ => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                    id = new_id();
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The queued part of [`wait_for`](Semaphore::wait_for).
@@ -935,7 +997,7 @@ impl Semaphore {
         let sent = Instant::now();
         let reply =
             leased::cancel(&mut conn, &self.inner.keys, id).map_err(|e| self.inner.sorted(e))?;
-        let clock = &self.inner.client.inner.shared.clock;
+        let clock = &self.inner.clock;
         match reply {
             Cancelled::Left { now_ms } => {
                 note_anchor(clock, sent, Some(now_ms));
@@ -1065,7 +1127,22 @@ impl Semaphore {
                 }
                 Err(e) => return Err(sem.sorted(e)),
             }
-            leased::wait_replicas(&mut conn, wanted, timeout_ms).map_err(|e| sem.sorted(e))
+            match conn.cluster() {
+                // on the primary of the semaphore's slot, not on every primary
+                Some(cluster) => {
+                    // the cluster connection's read timeout is a share of the
+                    // operation's (one per attempt): WAIT may block for its own
+                    let op = sem.client.inner.shared.op_timeout;
+                    let wait = Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op);
+                    let _ = cluster.set_read_timeout(Some(wait));
+                    let acked =
+                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, timeout_ms);
+                    let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                    acked
+                }
+                None => leased::wait_replicas(&mut conn, wanted, timeout_ms),
+            }
+            .map_err(|e| sem.sorted(e))
         });
         match acked {
             Ok(acked) if acked >= wanted => Ok(permit),
@@ -1091,7 +1168,7 @@ impl Semaphore {
     /// A waiter's look: the acquire script in wait mode, alone on a connection.
     fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
         let sem = &self.inner;
-        let clock = &sem.client.inner.shared.clock;
+        let clock = &sem.clock;
         let mut conn = self.conn()?;
         let anchor = match clock.get() {
             Some(a) => a,
@@ -1116,7 +1193,7 @@ impl Semaphore {
 
     /// The client-side deadline of a grant that lasts until server time `deadline_ms`.
     fn client_deadline(&self, deadline_ms: i64) -> Instant {
-        match self.inner.client.inner.shared.clock.get() {
+        match self.inner.clock.get() {
             Some(a) => a.instant_before(deadline_ms),
             // no anchor: no round trip has been answered, so nothing is known valid
             None => Instant::now(),
@@ -1228,6 +1305,36 @@ impl std::fmt::Debug for Semaphore {
             .field("auto_refresh", &self.inner.auto_refresh)
             .field("wait_replicas", &self.inner.replicas)
             .finish()
+    }
+}
+
+/// How long a blocked acquire waits through an outage (failed looks one after the
+/// other) before it returns the error: a Sentinel or Cluster failover takes a few
+/// seconds.
+const RIDE_THROUGH: Duration = Duration::from_secs(30);
+
+/// Whether `e` says the server could not be reached or is moving (a failover): a
+/// waiter may look again later.
+fn is_outage(e: &Error) -> bool {
+    match e {
+        Error::Pool(_) => true,
+        Error::Connect { .. } => e.is_retryable(),
+        Error::Redis(e) => {
+            e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_connection_dropped()
+                || e.is_timeout()
+                || e.is_cluster_error()
+                || matches!(
+                    e.kind(),
+                    redis::ErrorKind::Server(
+                        redis::ServerErrorKind::BusyLoading
+                            | redis::ServerErrorKind::ReadOnly
+                            | redis::ServerErrorKind::MasterDown
+                    )
+                )
+        }
+        _ => false,
     }
 }
 

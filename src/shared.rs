@@ -21,6 +21,14 @@ pub(crate) struct Shared {
     pub(crate) origin: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) stats: Counters,
-    /// The client's view of the server's clock (see `clock.rs`).
-    pub(crate) clock: Clock,
+    /// The client's view of the server's clock (see `clock.rs`); on a cluster each
+    /// semaphore keeps its own, of its node.
+    pub(crate) clock: std::sync::Arc<Clock>,
+}
+
+impl Shared {
+    /// Whether the client's own pool connects to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(&self.pool, Pool::Own(_, m) if m.connector.is_cluster())
+    }
 }

@@ -1,7 +1,11 @@
 //! Where the current primary is: one seam, [`Connector::connect`], used by the pool's
 //! manager, the wake-up listener's own connection and the fresh-connection release.
 //!
-//! - [`Connector::Single`]: one server, a plain `redis::Client`.
+//! - [`Connector::Single`]: one server (plain, TLS or a Unix socket).
+//! - [`Connector::Cluster`]: a Redis Cluster; the pool holds cluster connections,
+//!   which route each command to its slot's node, and a plain connection (the wake-up
+//!   listener's) goes to any node that answers, since a script's `PUBLISH` reaches a
+//!   subscriber on every node.
 //! - [`Connector::Sentinel`]: a service behind Redis Sentinel. A connection goes to the
 //!   primary last known to this client (checked with `ROLE`), else to the one the
 //!   sentinels name (asked in order, `SENTINEL GET-MASTER-ADDR-BY-NAME`, then `ROLE`
@@ -55,6 +59,40 @@ pub(crate) enum Connector {
     Single(Box<Endpoint>),
     /// A Sentinel service.
     Sentinel(Arc<SentinelTarget>),
+    /// A Redis Cluster: the pool holds cluster connections; plain connections (the
+    /// wake-up listener's) go to any node that answers.
+    Cluster(Arc<ClusterSource>),
+}
+
+/// A Redis Cluster: the cluster client (slot map, redirections, retries) and the seed
+/// nodes, for the plain connections the wake-up listener needs.
+pub(crate) struct ClusterSource {
+    pub(crate) client: redis::cluster::ClusterClient,
+    pub(crate) nodes: Vec<redis::ConnectionInfo>,
+    /// "cluster h1:p1,h2:p2" (never a password): what messages name.
+    pub(crate) addr: String,
+    pub(crate) tls: bool,
+    pub(crate) has_password: bool,
+    /// The seed the next plain connection tries first: rotates, so that a listener
+    /// whose node failed subscribes on another.
+    pub(crate) next: std::sync::atomic::AtomicUsize,
+}
+
+impl ClusterSource {
+    /// A plain connection to one reachable node: the seeds in turn, starting after the
+    /// one used last.
+    fn plain(&self, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut last = None;
+        for k in 0..self.nodes.len() {
+            let info = self.nodes[(start + k) % self.nodes.len()].clone();
+            match redis::Client::open(info).and_then(|c| c.get_connection_with_timeout(timeout)) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| RedisError::from((ErrorKind::Client, "no cluster node given"))))
+    }
 }
 
 impl std::fmt::Debug for Connector {
@@ -62,6 +100,7 @@ impl std::fmt::Debug for Connector {
         match self {
             Connector::Single(ep) => write!(f, "Single({})", ep.addr),
             Connector::Sentinel(t) => write!(f, "Sentinel({})", t.describe()),
+            Connector::Cluster(c) => write!(f, "Cluster({})", c.addr),
         }
     }
 }
@@ -116,6 +155,11 @@ impl Connector {
                 generation: 0,
                 target: None,
             }),
+            Connector::Cluster(c) => Ok(PrimaryConn {
+                conn: c.plain(timeout)?,
+                generation: 0,
+                target: None,
+            }),
             Connector::Sentinel(t) => {
                 let (conn, generation) = t.connect(timeout)?;
                 Ok(PrimaryConn {
@@ -132,6 +176,7 @@ impl Connector {
         match self {
             Connector::Single(ep) => ep.addr.clone(),
             Connector::Sentinel(t) => t.describe(),
+            Connector::Cluster(c) => c.addr.clone(),
         }
     }
 
@@ -140,7 +185,13 @@ impl Connector {
         match self {
             Connector::Single(ep) => ep.tls,
             Connector::Sentinel(_) => false,
+            Connector::Cluster(c) => c.tls,
         }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Connector::Cluster(_))
     }
 
     /// Whether a password is sent on connect (when none is, the manager checks with a
@@ -149,13 +200,14 @@ impl Connector {
         match self {
             Connector::Single(ep) => ep.has_password,
             Connector::Sentinel(t) => t.data.password().is_some(),
+            Connector::Cluster(c) => c.has_password,
         }
     }
 
     /// The Sentinel target, if this is one.
     pub(crate) fn sentinel(&self) -> Option<&Arc<SentinelTarget>> {
         match self {
-            Connector::Single(_) => None,
+            Connector::Single(_) | Connector::Cluster(_) => None,
             Connector::Sentinel(t) => Some(t),
         }
     }

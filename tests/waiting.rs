@@ -376,3 +376,29 @@ fn a_thousand_waiters_in_one_process_use_the_pool_and_one_more_connection() {
     assert_eq!(s.queue_len().unwrap(), 0);
     assert_eq!(s.available().unwrap(), 10);
 }
+
+#[test]
+fn a_blocked_acquire_rides_through_a_server_restart() {
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .build(&server.url())
+        .unwrap();
+    let sem = client.semaphore("restarted", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(20)))
+    };
+    queue_reaches(&sem, 1);
+    // the server comes back empty: the holder's permit is gone with it, and the
+    // waiter, whose looks failed meanwhile, queues again and is served
+    server.stop();
+    wait_until(WAIT, "a look of the waiter fails", || {
+        client.stats().errors >= 1
+    });
+    server.restart();
+    let got = waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "{got:?}");
+    drop(held);
+}

@@ -209,9 +209,18 @@ impl BookSemaphoreBuilder {
     ///
     /// [`Error::InvalidArgument`] for an empty name, a limit of 0, a timeout under
     /// 1 ms (or over a year), or, for `FairWithLock`, a zero lock wait or a lock
-    /// timeout under 1 ms; a zero poll interval.
+    /// timeout under 1 ms; a zero poll interval. On Redis Cluster (a
+    /// `redis+cluster://` client): the book's keys (`NAME`, `NAME:owner`,
+    /// `NAME:counter`, `lock:NAME`) lie in different hash slots and its `MULTI`
+    /// transactions span them, which a cluster refuses.
     pub fn build(self) -> Result<BookSemaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
+        if self.client.inner.shared.is_cluster() {
+            return invalid(
+                "the book's semaphores cannot run on Redis Cluster: their transactions span \
+                 keys in several hash slots (use the leased semaphore)",
+            );
+        }
         if self.name.is_empty() {
             return invalid("semaphore name must not be empty");
         }

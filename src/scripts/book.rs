@@ -6,7 +6,7 @@
 //!
 //! Errors are [`redis::RedisError`] as `redis` gave them; the caller names the semaphore.
 
-use redis::{Connection, RedisResult};
+use redis::{ConnectionLike, RedisResult};
 
 /// The book's keys of semaphore `name`: the time zset `name`, and for the fair
 /// variants the owner zset `name:owner`, the counter `name:counter` and the lock
@@ -33,7 +33,7 @@ impl BookKeys {
 /// Listing 12 in one transaction: purge entries scored at or below `cutoff`, add `id`
 /// scored `now`, and `id`'s rank in the time zset.
 pub(crate) fn basic_enter(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     now: &str,
     cutoff: &str,
@@ -59,7 +59,11 @@ pub(crate) fn basic_enter(
 }
 
 /// Listing 13: `ZREM` of `id` from the time zset; whether it was there.
-pub(crate) fn basic_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> RedisResult<bool> {
+pub(crate) fn basic_remove(
+    conn: &mut dyn ConnectionLike,
+    keys: &BookKeys,
+    id: &str,
+) -> RedisResult<bool> {
     let removed: i64 = redis::cmd("ZREM").arg(&keys.name).arg(id).query(conn)?;
     Ok(removed == 1)
 }
@@ -68,7 +72,7 @@ pub(crate) fn basic_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> 
 /// the owner zset (`ZINTERSTORE` with weights 1, 0), and `INCR` the counter: the new
 /// entry's owner score.
 pub(crate) fn fair_purge_and_count(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     cutoff: &str,
 ) -> RedisResult<i64> {
@@ -97,7 +101,7 @@ pub(crate) fn fair_purge_and_count(
 /// Listing 14, second transaction: add `id` to the time zset (score `now`) and the
 /// owner zset (score `counter`), and `id`'s rank in the owner zset.
 pub(crate) fn fair_enter(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     now: &str,
     counter: i64,
@@ -124,7 +128,11 @@ pub(crate) fn fair_enter(
 
 /// Listing 15: `ZREM` of `id` from both zsets in one transaction; whether it was in
 /// the time zset.
-pub(crate) fn fair_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> RedisResult<bool> {
+pub(crate) fn fair_remove(
+    conn: &mut dyn ConnectionLike,
+    keys: &BookKeys,
+    id: &str,
+) -> RedisResult<bool> {
     let (timeout_zset, _owner): (i64, i64) = redis::pipe()
         .atomic()
         .cmd("ZREM")
@@ -140,7 +148,7 @@ pub(crate) fn fair_remove(conn: &mut Connection, keys: &BookKeys, id: &str) -> R
 /// Listing 16: re-score `id` in the time zset with `now`; whether the `ZADD` added it
 /// (it was gone: the caller takes it out again, as the book does).
 pub(crate) fn rescore(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     now: &str,
     id: &str,
@@ -155,7 +163,7 @@ pub(crate) fn rescore(
 
 /// The entries of the time zset scored above `cutoff`.
 pub(crate) fn count_younger(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     cutoff: &str,
 ) -> RedisResult<u64> {
@@ -169,7 +177,7 @@ pub(crate) fn count_younger(
 /// The book's lock, one try: `SET lock id NX PX lock_ms` (its `SETNX` + `EXPIRE`);
 /// whether it was taken.
 pub(crate) fn lock_try(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     lock_id: &str,
     lock_ms: u64,
@@ -186,7 +194,11 @@ pub(crate) fn lock_try(
 
 /// The book's repair of a lock without expiry (`TTL` is -1: its holder died between
 /// `SETNX` and `EXPIRE`): gives it one of `lock_ms`.
-pub(crate) fn lock_repair(conn: &mut Connection, keys: &BookKeys, lock_ms: u64) -> RedisResult<()> {
+pub(crate) fn lock_repair(
+    conn: &mut dyn ConnectionLike,
+    keys: &BookKeys,
+    lock_ms: u64,
+) -> RedisResult<()> {
     let ttl: i64 = redis::cmd("TTL").arg(&keys.lock).query(conn)?;
     if ttl == -1 {
         redis::cmd("PEXPIRE")
@@ -202,7 +214,7 @@ pub(crate) fn lock_repair(conn: &mut Connection, keys: &BookKeys, lock_ms: u64) 
 /// the transaction aborted (the key changed), try again. On an error the connection
 /// is left without a pending `WATCH`.
 pub(crate) fn lock_release_round(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     lock_id: &str,
 ) -> RedisResult<Option<bool>> {

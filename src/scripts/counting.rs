@@ -6,7 +6,7 @@
 //! the scripts' `RANGE` refusal, a wrong key type), a reply of the wrong shape is
 //! [`Error::UnexpectedReply`](crate::Error) naming the script.
 
-use redis::Connection;
+use redis::ConnectionLike;
 
 use super::{
     COUNTING_ACQUIRE, COUNTING_ADD, COUNTING_CANCEL, COUNTING_DRAIN, COUNTING_INSPECT,
@@ -24,7 +24,7 @@ pub(crate) enum Look<'a> {
 
 /// Takes `permits` if the count has them (P); whether it did.
 pub(crate) fn acquire(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &CountingKeys,
     permits: u32,
     look: Look<'_>,
@@ -53,7 +53,11 @@ pub(crate) fn acquire(
 }
 
 /// Gives `permits` back (V) and tells the waiters that fit; the count after.
-pub(crate) fn release(conn: &mut Connection, keys: &CountingKeys, permits: u32) -> Result<i64> {
+pub(crate) fn release(
+    conn: &mut dyn ConnectionLike,
+    keys: &CountingKeys,
+    permits: u32,
+) -> Result<i64> {
     keys.invoke(&COUNTING_RELEASE)
         .arg(permits)
         .invoke(conn)
@@ -61,7 +65,7 @@ pub(crate) fn release(conn: &mut Connection, keys: &CountingKeys, permits: u32) 
 }
 
 /// Changes the count by `delta` (non-zero); the count after.
-pub(crate) fn add(conn: &mut Connection, keys: &CountingKeys, delta: i64) -> Result<i64> {
+pub(crate) fn add(conn: &mut dyn ConnectionLike, keys: &CountingKeys, delta: i64) -> Result<i64> {
     keys.invoke(&COUNTING_ADD)
         .arg(delta)
         .invoke(conn)
@@ -69,7 +73,11 @@ pub(crate) fn add(conn: &mut Connection, keys: &CountingKeys, delta: i64) -> Res
 }
 
 /// Sets the count to `permits` when the semaphore is unset; whether it did.
-pub(crate) fn try_set(conn: &mut Connection, keys: &CountingKeys, permits: u32) -> Result<bool> {
+pub(crate) fn try_set(
+    conn: &mut dyn ConnectionLike,
+    keys: &CountingKeys,
+    permits: u32,
+) -> Result<bool> {
     let set: i64 = keys
         .invoke(&COUNTING_TRY_SET)
         .arg(permits)
@@ -79,7 +87,7 @@ pub(crate) fn try_set(conn: &mut Connection, keys: &CountingKeys, permits: u32) 
 }
 
 /// Takes every free permit; how many.
-pub(crate) fn drain(conn: &mut Connection, keys: &CountingKeys) -> Result<u32> {
+pub(crate) fn drain(conn: &mut dyn ConnectionLike, keys: &CountingKeys) -> Result<u32> {
     let taken: i64 = keys
         .invoke(&COUNTING_DRAIN)
         .invoke(conn)
@@ -88,7 +96,7 @@ pub(crate) fn drain(conn: &mut Connection, keys: &CountingKeys) -> Result<u32> {
 }
 
 /// Waiter `id` leaves the queue, passing on any wake-up it had.
-pub(crate) fn cancel(conn: &mut Connection, keys: &CountingKeys, id: &str) -> Result<()> {
+pub(crate) fn cancel(conn: &mut dyn ConnectionLike, keys: &CountingKeys, id: &str) -> Result<()> {
     let _: i64 = keys
         .invoke(&COUNTING_CANCEL)
         .arg(id)
@@ -108,7 +116,7 @@ pub(crate) struct Inspected {
 }
 
 /// Reads the count and the queue length.
-pub(crate) fn inspect(conn: &mut Connection, keys: &CountingKeys) -> Result<Inspected> {
+pub(crate) fn inspect(conn: &mut dyn ConnectionLike, keys: &CountingKeys) -> Result<Inspected> {
     let reply: Vec<i64> = keys
         .invoke(&COUNTING_INSPECT)
         .invoke(conn)

@@ -7,7 +7,9 @@
 //! timeout, a wrong key type, a dropped connection), a reply of the wrong shape is
 //! [`Error::UnexpectedReply`](crate::Error) naming the script.
 
-use redis::{Connection, ScriptInvocation, Value};
+use redis::cluster::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{ConnectionLike, ScriptInvocation, Value};
 
 use super::{ACQUIRE, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SET_LIMIT};
 use super::{heartbeat_ms, pad_ms};
@@ -172,7 +174,11 @@ fn push_acquire(inv: &mut ScriptInvocation<'_>, a: &AcquireArgs<'_>) {
 
 /// Runs hot-path operations in one call: the operation's own script (acquire.lua or
 /// release.lua) for one, batch.lua for several. One reply per operation, in order.
-pub(crate) fn hot(conn: &mut Connection, keys: &Keys, ops: &[HotOp<'_>]) -> Result<Vec<HotReply>> {
+pub(crate) fn hot(
+    conn: &mut dyn ConnectionLike,
+    keys: &Keys,
+    ops: &[HotOp<'_>],
+) -> Result<Vec<HotReply>> {
     let parse = |op: &HotOp<'_>, v: Value| match op {
         HotOp::Acquire(a) => Acquired::parse(v, a.n).map(HotReply::Acquired),
         HotOp::Release { .. } => Released::parse(v).map(HotReply::Released),
@@ -218,7 +224,7 @@ pub(crate) fn hot(conn: &mut Connection, keys: &Keys, ops: &[HotOp<'_>]) -> Resu
 
 /// One run of the acquire script.
 pub(crate) fn acquire(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &Keys,
     args: &AcquireArgs<'_>,
 ) -> Result<Acquired> {
@@ -231,7 +237,7 @@ pub(crate) fn acquire(
 /// Releases `id`. `keep`: keep the keys of a semaphore the release leaves idle (an
 /// operator's release, so that the holder learns "released", not "keys gone").
 pub(crate) fn release(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &Keys,
     id: &str,
     keep: bool,
@@ -256,7 +262,7 @@ pub(crate) enum Renewal {
 
 /// Renews the leases of `ids` (at most 1000) to `lease_ms` from now.
 pub(crate) fn refresh(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &Keys,
     lease_ms: u64,
     ids: &[&str],
@@ -295,7 +301,11 @@ pub(crate) fn refresh(
 /// block for ever), and says how many did. Not a script: inside a script `WAIT`
 /// returns at once, so it must follow the write as its own command on the same
 /// connection.
-pub(crate) fn wait_replicas(conn: &mut Connection, replicas: u32, timeout_ms: u64) -> Result<u32> {
+pub(crate) fn wait_replicas(
+    conn: &mut dyn ConnectionLike,
+    replicas: u32,
+    timeout_ms: u64,
+) -> Result<u32> {
     let acked: i64 = redis::cmd("WAIT")
         .arg(replicas)
         .arg(timeout_ms.max(1))
@@ -314,7 +324,7 @@ pub(crate) enum Cancelled {
 }
 
 /// Takes waiter `id` out of the queue, or reports the grant it got meanwhile.
-pub(crate) fn cancel(conn: &mut Connection, keys: &Keys, id: &str) -> Result<Cancelled> {
+pub(crate) fn cancel(conn: &mut dyn ConnectionLike, keys: &Keys, id: &str) -> Result<Cancelled> {
     let reply: Vec<i64> = keys
         .invoke(&CANCEL)
         .arg(id)
@@ -333,7 +343,7 @@ pub(crate) fn cancel(conn: &mut Connection, keys: &Keys, id: &str) -> Result<Can
 /// Stores `limit` for `retention_ms` at least; returns the limit stored before (-1:
 /// none).
 pub(crate) fn set_limit(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &Keys,
     limit: u32,
     retention_ms: u64,
@@ -380,7 +390,7 @@ pub(crate) struct Inspected {
 
 /// Reads the semaphore's counts (and holders), purging what has expired.
 pub(crate) fn inspect(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     keys: &Keys,
     limit: u32,
     what: Inspect,
@@ -473,30 +483,112 @@ fn text(v: &Value) -> Result<String> {
 }
 
 /// `TIME`: the server's clock in ms.
-pub(crate) fn server_time_ms(conn: &mut Connection) -> Result<i64> {
+pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike) -> Result<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).map_err(Error::Redis)?;
     Ok(secs * 1000 + micros / 1000)
+}
+
+/// The `SCAN` step of [`scan_names`]; the names are taken from the keys found.
+fn scan_cmd(cursor: u64, pattern: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(format!("redsem:{{{pattern}}}:i"))
+        .arg("COUNT")
+        .arg(1000);
+    cmd
 }
 
 /// One `SCAN` step over the semaphores' info keys whose name matches the glob
 /// `pattern`: the next cursor (0 at the end) and the names found in this step.
 pub(crate) fn scan_names(
-    conn: &mut Connection,
+    conn: &mut dyn ConnectionLike,
     cursor: u64,
     pattern: &str,
 ) -> Result<(u64, Vec<String>)> {
-    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-        .arg(cursor)
-        .arg("MATCH")
-        .arg(format!("redsem:{{{pattern}}}:i"))
-        .arg("COUNT")
-        .arg(1000)
+    let (next, keys): (u64, Vec<String>) = scan_cmd(cursor, pattern)
         .query(conn)
         .map_err(Error::Redis)?;
-    let names = keys
-        .iter()
+    Ok((next, names_of(keys)))
+}
+
+/// [`scan_names`] on one node of a cluster (`SCAN` is not routed by key: each primary
+/// is scanned in turn).
+pub(crate) fn scan_names_at(
+    conn: &mut ClusterConnection,
+    node: &(String, u16),
+    cursor: u64,
+    pattern: &str,
+) -> Result<(u64, Vec<String>)> {
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+        host: node.0.clone(),
+        port: node.1,
+    });
+    let reply = conn
+        .route_command(&scan_cmd(cursor, pattern), routing)
+        .map_err(Error::Redis)?;
+    let (next, keys): (u64, Vec<String>) =
+        redis::from_redis_value(reply).map_err(|e| Error::reply("scan", e.to_string()))?;
+    Ok((next, names_of(keys)))
+}
+
+/// The primaries of a cluster (`CLUSTER SLOTS`: the first node of each slot range).
+pub(crate) fn cluster_primaries(conn: &mut ClusterConnection) -> Result<Vec<(String, u16)>> {
+    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(conn)
+        .map_err(Error::Redis)?;
+    let mut primaries = Vec::new();
+    for range in ranges {
+        let Some(node) = range.into_iter().nth(2) else {
+            return Err(Error::reply("cluster slots", "a range without a node"));
+        };
+        let (host, port): (String, u16) = match node {
+            Value::Array(parts) if parts.len() >= 2 => {
+                let mut parts = parts.into_iter();
+                let (h, p) = (parts.next(), parts.next());
+                (
+                    redis::from_redis_value(h.unwrap_or(Value::Nil))
+                        .map_err(|e| Error::reply("cluster slots", e.to_string()))?,
+                    redis::from_redis_value(p.unwrap_or(Value::Nil))
+                        .map_err(|e| Error::reply("cluster slots", e.to_string()))?,
+                )
+            }
+            other => {
+                return Err(Error::reply("cluster slots", format!("node {other:?}")));
+            }
+        };
+        if !primaries.contains(&(host.clone(), port)) {
+            primaries.push((host, port));
+        }
+    }
+    Ok(primaries)
+}
+
+/// `WAIT` on a cluster, sent to the primary of `key`'s slot (plain `WAIT` would go to
+/// every primary); see [`wait_replicas`].
+pub(crate) fn wait_replicas_at(
+    conn: &mut ClusterConnection,
+    key: &str,
+    replicas: u32,
+    timeout_ms: u64,
+) -> Result<u32> {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(replicas).arg(timeout_ms.max(1));
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+        Slot::for_key(key),
+        SlotAddr::Master,
+    )));
+    let reply = conn.route_command(&cmd, routing).map_err(Error::Redis)?;
+    let acked: i64 =
+        redis::from_redis_value(reply).map_err(|e| Error::reply("wait", e.to_string()))?;
+    u32::try_from(acked).map_err(|_| Error::reply("wait", format!("{acked} replicas")))
+}
+
+/// The semaphore names of info keys.
+fn names_of(keys: Vec<String>) -> Vec<String> {
+    keys.iter()
         .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix("}:i"))
         .map(str::to_owned)
-        .collect();
-    Ok((next, names))
+        .collect()
 }

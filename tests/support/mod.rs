@@ -23,6 +23,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+
 /// How long a server may take to answer its first PING.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
 /// Read/write timeouts of the connections handed out by `RedisServer::conn`.

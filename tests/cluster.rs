@@ -1,0 +1,252 @@
+//! Redis Cluster (`redis+cluster://`), against a private 3-primary, 3-replica cluster:
+//! semaphores spread over the slots keep their limits, every operation works, and a
+//! killed primary is replaced without a new `Client`.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_semaphore::{Client, Error, Semaphore};
+use support::cluster::RedisCluster;
+use support::wait_until;
+
+fn sems(client: &Client, count: usize, limit: u32) -> Vec<Semaphore> {
+    (0..count)
+        .map(|k| client.semaphore(&format!("acct:{k}"), limit).unwrap())
+        .collect()
+}
+
+#[test]
+fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works() {
+    let cluster = RedisCluster::start();
+    let client = Client::open(&cluster.url()).unwrap();
+
+    // 100 semaphores land on every primary
+    let all = sems(&client, 100, 2);
+    let owners: HashSet<usize> = (0..100)
+        .map(|k| cluster.primary_of(&format!("redsem:{{acct:{k}}}:h")))
+        .collect();
+    assert_eq!(
+        owners.len(),
+        3,
+        "the semaphores' slots are on all three primaries"
+    );
+
+    // 16 threads, never over any limit
+    let inside: Arc<Vec<AtomicU32>> = Arc::new((0..100).map(|_| AtomicU32::new(0)).collect());
+    let most = Arc::new(AtomicU32::new(0));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let (all, inside, most) = (all.clone(), inside.clone(), most.clone());
+            thread::spawn(move || {
+                for i in 0..60 {
+                    let k = (t * 7 + i * 13) % 100;
+                    let p = all[k].acquire().unwrap();
+                    let now = inside[k].fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    thread::yield_now();
+                    inside[k].fetch_sub(1, Ordering::SeqCst);
+                    p.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) <= 2, "over the limit of 2");
+
+    // list_semaphores scans every primary
+    let held: Vec<_> = all.iter().take(30).map(|s| s.acquire().unwrap()).collect();
+    let mut names = client.list_semaphores("acct:*").unwrap();
+    names.sort();
+    let mut want: Vec<String> = (0..30).map(|k| format!("acct:{k}")).collect();
+    want.sort();
+    assert_eq!(names, want);
+    assert_eq!(all[0].holders().unwrap().len(), 1);
+    assert_eq!(all[0].available().unwrap(), 1);
+    drop(held);
+
+    // a blocking acquire is woken by a release through the cluster bus
+    let one = client.semaphore("handoff", 1).unwrap();
+    let p = one.acquire().unwrap();
+    let waiter = {
+        let one = one.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let q = one.acquire_timeout(Duration::from_secs(20)).unwrap();
+            (q.is_some(), started.elapsed())
+        })
+    };
+    wait_until(Duration::from_secs(10), "the waiter queues", || {
+        one.queue_len().unwrap() == 1
+    });
+    p.release().unwrap();
+    let (got, _) = waiter.join().unwrap();
+    assert!(got, "the waiter got the released permit");
+
+    // set_limit, force_release, the counting semaphore
+    one.set_limit(3).unwrap();
+    assert_eq!(one.limit().unwrap(), 3);
+    let q = one.acquire().unwrap();
+    assert!(one.force_release(q.id()).unwrap());
+    let counting = client.counting_semaphore("tokens").unwrap();
+    counting.try_set_permits(2).unwrap();
+    assert!(counting.try_acquire(1).unwrap());
+    counting.release(1).unwrap();
+
+    // wait_replicas: WAIT goes to the semaphore's own primary
+    let replicated = client
+        .semaphore_builder("replicated")
+        .limit(1)
+        .wait_replicas(1, Duration::from_millis(1_000))
+        .build()
+        .unwrap();
+    assert!(replicated.try_acquire().unwrap().is_some());
+
+    // the book's semaphores span slots: refused with a clear error
+    match client.book_semaphore("book", 2).build() {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("Cluster"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_killed_primary_is_replaced_and_clients_carry_on() {
+    let mut cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(1_500))
+        .build(&cluster.url())
+        .unwrap();
+    let all = sems(&client, 20, 1);
+    let victim = cluster.primary_of("redsem:{acct:0}:h");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let inside: Arc<Vec<AtomicU32>> = Arc::new((0..20).map(|_| AtomicU32::new(0)).collect());
+    let over = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let longest_gap_ms = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (all, stop, ok, errors, inside, over, gap) = (
+                all.clone(),
+                stop.clone(),
+                ok.clone(),
+                errors.clone(),
+                inside.clone(),
+                over.clone(),
+                longest_gap_ms.clone(),
+            );
+            thread::spawn(move || {
+                let mut i = t;
+                let mut last_ok = Instant::now();
+                while !stop.load(Ordering::SeqCst) {
+                    i = (i + 3) % 20;
+                    match all[i].try_acquire() {
+                        Ok(Some(p)) => {
+                            if inside[i].fetch_add(1, Ordering::SeqCst) >= 1 {
+                                over.store(true, Ordering::SeqCst);
+                            }
+                            inside[i].fetch_sub(1, Ordering::SeqCst);
+                            let _ = p.release();
+                            ok.fetch_add(1, Ordering::SeqCst);
+                            gap.fetch_max(last_ok.elapsed().as_millis() as u64, Ordering::SeqCst);
+                            last_ok = Instant::now();
+                        }
+                        Ok(None) => {}
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(10), "work before the kill", || {
+        ok.load(Ordering::SeqCst) > 200
+    });
+    // a waiter blocked on a semaphore of the primary about to die, woken after it
+    let gate_name = (0..)
+        .map(|k| format!("gate:{k}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) == victim)
+        .unwrap();
+    let gate = client.semaphore(&gate_name, 1).unwrap();
+    let held = gate.acquire().unwrap();
+    let waiter = {
+        let gate = gate.clone();
+        thread::spawn(move || gate.acquire_timeout(Duration::from_secs(30)))
+    };
+    wait_until(Duration::from_secs(10), "the waiter queues", || {
+        gate.queue_len().unwrap() == 1
+    });
+    let killed_at = start.elapsed();
+    cluster.kill_and_wait_failover(victim);
+    let promoted_at = start.elapsed();
+    let ok_at_promotion = ok.load(Ordering::SeqCst);
+    // clients carry on with the same Client: every semaphore, the moved ones included
+    wait_until(Duration::from_secs(20), "work after the failover", || {
+        ok.load(Ordering::SeqCst) > ok_at_promotion + 200
+    });
+    for s in &all {
+        let p = wait_for_permit(s);
+        drop(p);
+    }
+    // the release after the failover wakes the waiter (or, if the failover lost the
+    // grant, the waiter's own look finds the semaphore free)
+    let _ = held.release();
+    let woken = waiter.join().unwrap();
+    assert!(
+        matches!(woken, Ok(Some(_))),
+        "the blocked waiter got its permit across the failover: {woken:?}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    eprintln!(
+        "cluster failover: primary killed at {killed_at:?}, replica serving at {promoted_at:?}; \
+         longest stall of one thread {} ms; {} errors, {} successes",
+        longest_gap_ms.load(Ordering::SeqCst),
+        errors.load(Ordering::SeqCst),
+        ok.load(Ordering::SeqCst)
+    );
+    assert!(
+        !over.load(Ordering::SeqCst),
+        "two holders of a limit-1 semaphore"
+    );
+}
+
+/// A permit of `s`, trying for up to 10 s (errors allowed while the cluster settles).
+fn wait_for_permit(s: &Semaphore) -> redis_semaphore::Permit {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match s.acquire_timeout(Duration::from_secs(2)) {
+            Ok(Some(p)) => return p,
+            other if Instant::now() > deadline => panic!("{}: {other:?}", s.name()),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn bad_cluster_urls_are_refused_with_the_password_hidden() {
+    for url in [
+        "redis+cluster://",
+        "redis+cluster://h1:7000,,h2:7001",
+        "redis+cluster://user:secret@h1:notaport",
+    ] {
+        match Client::open(url) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(!msg.contains("secret"), "{msg}");
+                assert!(msg.contains("cluster"), "{msg}");
+            }
+            other => panic!("{url}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
