@@ -174,9 +174,11 @@ impl Client {
     ///   Redis Cluster seed nodes.
     ///
     /// A Sentinel client follows a failover: its connections go to the service's
-    /// current primary (docs: `guide::deployment`). The Cluster form and
-    /// `rediss+sentinel://` are parsed but not served yet: they are
-    /// [`Error::InvalidArgument`] for now. User names and passwords are
+    /// current primary. A Cluster client routes each semaphore's scripts to the
+    /// primary of its slot (all keys of a semaphore share the hash tag `{name}`) and
+    /// follows a failover of a shard. [`guide::deployment`](crate::guide::deployment)
+    /// says which guarantees each topology gives. `rediss+sentinel://` is parsed but not
+    /// served yet ([`Error::InvalidArgument`]). User names and passwords are
     /// percent-decoded; no message or `Debug` output of this crate shows a password.
     ///
     /// ```no_run
@@ -482,8 +484,8 @@ impl ClientBuilder {
     ///
     /// [`Error::InvalidArgument`] for zero sizes or durations, a URL that cannot be
     /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
-    /// parsed (naming the file) or set for a URL without TLS, and for Sentinel and
-    /// Cluster URLs, which are not supported yet.
+    /// parsed (naming the file) or set for a URL without TLS or with a Cluster URL,
+    /// and for `rediss+sentinel://`, which is not supported yet.
     pub fn build(self, url: &str) -> Result<Client> {
         if self.max_connections == 0 {
             return Err(Error::InvalidArgument(

@@ -270,3 +270,40 @@ fn tls_options() {
     let half = bare_cli(&["--url", &server.tls_url(), "--tls-cert", ca, "list"], &[]);
     assert!(!half.status.success());
 }
+
+#[test]
+fn list_and_status_through_a_cluster_url() {
+    let cluster = support::cluster::RedisCluster::start();
+    let client = Client::open(&cluster.url()).unwrap();
+    let held: Vec<_> = (0..12)
+        .map(|k| {
+            client
+                .semaphore(&format!("acct:{k}"), 2)
+                .unwrap()
+                .acquire()
+                .unwrap()
+        })
+        .collect();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+            .arg("--url")
+            .arg(cluster.url())
+            .args(args)
+            .env_remove("REDIS_URL")
+            .output()
+            .unwrap()
+    };
+    // the semaphores of every primary are listed
+    let text = stdout(&run(&["list"]));
+    for k in 0..12 {
+        let name = format!("acct:{k}");
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(name.as_str())),
+            "{text}"
+        );
+    }
+    let text = stdout(&run(&["status", "acct:7"]));
+    assert!(text.contains("held       1"), "{text}");
+    drop(held);
+}

@@ -25,9 +25,9 @@ use serde_json::{Value, json};
 )]
 struct Cli {
     /// Where Redis is: redis://[user:password@]host:port/db, rediss://... (TLS),
-    /// unix:///path/redis.sock. (redis+sentinel://h1:26379,h2/SERVICE and
-    /// redis+cluster://h1:7000,h2:7001 are parsed but not supported yet.) Passwords are
-    /// never printed.
+    /// unix:///path/redis.sock, redis+sentinel://h1:26379,h2/SERVICE (a Sentinel
+    /// service's primary) or redis+cluster://h1:7000,h2:7001 (Redis Cluster seeds).
+    /// Passwords are never printed.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
     url: String,
     /// ACL user name (overrides the URL's).
@@ -37,6 +37,13 @@ struct Cli {
     /// command line.
     #[arg(long, env = "REDIS_PASSWORD", hide_env_values = true)]
     password: Option<String>,
+    /// ACL user name for the sentinels of a redis+sentinel:// URL (the URL's own
+    /// credentials are the data nodes').
+    #[arg(long, env = "REDIS_SENTINEL_USER")]
+    sentinel_user: Option<String>,
+    /// Password for the sentinels of a redis+sentinel:// URL.
+    #[arg(long, env = "REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
+    sentinel_password: Option<String>,
     /// PEM file of the CA that signed the server's certificate (rediss:// URLs).
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<std::path::PathBuf>,
@@ -116,6 +123,12 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     }
     if let Some(ca) = &cli.tls_ca {
         builder = builder.tls_ca_file(ca);
+    }
+    if let Some(user) = &cli.sentinel_user {
+        builder = builder.sentinel_username(user);
+    }
+    if let Some(password) = &cli.sentinel_password {
+        builder = builder.sentinel_password(password);
     }
     if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
         builder = builder.tls_client_cert(cert, key);
