@@ -267,6 +267,10 @@ pub enum LostReason {
     /// The semaphore's keys are gone from Redis: the server restarted without
     /// persistence, or its data was flushed.
     Reset,
+    /// The lease ran out after the permit had been held for its
+    /// [`SemaphoreBuilder::max_hold`](crate::SemaphoreBuilder::max_hold): the keepalive
+    /// stopped renewing it then.
+    MaxHold,
 }
 
 impl std::fmt::Display for LostReason {
@@ -275,6 +279,7 @@ impl std::fmt::Display for LostReason {
             LostReason::Expired => "its lease ran out",
             LostReason::Released => "it was released by someone else",
             LostReason::Reset => "the semaphore's keys are gone from redis",
+            LostReason::MaxHold => "it was held for its max_hold and no longer renewed",
         })
     }
 }

@@ -174,6 +174,13 @@ impl Grantor for SemInner {
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
         let sent = Instant::now();
+        if permit.held_out(sent) {
+            return Err(Error::InvalidArgument(format!(
+                "permit {} of semaphore {:?} has been held for its max_hold: it is not \
+                 renewed any more and ends with its lease",
+                permit.id, self.name
+            )));
+        }
         let renewal = refresher::call_refresh(
             shared,
             &self.keys,
@@ -187,9 +194,9 @@ impl Grantor for SemInner {
                 permit.renewed(sent + crate::clock::shrink(self.lease));
                 return Ok(());
             }
-            Renewal::Lost(_) if now >= permit.valid_until() => LostReason::Expired,
+            Renewal::Lost(_) if now >= permit.valid_until() => permit.expiry_reason(),
             Renewal::Lost(_) => LostReason::Released,
-            Renewal::Reset if now >= permit.valid_until() => LostReason::Expired,
+            Renewal::Reset if now >= permit.valid_until() => permit.expiry_reason(),
             Renewal::Reset => LostReason::Reset,
         };
         if permit.lost_reason().is_none() {

@@ -72,7 +72,7 @@ fn tick(shared: &Shared) {
     };
     for p in expired {
         count_loss(shared, &p);
-        p.mark_lost(LostReason::Expired);
+        p.mark_lost(p.expiry_reason());
     }
     let cleanups = shared.registry.lock().take_cleanups(now);
     for c in cleanups {
@@ -135,7 +135,7 @@ fn tick(shared: &Shared) {
                 registry.take_expired(now)
             };
             for p in expired {
-                p.mark_lost(LostReason::Expired);
+                p.mark_lost(p.expiry_reason());
             }
         }
     }
@@ -201,7 +201,7 @@ fn renew(
                 .permits
                 .iter()
                 .filter(|p| p.valid_until() <= now)
-                .map(|p| (LostReason::Expired, Arc::clone(p)));
+                .map(|p| (p.expiry_reason(), Arc::clone(p)));
             (lost.collect(), true)
         }
     }

@@ -26,6 +26,8 @@ pub(crate) struct PermitState {
     tx: Mutex<Option<Sender<LostReason>>>,
     /// The instant before which the lease surely still runs on the server.
     valid_until: Mutex<Instant>,
+    /// `SemaphoreBuilder::max_hold`: no renewal is sent from this instant on.
+    hold_until: Option<Instant>,
 }
 
 impl PermitState {
@@ -33,14 +35,39 @@ impl PermitState {
         id: String,
         valid_until: Instant,
     ) -> (Arc<PermitState>, Receiver<LostReason>) {
+        Self::with_hold(id, valid_until, None)
+    }
+
+    /// A permit that is not renewed from `hold_until` on (`max_hold`).
+    pub(crate) fn with_hold(
+        id: String,
+        valid_until: Instant,
+        hold_until: Option<Instant>,
+    ) -> (Arc<PermitState>, Receiver<LostReason>) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = PermitState {
             id,
             reason: OnceLock::new(),
             tx: Mutex::new(Some(tx)),
             valid_until: Mutex::new(valid_until),
+            hold_until,
         };
         (Arc::new(state), rx)
+    }
+
+    /// Whether its max hold has passed by `now`: it is no longer renewed.
+    pub(crate) fn held_out(&self, now: Instant) -> bool {
+        self.hold_until.is_some_and(|h| now >= h)
+    }
+
+    /// Why a lease that ran out by this client's clock is gone: its max hold, else
+    /// plainly expired.
+    pub(crate) fn expiry_reason(&self) -> LostReason {
+        if self.hold_until.is_some_and(|h| h <= self.valid_until()) {
+            LostReason::MaxHold
+        } else {
+            LostReason::Expired
+        }
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
@@ -57,7 +84,7 @@ impl PermitState {
     pub(crate) fn gone_reason(&self) -> LostReason {
         self.lost_reason()
             .unwrap_or(if Instant::now() >= self.valid_until() {
-                LostReason::Expired
+                self.expiry_reason()
             } else {
                 LostReason::Released
             })
@@ -87,7 +114,7 @@ impl PermitState {
     /// Why the lease is gone, judged from the client's clock and what Redis said.
     pub(crate) fn reason_for_missing(&self, now: Instant, server_reset: bool) -> LostReason {
         if now >= self.valid_until() {
-            LostReason::Expired
+            self.expiry_reason()
         } else if server_reset {
             LostReason::Reset
         } else {
@@ -250,12 +277,21 @@ impl Registry {
                     return false;
                 }
                 g.next_due = now + g.period;
-                batches.push(Batch {
-                    key: key.clone(),
-                    keys: Arc::clone(&g.keys),
-                    lease: g.lease,
-                    permits: g.permits.values().cloned().collect(),
-                });
+                // a permit past its max hold is not renewed: it ends with its lease
+                let permits: Vec<_> = g
+                    .permits
+                    .values()
+                    .filter(|p| !p.held_out(now))
+                    .cloned()
+                    .collect();
+                if !permits.is_empty() {
+                    batches.push(Batch {
+                        key: key.clone(),
+                        keys: Arc::clone(&g.keys),
+                        lease: g.lease,
+                        permits,
+                    });
+                }
             } else {
                 g.permits.retain(|_, p| {
                     let live = p.valid_until() > now;

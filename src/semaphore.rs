@@ -80,6 +80,8 @@ pub(crate) struct SemInner {
     /// client's on one server; on a cluster this handle's own, of the node that holds
     /// the semaphore (nodes' clocks may differ).
     pub(crate) clock: Arc<Clock>,
+    /// [`SemaphoreBuilder::max_hold`].
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
@@ -290,6 +292,7 @@ pub struct SemaphoreBuilder {
     auto_refresh: bool,
     label: String,
     replicas: Option<(u32, Duration)>,
+    max_hold: Option<Duration>,
 }
 
 impl SemaphoreBuilder {
@@ -304,6 +307,7 @@ impl SemaphoreBuilder {
             auto_refresh: true,
             label: String::new(),
             replicas: None,
+            max_hold: None,
         }
     }
 
@@ -382,6 +386,20 @@ impl SemaphoreBuilder {
         self
     }
 
+    /// The longest a permit of this handle is kept alive: the keepalive renews it
+    /// until `max_hold` after the grant and no more, so a stuck holder (a hung job
+    /// that never drops its permit) cannot keep it for ever. Its lease then runs out,
+    /// at most one lease after `max_hold`, and [`Permit::lost`] fires with
+    /// [`LostReason::MaxHold`]; [`Permit::refresh`] after it is refused. Unset (no
+    /// bound) by default.
+    ///
+    /// [`Permit::lost`]: crate::Permit::lost
+    /// [`Permit::refresh`]: crate::Permit::refresh
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     /// Checks the settings and makes the semaphore. No network call is made.
     ///
     /// # Errors
@@ -390,7 +408,7 @@ impl SemaphoreBuilder {
     /// (the library puts the name in a hash tag), a missing or zero limit, a lease
     /// under 1 ms, a refresh interval that is zero or not shorter than the lease, or
     /// a [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
-    /// shorter than the client's operation timeout.
+    /// shorter than the client's operation timeout, or a `max_hold` under 1 ms.
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         if self.name.is_empty() {
@@ -418,6 +436,9 @@ impl SemaphoreBuilder {
             return invalid("refresh interval must be above zero and shorter than the lease");
         }
         check_label(&self.label)?;
+        if self.max_hold.is_some_and(|d| d < Duration::from_millis(1)) {
+            return invalid("max_hold must be at least 1 ms");
+        }
         let replicas = match self.replicas {
             None | Some((0, _)) => None,
             Some((n, timeout)) => {
@@ -471,6 +492,7 @@ impl SemaphoreBuilder {
                 combiner,
                 replicas,
                 clock,
+                max_hold: self.max_hold,
             }),
         })
     }
@@ -576,6 +598,7 @@ impl Semaphore {
                 combiner: Arc::clone(&inner.combiner),
                 replicas: inner.replicas,
                 clock: Arc::clone(&inner.clock),
+                max_hold: inner.max_hold,
             }),
         })
     }
@@ -1210,7 +1233,8 @@ impl Semaphore {
     ) -> Permit {
         let sem = &self.inner;
         let client = &sem.client.inner;
-        let (state, lost_rx) = PermitState::new(id, valid_until);
+        let hold_until = sem.max_hold.and_then(|d| Instant::now().checked_add(d));
+        let (state, lost_rx) = PermitState::with_hold(id, valid_until, hold_until);
         let nudge = client.shared.registry.lock().register(
             sem.group.clone(),
             &sem.keys,
@@ -1304,6 +1328,7 @@ impl std::fmt::Debug for Semaphore {
             .field("fair", &self.inner.fair)
             .field("auto_refresh", &self.inner.auto_refresh)
             .field("wait_replicas", &self.inner.replicas)
+            .field("max_hold", &self.inner.max_hold)
             .finish()
     }
 }

@@ -505,3 +505,70 @@ fn a_hung_server_fires_lost_on_time_and_its_late_replies_are_not_misread() {
     again.release().unwrap();
     assert_eq!(s.available().unwrap(), 1);
 }
+
+#[test]
+fn max_hold_stops_the_keepalive_and_lost_says_why() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let sem = client
+        .semaphore_builder("held-too-long")
+        .limit(1)
+        .lease(Duration::from_millis(300))
+        .max_hold(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let p = sem.acquire().unwrap();
+    // renewed past its first lease, then not renewed after max_hold
+    let reason = p
+        .lost()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("lost fires once the lease after max_hold ends");
+    assert_eq!(reason, LostReason::MaxHold);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "kept alive until max_hold: {:?}",
+        started.elapsed()
+    );
+    assert!(p.is_lost());
+    match p.refresh() {
+        Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::MaxHold),
+        other => panic!("a refresh after max_hold: {other:?}"),
+    }
+    // the server agrees: the permit is free for the next holder
+    wait_until(Duration::from_secs(5), "the permit to come back", || {
+        sem.available().unwrap() == 1
+    });
+    assert!(sem.try_acquire().unwrap().is_some());
+    assert!(
+        client
+            .semaphore_builder("bad")
+            .limit(1)
+            .max_hold(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+}
+
+#[test]
+fn a_manual_refresh_after_max_hold_is_refused() {
+    let server = RedisServer::start();
+    let sem = client(&server)
+        .semaphore_builder("manual-hold")
+        .limit(1)
+        .lease(Duration::from_secs(10))
+        .auto_refresh(false)
+        .max_hold(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let p = sem.acquire().unwrap();
+    p.refresh().unwrap_or_else(|e| {
+        // the refresh may already come after 50 ms on a slow machine
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    });
+    wait_until(Duration::from_secs(5), "max_hold to pass", || {
+        matches!(p.refresh(), Err(Error::InvalidArgument(_)))
+    });
+    let msg = p.refresh().unwrap_err().to_string();
+    assert!(msg.contains("max_hold"), "{msg}");
+}
