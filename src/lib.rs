@@ -210,7 +210,7 @@ pub use client::{Client, ClientBuilder};
 pub use connect::redact as redact_url;
 pub use counting::CountingSemaphore;
 pub use error::{Error, LostReason, Result};
-pub use permit::Permit;
+pub use permit::{Permit, PermitParts};
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 

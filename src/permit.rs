@@ -128,6 +128,37 @@ impl Permit {
         self.grantor.refresh(&self.state)
     }
 
+    /// Hands the grant over to another process: stops renewing it here and does not
+    /// give it back, and returns what [`Semaphore::adopt`](crate::Semaphore::adopt) in
+    /// the other process needs to take over its renewal and release (the id, the
+    /// fencing token and the slots travel with it). [`PermitParts`] prints as one line
+    /// and parses back ([`Display`](std::fmt::Display) and
+    /// [`FromStr`](std::str::FromStr)), to pass in a message.
+    ///
+    /// From now on nothing renews the lease until the other process adopts it: adopt
+    /// within the lease, or the permit comes back to the semaphore.
+    ///
+    /// ```no_run
+    /// # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
+    /// # let sem = client.semaphore("jobs", 5)?;
+    /// let parts = sem.acquire()?.into_parts();
+    /// let line = parts.to_string(); // send it to the process that goes on
+    /// // ... in that process:
+    /// let permit = sem.adopt(line.parse()?)?;
+    /// # Ok::<(), redis_semaphore::Error>(())
+    /// ```
+    pub fn into_parts(mut self) -> PermitParts {
+        self.released = true;
+        self.grantor.detach(&self.state);
+        PermitParts {
+            semaphore: self.grantor.name().to_owned(),
+            id: self.state.id.clone(),
+            token: self.token,
+            slots: std::mem::take(&mut self.slots),
+            permits: self.permits,
+        }
+    }
+
     /// Gives the permits back now and says how it went.
     ///
     /// # Errors
@@ -164,11 +195,18 @@ pub(crate) trait Grantor: Send + Sync + 'static {
     fn release(&self, permit: &PermitState) -> Result<()>;
     /// Renews the permit's lease; marks it lost when it is gone.
     fn refresh(&self, permit: &PermitState) -> Result<()>;
+    /// Stops renewing the permit here without giving it back ([`Permit::into_parts`]).
+    fn detach(&self, _permit: &PermitState) {}
 }
 
 impl Grantor for SemInner {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn detach(&self, permit: &PermitState) {
+        let shared = &self.client.inner.shared;
+        shared.registry.lock().deregister(&self.group, &permit.id);
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
@@ -318,5 +356,143 @@ impl std::fmt::Debug for Permit {
             .field("permits", &self.permits)
             .field("lost", &self.lost_reason())
             .finish()
+    }
+}
+
+/// A held grant on its way to another process: what [`Permit::into_parts`] returns and
+/// [`Semaphore::adopt`](crate::Semaphore::adopt) takes. It prints as one line,
+/// `redsem-permit:1:ID:TOKEN:PERMITS:SLOTS:NAME` (slots comma-separated; the name last,
+/// as it is), and parses back from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitParts {
+    semaphore: String,
+    id: String,
+    token: u64,
+    slots: Vec<u32>,
+    permits: u32,
+}
+
+/// The first two fields of [`PermitParts`]' text form.
+const PARTS_PREFIX: &str = "redsem-permit:1:";
+
+impl PermitParts {
+    /// The semaphore's name.
+    pub fn semaphore_name(&self) -> &str {
+        &self.semaphore
+    }
+
+    /// The permit id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The fencing token of the grant.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The slots the grant occupies.
+    pub fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// How many permits the grant holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+}
+
+impl std::fmt::Display for PermitParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slots: Vec<String> = self.slots.iter().map(u32::to_string).collect();
+        write!(
+            f,
+            "{PARTS_PREFIX}{}:{}:{}:{}:{}",
+            self.id,
+            self.token,
+            self.permits,
+            slots.join(","),
+            self.semaphore
+        )
+    }
+}
+
+impl std::str::FromStr for PermitParts {
+    type Err = Error;
+
+    /// Parses the text [`Display`](std::fmt::Display) makes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] saying which part is wrong.
+    fn from_str(s: &str) -> Result<PermitParts> {
+        let bad = |what: &str| {
+            Error::InvalidArgument(format!(
+                "not a permit handed over by Permit::into_parts ({what}): expected \
+                 {PARTS_PREFIX}ID:TOKEN:PERMITS:SLOTS:NAME"
+            ))
+        };
+        let rest = s
+            .trim()
+            .strip_prefix(PARTS_PREFIX)
+            .ok_or_else(|| bad("prefix"))?;
+        let mut fields = rest.splitn(5, ':');
+        let mut next = |what: &str| fields.next().ok_or_else(|| bad(what));
+        let id = next("id")?.to_owned();
+        if !crate::semaphore::is_permit_id(&id) {
+            return Err(bad("id"));
+        }
+        let token = next("token")?.parse().map_err(|_| bad("token"))?;
+        let permits: u32 = next("permits")?.parse().map_err(|_| bad("permits"))?;
+        let slots = next("slots")?
+            .split(',')
+            .map(|x| x.parse::<u32>())
+            .collect::<std::result::Result<Vec<u32>, _>>()
+            .map_err(|_| bad("slots"))?;
+        let semaphore = next("name")?.to_owned();
+        if permits == 0 || slots.len() != permits as usize {
+            return Err(bad("slots and permits disagree"));
+        }
+        if semaphore.is_empty() {
+            return Err(bad("name"));
+        }
+        Ok(PermitParts {
+            semaphore,
+            id,
+            token,
+            slots,
+            permits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_round_trip_and_bad_text_is_refused() {
+        let parts = PermitParts {
+            semaphore: "jobs:a:b".into(),
+            id: "0f8fad5b-d9cb-469f-a165-70867728950e".into(),
+            token: 42,
+            slots: vec![0, 3],
+            permits: 2,
+        };
+        let text = parts.to_string();
+        assert_eq!(text.parse::<PermitParts>().unwrap(), parts);
+        for bad in [
+            "",
+            "redsem-permit:1:",
+            "redsem-permit:1:nope:1:1:0:jobs",
+            "redsem-permit:1:0f8fad5b-d9cb-469f-a165-70867728950e:x:1:0:jobs",
+            "redsem-permit:1:0f8fad5b-d9cb-469f-a165-70867728950e:1:2:0:jobs",
+            "redsem-permit:1:0f8fad5b-d9cb-469f-a165-70867728950e:1:1:0:",
+        ] {
+            assert!(
+                matches!(bad.parse::<PermitParts>(), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::combine::{Combiner, Failed, Op};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
-use crate::permit::Permit;
+use crate::permit::{Permit, PermitParts};
 use crate::pool::Pool;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
@@ -722,6 +722,55 @@ impl Semaphore {
         cancel: &Receiver<T>,
     ) -> Result<Option<Permit>> {
         self.wait_for(n, None, cancel)
+    }
+
+    /// Takes over a permit another process handed over with
+    /// [`Permit::into_parts`](crate::Permit::into_parts): renews its lease now (with this
+    /// handle's lease) and from then on as any permit of this handle, and gives it
+    /// back when the returned `Permit` is dropped or released. Its id, fencing token
+    /// and slots are the original grant's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `parts` belongs to another semaphore;
+    /// [`Error::PermitLost`] when the grant is no longer held (its lease ran out
+    /// before the adoption, or it was released or force-released); Redis and pool
+    /// errors.
+    pub fn adopt(&self, parts: PermitParts) -> Result<Permit> {
+        let sem = &self.inner;
+        if parts.semaphore_name() != sem.name {
+            return Err(Error::InvalidArgument(format!(
+                "a permit of semaphore {:?} cannot be adopted by semaphore {:?}",
+                parts.semaphore_name(),
+                sem.name
+            )));
+        }
+        let mut conn = self.conn()?;
+        let sent = Instant::now();
+        let renewal = leased::refresh(&mut conn, &sem.keys, sem.group.lease_ms, &[parts.id()])
+            .map_err(|e| sem.sorted(e))?;
+        drop(conn);
+        match renewal {
+            Renewal::Lost(gone) if gone.is_empty() => {}
+            Renewal::Lost(_) | Renewal::Reset => {
+                return Err(Error::PermitLost {
+                    id: parts.id().to_owned(),
+                    reason: if matches!(renewal, Renewal::Reset) {
+                        LostReason::Reset
+                    } else {
+                        LostReason::Released
+                    },
+                });
+            }
+        }
+        let valid_until = sent + shrink(sem.lease);
+        Ok(self.permit(
+            parts.id().to_owned(),
+            parts.token(),
+            parts.slots().to_vec(),
+            parts.permits(),
+            valid_until,
+        ))
     }
 
     /// Limit, permits held and free, queue length, in one round trip.

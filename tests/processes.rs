@@ -58,6 +58,19 @@ fn helper() {
             std::thread::sleep(Duration::from_secs(60));
             drop(p);
         }
+        // takes a permit with a short lease, hands it over on stdout and exits at once
+        // without giving it back
+        "handover" => {
+            let sem = client
+                .semaphore_builder("handover")
+                .limit(1)
+                .lease(Duration::from_millis(400))
+                .build()
+                .unwrap();
+            let parts = sem.acquire().unwrap().into_parts();
+            println!("RESULT {parts}");
+            std::process::exit(0);
+        }
         other => panic!("unknown helper role {other}"),
     }
 }
@@ -158,4 +171,67 @@ fn a_holder_killed_with_sigkill_frees_its_permit_when_its_lease_ends() {
         waited <= Duration::from_millis(500 + 400),
         "took {waited:?}"
     );
+}
+
+#[test]
+fn an_adopted_permit_outlives_the_process_that_handed_it_over() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut child = spawn_helper("handover", &url, None);
+    let line = result_line(&mut child);
+    assert!(child.wait().unwrap().success());
+    let parts: redis_semaphore::PermitParts = line.trim_start_matches("RESULT ").parse().unwrap();
+
+    let client = Client::open(&url).unwrap();
+    let sem = client
+        .semaphore_builder("handover")
+        .limit(1)
+        .lease(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let permit = sem.adopt(parts.clone()).unwrap();
+    assert_eq!(
+        (permit.id(), permit.token(), permit.slots()),
+        (parts.id(), parts.token(), parts.slots())
+    );
+    // held for several leases after its first holder exited: the adopter renews it
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(!permit.is_lost());
+    let holders = sem.holders().unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].id, parts.id());
+    assert!(sem.try_acquire().unwrap().is_none(), "still held");
+    // only the adopter gives it back
+    permit.release().unwrap();
+    assert!(sem.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_permit_handed_over_but_never_adopted_comes_back_after_its_lease() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("orphan")
+        .limit(1)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    assert!(
+        sem.try_acquire().unwrap().is_none(),
+        "not given back by into_parts"
+    );
+    support::wait_until(Duration::from_secs(5), "the lease to run out", || {
+        sem.available().unwrap() == 1
+    });
+    match sem.adopt(parts) {
+        Err(redis_semaphore::Error::PermitLost { .. }) => {}
+        other => panic!("adopting an expired grant: {other:?}"),
+    }
+    let other = client.semaphore("elsewhere", 1).unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    assert!(matches!(
+        other.adopt(parts),
+        Err(redis_semaphore::Error::InvalidArgument(_))
+    ));
 }
