@@ -8,7 +8,7 @@ use crate::combine::Combiner;
 use crate::connect::{Credentials, Target, TlsFiles, endpoint, redact};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
-use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, per_attempt};
+use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased;
@@ -615,6 +615,7 @@ impl ClientBuilder {
             .min_idle(Some(0))
             .test_on_check_out(false)
             .connection_timeout(self.checkout_timeout)
+            .error_handler(Box::new(QuietErrors))
             .build_unchecked(manager.clone());
         ClientInner::start(
             Pool::Own(pool, manager),

@@ -592,6 +592,27 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
 
 /// Whether a connect error is a matter of configuration, which waiting will not fix:
 /// refused credentials, a TLS handshake the server or the client refused (certificates).
+/// Whether a connect error says the server is not there at all (a refused
+/// connection, an unknown host name, a missing socket file): a call fails at once
+/// with it instead of waiting out the checkout timeout.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    match e {
+        Error::Connect { message, .. } => {
+            let m = message.to_ascii_lowercase();
+            [
+                "refused",
+                "failed to lookup address",
+                "name or service not known",
+                "no such file or directory",
+                "nodename nor servname",
+            ]
+            .iter()
+            .any(|w| m.contains(w))
+        }
+        _ => false,
+    }
+}
+
 pub(crate) fn is_config_error(e: &Error) -> bool {
     match e {
         Error::Auth { .. } => true,

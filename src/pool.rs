@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::connect::{connect_error_at, is_config_error};
+use crate::connect::{connect_error_at, is_config_error, is_unreachable};
 use crate::error::{Error, Result};
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
 
@@ -282,9 +282,21 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// r2d2's handler of connect errors: they reach the caller (the manager keeps the last
+/// one and a checkout returns it), so r2d2's own report of each goes to `debug`, not
+/// to the application's log at `ERROR` once per attempt.
+#[derive(Debug)]
+pub(crate) struct QuietErrors;
+
+impl r2d2::HandleError<Error> for QuietErrors {
+    fn handle_error(&self, e: Error) {
+        log::debug!("redis-semaphore: opening a connection failed: {e}");
+    }
+}
+
 /// How often a checkout that waits looks whether connecting has failed for a reason
 /// that waiting will not fix.
-const CHECKOUT_SLICE: Duration = Duration::from_millis(50);
+const CHECKOUT_SLICE: Duration = Duration::from_millis(10);
 
 /// Where connections come from.
 #[derive(Clone)]
@@ -318,7 +330,11 @@ impl Pool {
                         Err(e) => {
                             let failure = m.failure_since(start);
                             match failure {
-                                Some(f) if is_config_error(&f) => return Err(f),
+                                // refused credentials or certificates, or no server
+                                // there at all: waiting will not help
+                                Some(f) if is_config_error(&f) || is_unreachable(&f) => {
+                                    return Err(f);
+                                }
                                 _ if Instant::now() < deadline => {}
                                 Some(f) => return Err(f),
                                 // no connection at all, and none failed: connecting hangs

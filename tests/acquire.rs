@@ -812,3 +812,29 @@ fn the_release_that_leaves_a_semaphore_idle_deletes_its_keys() {
     assert_eq!(support::keys(&mut conn, "redsem:{stored}:*").len(), 4);
     assert_eq!(stored.limit().unwrap(), 3);
 }
+
+#[test]
+fn a_refused_connection_fails_a_call_at_once_with_the_address() {
+    // a port nobody listens on (bound, then freed)
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // default settings: a 5 s checkout timeout that a refused connection must not wait out
+    let client = Client::open(&format!("redis://user:hunter2@127.0.0.1:{port}/")).unwrap();
+    let sem = client.semaphore("refused", 1).unwrap();
+    let started = std::time::Instant::now();
+    let e = sem.try_acquire().unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1_000),
+        "try_acquire waited {took:?} against a refused port"
+    );
+    let text = e.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.contains("refused"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(e.is_retryable() && !e.is_timeout(), "{e:?}");
+    eprintln!("a refused connection failed try_acquire after {took:?}");
+}
