@@ -363,6 +363,7 @@ impl std::fmt::Debug for Client {
 /// # Ok::<(), redis_semaphore::Error>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "a builder does nothing until build() is called"]
 pub struct ClientBuilder {
     max_connections: u32,
     connect_timeout: Duration,

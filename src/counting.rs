@@ -329,6 +329,17 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn available_permits(&self) -> Result<u32> {
+        self.available()
+    }
+
+    /// The same as [`available_permits`](Self::available_permits), under the name
+    /// [`Semaphore::available`](crate::Semaphore::available) has: the permits that can
+    /// be taken now (0 when the count is negative).
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    pub fn available(&self) -> Result<u32> {
         let (_, count, _) = self.inspect()?;
         Ok(u32::try_from(count.max(0)).unwrap_or(u32::MAX))
     }

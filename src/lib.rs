@@ -214,6 +214,15 @@ pub use permit::{Permit, PermitParts};
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
+// The crates whose types the public API exposes, so that users need not depend on
+// the same versions themselves: `redis` (1.x: `Client::from_pool` takes an
+// `r2d2::Pool<redis::Client>`), `r2d2` (0.8) and `crossbeam_channel` (0.5:
+// `Permit::lost` is a `crossbeam_channel::Receiver`, and `acquire_cancellable` takes
+// one).
+pub use crossbeam_channel;
+pub use r2d2;
+pub use redis;
+
 /// Longer pages: choosing a variant, the timing guarantees of the keepalive, and
 /// which Redis deployment gives which guarantee (URLs, TLS, ACL, Sentinel, Cluster,
 /// failover).

@@ -282,6 +282,7 @@ pub struct Status {
 /// # Ok::<(), redis_semaphore::Error>(())
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
 pub struct SemaphoreBuilder {
     client: Client,
     name: String,
