@@ -256,6 +256,9 @@ impl Grantor for SemInner {
                 Counters::bump(&shared.stats.released);
                 log::debug!("redis-semaphore: {} released {}", self.name, permit.id);
             }
+            Err(Error::PermitLost { .. } | Error::LeaseExpired { .. }) => {
+                Counters::bump(&shared.stats.release_gone);
+            }
             Err(e) => {
                 Counters::bump(&shared.stats.release_failed);
                 if matches!(

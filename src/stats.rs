@@ -20,6 +20,7 @@ pub(crate) struct Counters {
     wait_total_us: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) release_failed: AtomicU64,
+    pub(crate) release_gone: AtomicU64,
     pub(crate) refresh_calls: AtomicU64,
     pub(crate) refresh_failed: AtomicU64,
     pub(crate) lost: AtomicU64,
@@ -59,6 +60,7 @@ impl Counters {
             wait_total: Duration::from_micros(get(&self.wait_total_us)),
             released: get(&self.released),
             release_failed: get(&self.release_failed),
+            release_gone: get(&self.release_gone),
             refresh_calls: get(&self.refresh_calls),
             refresh_failed: get(&self.refresh_failed),
             lost: get(&self.lost),
@@ -89,8 +91,14 @@ pub struct Stats {
     pub wait_total: Duration,
     /// Permits given back without error (by `release` or `Drop`).
     pub released: u64,
-    /// Releases that returned an error (lease expired or lost, Redis error).
+    /// Releases that failed: Redis or pool errors, or a bad reply (the lease then ends
+    /// by itself).
     pub release_failed: u64,
+    /// Releases of permits that were already gone (lost, force-released, or released
+    /// after their lease ended: [`Error::PermitLost`](crate::Error::PermitLost),
+    /// [`Error::LeaseExpired`](crate::Error::LeaseExpired)): an expected outcome, not
+    /// a failure.
+    pub release_gone: u64,
     /// Refresh script calls made by the background thread (one per semaphore per tick).
     pub refresh_calls: u64,
     /// Refresh calls that failed (Redis unreachable, bad reply).

@@ -54,5 +54,7 @@ fn stats_count_acquires_failures_waits_releases_and_refreshes() {
     wait_until(Duration::from_secs(5), "loss noticed", || lost.is_lost());
     assert_eq!(client.stats().lost, 1);
     assert!(lost.release().is_err());
-    assert_eq!(client.stats().release_failed, 1);
+    // a permit already gone is an expected outcome, counted apart from failures
+    assert_eq!(client.stats().release_gone, 1);
+    assert_eq!(client.stats().release_failed, 0);
 }

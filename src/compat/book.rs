@@ -476,7 +476,7 @@ impl Grantor for BookInner {
                 Ok(())
             }
             Ok(false) => {
-                Counters::bump(&self.stats().release_failed);
+                Counters::bump(&self.stats().release_gone);
                 Err(Error::PermitLost {
                     id: permit.id.clone(),
                     reason: permit.gone_reason(),
