@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls "$@"`, then the
+# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls,serde "$@"`, then the
 # doc tests with the same features, then the TLS tests again with `tls-native-tls` instead of
 # rustls, and the URL tests without any TLS feature.
 #
@@ -108,9 +108,9 @@ echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_S
 
 # --- the suite --------------------------------------------------------------------------
 echo "==> unit, integration, example and bench targets"
-run cargo test --all-targets --features cli,tls-rustls "$@"
+run cargo test --all-targets --features cli,tls-rustls,serde "$@"
 echo "==> doc tests"
-run cargo test --doc --features cli,tls-rustls
+run cargo test --doc --features cli,tls-rustls,serde
 echo "==> TLS tests with tls-native-tls"
 run cargo test --features tls-native-tls --test tls
 echo "==> URL tests without any TLS feature (rediss:// must name the feature to enable)"

@@ -161,6 +161,8 @@
 //!   application chose one). Off by default.
 //! - `tls-native-tls`: `rediss://` URLs over the platform's TLS library (OpenSSL on
 //!   Linux). Off by default.
+//! - `serde`: `serde::Serialize` on [`Holder`], [`Status`] and [`Stats`] (for a
+//!   status endpoint or a log line). Off by default.
 //!
 //! # Production Redis
 //!

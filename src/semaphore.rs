@@ -226,6 +226,7 @@ fn read_server_time(conn: &mut dyn redis::ConnectionLike, clock: &Clock) -> Resu
 
 /// One holder of a semaphore, as [`Semaphore::holders`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The permit id.
@@ -251,6 +252,7 @@ pub struct Holder {
 
 /// The state of a semaphore, as [`Semaphore::status`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Status {
     /// The limit in force: the stored one, else the asking handle's.

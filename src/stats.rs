@@ -73,6 +73,7 @@ impl Counters {
 /// A snapshot of a client's counters since it was opened, from
 /// [`Client::stats`](crate::Client::stats). Every count is cumulative.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Stats {
     /// Permit guards granted, by any acquire.
@@ -114,6 +115,16 @@ pub struct Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn stats_serialize() {
+        let c = Counters::default();
+        Counters::bump(&c.acquired);
+        let v = serde_json::to_value(c.snapshot()).unwrap();
+        assert_eq!(v["acquired"], 1);
+        assert_eq!(v["release_gone"], 0);
+    }
 
     #[test]
     fn waits_land_in_their_bucket() {
