@@ -11,7 +11,7 @@ use crate::listener::{Hub, Listener};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
-use crate::scripts::leased;
+use crate::scripts::leased::{self, Kind};
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
@@ -284,12 +284,28 @@ impl Client {
     }
 
     /// The names of the semaphores that have keys in Redis now, found with `SCAN`;
-    /// `pattern` is a glob on the name (`*` for all).
+    /// `pattern` is a glob on the name (`*` for all). On a cluster every primary is
+    /// scanned.
     ///
     /// # Errors
     ///
     /// Redis and pool errors.
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
+        self.list(pattern, Kind::Leased)
+    }
+
+    /// The names of the [`CountingSemaphore`](crate::CountingSemaphore)s that have a
+    /// count in Redis now, as [`list_semaphores`](Self::list_semaphores) finds the
+    /// leased ones.
+    ///
+    /// # Errors
+    ///
+    /// Redis and pool errors.
+    pub fn list_counting_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
+        self.list(pattern, Kind::Counting)
+    }
+
+    fn list(&self, pattern: &str, kind: Kind) -> Result<Vec<String>> {
         let shared = &self.inner.shared;
         let mut conn = shared.pool.get(None)?;
         let mut names = Vec::new();
@@ -306,9 +322,9 @@ impl Client {
             loop {
                 let (next, found) = match (node, conn.cluster()) {
                     (Some(node), Some(cluster)) => {
-                        leased::scan_names_at(cluster, node, cursor, pattern)?
+                        leased::scan_names_at(cluster, node, cursor, pattern, kind)?
                     }
-                    _ => leased::scan_names(&mut conn, cursor, pattern)?,
+                    _ => leased::scan_names(&mut conn, cursor, pattern, kind)?,
                 };
                 names.extend(found);
                 if next == 0 {

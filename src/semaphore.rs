@@ -245,6 +245,9 @@ pub struct Holder {
     pub acquired_at: SystemTime,
     /// How much of its lease is left, by the Redis server's clock.
     pub lease_left: Duration,
+    /// How long it has been held, by the Redis server's clock (no client clock is
+    /// involved, so it is right whatever the reader's clock says).
+    pub held_for: Duration,
     /// The label the holder's semaphore handle carried, if any
     /// ([`SemaphoreBuilder::label`]).
     pub label: Option<String>,
@@ -1482,12 +1485,16 @@ fn parse_holder(id: String, record: &str, deadline: i64, now: i64) -> Result<Hol
             .map(|s| num(s).map(|v| v as u32))
             .collect::<Result<_>>()?
     };
+    let acquired_ms = num(f[3])?;
     Ok(Holder {
         id,
         permits: num(f[0])? as u32,
         token: num(f[1])?,
         slots,
-        acquired_at: UNIX_EPOCH + Duration::from_millis(num(f[3])?),
+        acquired_at: UNIX_EPOCH + Duration::from_millis(acquired_ms),
+        held_for: Duration::from_millis(
+            u64::try_from(now).unwrap_or(0).saturating_sub(acquired_ms),
+        ),
         pid: num(f[4])? as u32,
         host: f[5].to_owned(),
         label: f.get(6).filter(|l| !l.is_empty()).map(|l| (*l).to_owned()),

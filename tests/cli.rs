@@ -307,3 +307,80 @@ fn list_and_status_through_a_cluster_url() {
     assert!(text.contains("held       1"), "{text}");
     drop(held);
 }
+
+#[test]
+fn escape_codes_are_shown_escaped_and_options_go_anywhere() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("labels")
+        .limit(2)
+        .label("job\u{1b}[31mred\tx")
+        .build()
+        .unwrap();
+    let _p = sem.acquire().unwrap();
+    // --url after the subcommand, as well as before it
+    let out = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args(["status", "labels", "--url", &server.url()])
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(!text.contains("red\tx"), "{text:?}");
+    assert!(text.contains("job\\u{1b}[31mred\\tx"), "{text}");
+    // watch into a pipe: no terminal codes
+    let text = stdout(&cli(&server, &["watch", "labels", "--count", "2"]));
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert_eq!(text.matches("semaphore labels").count(), 2, "{text}");
+}
+
+#[test]
+fn list_shows_counting_semaphores_and_a_broken_one_without_failing_the_rest() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let _held = client.semaphore("good", 3).unwrap().acquire().unwrap();
+    let counting = client.counting_semaphore("tokens").unwrap();
+    counting.try_set_permits(4).unwrap();
+    // a counting semaphore whose count another program overwrote with a list
+    let _: () = redis::cmd("RPUSH")
+        .arg("redsem:{broken}:count")
+        .arg("x")
+        .query(&mut server.conn())
+        .unwrap();
+    let out = cli(&server, &["list"]);
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a broken row makes the exit code 1"
+    );
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name} in {text}"))
+            .to_owned()
+    };
+    assert!(row("good").contains("leased"), "{text}");
+    assert!(
+        row("tokens").contains("counting") && row("tokens").contains("=4"),
+        "{text}"
+    );
+    assert!(row("broken").contains("error"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&cli(&server, &["--json", "list"]).stdout).unwrap();
+    let kinds: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"counting") && kinds.contains(&"leased"),
+        "{json}"
+    );
+    // status shows the counting semaphore too
+    let text = stdout(&cli(&server, &["status", "tokens"]));
+    assert!(text.contains("counting semaphore tokens"), "{text}");
+    assert!(text.contains("count      4"), "{text}");
+}

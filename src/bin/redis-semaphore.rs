@@ -9,8 +9,9 @@
 //! redis-semaphore [--url URL] watch NAME
 //! ```
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis_semaphore::{Client, Error, Holder, Semaphore, Status, redact_url};
@@ -28,30 +29,40 @@ struct Cli {
     /// unix:///path/redis.sock, redis+sentinel://h1:26379,h2/SERVICE (a Sentinel
     /// service's primary) or redis+cluster://h1:7000,h2:7001 (Redis Cluster seeds).
     /// Passwords are never printed.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        global = true
+    )]
     url: String,
     /// ACL user name (overrides the URL's).
-    #[arg(long, env = "REDIS_USER")]
+    #[arg(long, env = "REDIS_USER", global = true)]
     user: Option<String>,
     /// Password (overrides the URL's); better given in REDIS_PASSWORD than on the
     /// command line.
-    #[arg(long, env = "REDIS_PASSWORD", hide_env_values = true)]
+    #[arg(long, env = "REDIS_PASSWORD", hide_env_values = true, global = true)]
     password: Option<String>,
     /// ACL user name for the sentinels of a redis+sentinel:// URL (the URL's own
     /// credentials are the data nodes').
-    #[arg(long, env = "REDIS_SENTINEL_USER")]
+    #[arg(long, env = "REDIS_SENTINEL_USER", global = true)]
     sentinel_user: Option<String>,
     /// Password for the sentinels of a redis+sentinel:// URL.
-    #[arg(long, env = "REDIS_SENTINEL_PASSWORD", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true,
+        global = true
+    )]
     sentinel_password: Option<String>,
     /// PEM file of the CA that signed the server's certificate (rediss:// URLs).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     tls_ca: Option<std::path::PathBuf>,
     /// PEM client certificate for mutual TLS (with --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
     tls_cert: Option<std::path::PathBuf>,
     /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
     tls_key: Option<std::path::PathBuf>,
     /// Print JSON instead of text, for scripts.
     #[arg(long, global = true)]
@@ -146,8 +157,25 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let sem = open(name)?;
             let (status, holders) = snapshot(&sem).map_err(reach)?;
             if !status.exists {
+                let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
+                if let Some(count) = counting.balance().map_err(reach)? {
+                    let queued = counting.queue_len().map_err(reach)?;
+                    if cli.json {
+                        println!(
+                            "{}",
+                            json!({"name": name, "kind": "counting", "count": count, "queued": queued})
+                        );
+                    } else {
+                        println!(
+                            "counting semaphore {}\n  count      {count}\n  queued     {queued}",
+                            clean(name)
+                        );
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
                 return Err(format!(
-                    "no semaphore {name:?} at {url} (it has no keys in Redis)"
+                    "no semaphore {:?} at {url} (it has no keys in Redis)",
+                    clean(name)
                 ));
             }
             if cli.json {
@@ -157,35 +185,78 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
         }
         Command::List { pattern } => {
-            let names = client.list_semaphores(pattern).map_err(reach)?;
-            let mut rows = Vec::new();
-            for name in &names {
-                let status = open(name)?.status().map_err(reach)?;
-                rows.push((name, status));
+            let leased = client.list_semaphores(pattern).map_err(reach)?;
+            let counting = client.list_counting_semaphores(pattern).map_err(reach)?;
+            // one row per semaphore; a semaphore that cannot be read is a row with its
+            // error, and the others are still shown
+            let mut rows: Vec<Row> = Vec::new();
+            for name in &leased {
+                rows.push(Row {
+                    name: name.clone(),
+                    kind: "leased",
+                    read: open(name)?
+                        .status()
+                        .map(|s| (s.held as i64, limit_of(&s).map(i64::from), s.queued))
+                        .map_err(|e| e.to_string()),
+                });
             }
+            for name in &counting {
+                let read = client
+                    .counting_semaphore(name)
+                    .and_then(|c| Ok((c.balance()?.unwrap_or(0), c.queue_len()?)))
+                    .map(|(count, queued)| (count, None, queued))
+                    .map_err(|e| e.to_string());
+                rows.push(Row {
+                    name: name.clone(),
+                    kind: "counting",
+                    read,
+                });
+            }
+            rows.sort_by(|a, b| a.name.cmp(&b.name).then(a.kind.cmp(b.kind)));
+            let failed = rows.iter().any(|r| r.read.is_err());
             if cli.json {
                 let list: Vec<Value> = rows
                     .iter()
-                    .map(|(name, s)| {
-                        json!({"name": name, "limit": limit_of(s), "held": s.held, "queued": s.queued})
+                    .map(|r| match &r.read {
+                        Ok((held, limit, queued)) if r.kind == "leased" => json!({
+                            "name": r.name, "kind": r.kind, "limit": limit, "held": held,
+                            "queued": queued,
+                        }),
+                        Ok((count, _, queued)) => json!({
+                            "name": r.name, "kind": r.kind, "count": count, "queued": queued,
+                        }),
+                        Err(e) => json!({"name": r.name, "kind": r.kind, "error": e}),
                     })
                     .collect();
                 println!("{}", Value::Array(list));
             } else if rows.is_empty() {
-                println!("no semaphores match {pattern:?}");
+                println!("no semaphores match {:?}", clean(pattern));
             } else {
                 println!(
-                    "{:<40} {:>6} {:>6} {:>6}",
-                    "NAME", "HELD", "LIMIT", "QUEUED"
+                    "{:<40} {:<8} {:>6} {:>6} {:>6}",
+                    "NAME", "KIND", "HELD", "LIMIT", "QUEUED"
                 );
-                for (name, s) in &rows {
-                    println!(
-                        "{name:<40} {:>6} {:>6} {:>6}",
-                        s.held,
-                        show(limit_of(s)),
-                        s.queued
-                    );
+                for r in &rows {
+                    let name = clean(&r.name);
+                    match &r.read {
+                        Ok((held, limit, queued)) if r.kind == "leased" => println!(
+                            "{name:<40} {:<8} {held:>6} {:>6} {queued:>6}",
+                            r.kind,
+                            limit.map_or_else(|| "?".into(), |l| l.to_string()),
+                        ),
+                        // a counting semaphore: its count, no limit
+                        Ok((count, _, queued)) => println!(
+                            "{name:<40} {:<8} {:>6} {:>6} {queued:>6}",
+                            r.kind,
+                            format!("={count}"),
+                            "-",
+                        ),
+                        Err(e) => println!("{name:<40} {:<8} error: {}", r.kind, clean(e)),
+                    }
                 }
+            }
+            if failed {
+                return Ok(ExitCode::from(1));
             }
         }
         Command::SetLimit { name, limit } => {
@@ -218,10 +289,14 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 let (status, holders) = snapshot(&sem).map_err(reach)?;
                 if cli.json {
                     println!("{}", status_json(name, &status, &holders));
-                } else {
+                } else if std::io::stdout().is_terminal() {
                     // clear the screen, cursor home
                     print!("\x1b[2J\x1b[H{}", status_text(name, &status, &holders));
                     println!("\n(refreshing every second; Ctrl-C to quit)");
+                } else {
+                    // a pipe or a file: no terminal codes, one report after another
+                    print!("{}", status_text(name, &status, &holders));
+                    println!();
                 }
                 shown += 1;
                 if count.is_some_and(|c| shown >= c) {
@@ -249,10 +324,31 @@ fn show(v: Option<u32>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
 }
 
+/// How long the holder has held its permit, by the server's clock.
 fn age(h: &Holder) -> Duration {
-    SystemTime::now()
-        .duration_since(h.acquired_at)
-        .unwrap_or_default()
+    h.held_for
+}
+
+/// One row of `list`: a semaphore and what was read of it (held or count, limit,
+/// queued) or why it could not be read.
+struct Row {
+    name: String,
+    kind: &'static str,
+    read: Result<(i64, Option<i64>, u32), String>,
+}
+
+/// `s` safe to print on a terminal: control characters (escape sequences, tabs, line
+/// breaks) are shown escaped, never sent as they are.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
@@ -264,7 +360,8 @@ fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
     };
     let available = limit.map(|l| l.saturating_sub(s.held));
     let mut out = format!(
-        "semaphore {name}\n  limit      {} ({source})\n  held       {}\n  available  {}\n  queued     {}\n",
+        "semaphore {}\n  limit      {} ({source})\n  held       {}\n  available  {}\n  queued     {}\n",
+        clean(name),
         show(limit),
         s.held,
         show(available),
@@ -288,8 +385,8 @@ fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
             slots.join(","),
             age(h).as_secs_f64(),
             h.lease_left.as_secs_f64(),
-            format!("{}/{}", h.host, h.pid),
-            h.label.as_deref().unwrap_or("-"),
+            format!("{}/{}", clean(&h.host), h.pid),
+            clean(h.label.as_deref().unwrap_or("-")),
         ));
     }
     out

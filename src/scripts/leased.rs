@@ -488,28 +488,47 @@ pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike) -> Result<i64> {
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// Which semaphores a scan looks for, by the key every one of them has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The leased semaphore: its info key `redsem:{NAME}:i`.
+    Leased,
+    /// The counting semaphore: its count key `redsem:{NAME}:count`.
+    Counting,
+}
+
+impl Kind {
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Leased => "i",
+            Kind::Counting => "count",
+        }
+    }
+}
+
 /// The `SCAN` step of [`scan_names`]; the names are taken from the keys found.
-fn scan_cmd(cursor: u64, pattern: &str) -> redis::Cmd {
+fn scan_cmd(cursor: u64, pattern: &str, kind: Kind) -> redis::Cmd {
     let mut cmd = redis::cmd("SCAN");
     cmd.arg(cursor)
         .arg("MATCH")
-        .arg(format!("redsem:{{{pattern}}}:i"))
+        .arg(format!("redsem:{{{pattern}}}:{}", kind.suffix()))
         .arg("COUNT")
         .arg(1000);
     cmd
 }
 
-/// One `SCAN` step over the semaphores' info keys whose name matches the glob
-/// `pattern`: the next cursor (0 at the end) and the names found in this step.
+/// One `SCAN` step over the keys that semaphores of `kind` whose name matches the glob
+/// `pattern` have: the next cursor (0 at the end) and the names found in this step.
 pub(crate) fn scan_names(
     conn: &mut dyn ConnectionLike,
     cursor: u64,
     pattern: &str,
+    kind: Kind,
 ) -> Result<(u64, Vec<String>)> {
-    let (next, keys): (u64, Vec<String>) = scan_cmd(cursor, pattern)
+    let (next, keys): (u64, Vec<String>) = scan_cmd(cursor, pattern, kind)
         .query(conn)
         .map_err(Error::Redis)?;
-    Ok((next, names_of(keys)))
+    Ok((next, names_of(keys, kind)))
 }
 
 /// [`scan_names`] on one node of a cluster (`SCAN` is not routed by key: each primary
@@ -519,17 +538,18 @@ pub(crate) fn scan_names_at(
     node: &(String, u16),
     cursor: u64,
     pattern: &str,
+    kind: Kind,
 ) -> Result<(u64, Vec<String>)> {
     let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
         host: node.0.clone(),
         port: node.1,
     });
     let reply = conn
-        .route_command(&scan_cmd(cursor, pattern), routing)
+        .route_command(&scan_cmd(cursor, pattern, kind), routing)
         .map_err(Error::Redis)?;
     let (next, keys): (u64, Vec<String>) =
         redis::from_redis_value(reply).map_err(|e| Error::reply("scan", e.to_string()))?;
-    Ok((next, names_of(keys)))
+    Ok((next, names_of(keys, kind)))
 }
 
 /// The primaries of a cluster (`CLUSTER SLOTS`: the first node of each slot range).
@@ -585,10 +605,11 @@ pub(crate) fn wait_replicas_at(
     u32::try_from(acked).map_err(|_| Error::reply("wait", format!("{acked} replicas")))
 }
 
-/// The semaphore names of info keys.
-fn names_of(keys: Vec<String>) -> Vec<String> {
+/// The semaphore names of the keys a scan for `kind` found.
+fn names_of(keys: Vec<String>, kind: Kind) -> Vec<String> {
+    let tail = format!("}}:{}", kind.suffix());
     keys.iter()
-        .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix("}:i"))
+        .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix(tail.as_str()))
         .map(str::to_owned)
         .collect()
 }
