@@ -91,17 +91,29 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # --- Python packages for the cross-language tests (only when they exist) ----------------
+# They go into a virtual environment under target/, never into the system's Python; the
+# tests run the peers with $PYTHON.
 if [ -f "$python_reqs" ]; then
-    echo "==> installing Python packages from $python_reqs"
-    export PIP_ROOT_USER_ACTION=ignore
-    if ! run python3 -m pip install --quiet --disable-pip-version-check redis -r "$python_reqs"; then
-        # Debian's system Python refuses pip installs (PEP 668) unless told otherwise.
-        run python3 -m pip install --quiet --disable-pip-version-check \
-            --break-system-packages redis -r "$python_reqs" || {
-            echo "error: could not install the Python packages in $python_reqs" >&2
-            exit 1
-        }
+    venv=target/pyvenv
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "==> creating a Python virtual environment in $venv"
+        if ! python3 -m venv "$venv"; then
+            if is_root; then
+                apt_install python3-venv
+                run python3 -m venv "$venv"
+            else
+                echo "error: python3 -m venv failed: install python3-venv" >&2
+                exit 1
+            fi
+        fi
     fi
+    echo "==> installing Python packages from $python_reqs into $venv"
+    run "$venv/bin/python" -m pip install --quiet --disable-pip-version-check redis -r "$python_reqs" || {
+        echo "error: could not install the Python packages in $python_reqs" >&2
+        exit 1
+    }
+    PYTHON="$(pwd)/$venv/bin/python"
+    export PYTHON
 fi
 
 echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_SERVER_BIN:-redis-server}" --version | head -n1)), $(command -v faketime), $(cargo --version)"
