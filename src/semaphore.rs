@@ -335,8 +335,9 @@ impl SemaphoreBuilder {
     }
 
     /// How long a permit stays valid without renewal; a holder that crashes gives its
-    /// permits back at most this long after its last renewal. At least 1 ms, whole
-    /// milliseconds. Defaults to 10 s.
+    /// permits back at most this long after its last renewal. At least 100 ms with
+    /// automatic refresh (the default), at least 1 ms without; whole milliseconds.
+    /// Defaults to 10 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -412,8 +413,9 @@ impl SemaphoreBuilder {
     ///
     /// [`Error::InvalidArgument`] for an empty name, a name containing `{` or `}`
     /// (the library puts the name in a hash tag), a missing or zero limit, a lease
-    /// under 1 ms, a refresh interval that is zero or not shorter than the lease, or
-    /// a [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
+    /// under 1 ms (100 ms with automatic refresh), a refresh interval that is zero or
+    /// not shorter than the lease, a
+    /// [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
     /// shorter than the client's operation timeout, or a `max_hold` under 1 ms.
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
@@ -436,6 +438,14 @@ impl SemaphoreBuilder {
         }
         if self.lease > Duration::from_secs(365 * 24 * 3600) {
             return invalid("lease must be at most a year");
+        }
+        if self.auto_refresh && self.lease < MIN_RENEWED_LEASE {
+            return invalid(&format!(
+                "a lease of {:?} cannot be renewed in time (each renewal is a round trip): \
+                 use at least {MIN_RENEWED_LEASE:?}, or auto_refresh(false) for a lease \
+                 that is never renewed",
+                self.lease
+            ));
         }
         let refresh_every = self.refresh_every.unwrap_or(self.lease / 3);
         if refresh_every.is_zero() || refresh_every >= self.lease {
@@ -1387,6 +1397,10 @@ impl std::fmt::Debug for Semaphore {
             .finish()
     }
 }
+
+/// The shortest lease the background thread renews: a renewal is a round trip, sent a
+/// third of the lease before its end, so a shorter lease would run out between two.
+pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 
 /// How long a blocked acquire waits through an outage (failed looks one after the
 /// other) before it returns the error: a Sentinel or Cluster failover takes a few

@@ -285,6 +285,23 @@ fn bad_input_is_an_error_before_any_network_call() {
             .refresh_interval(Duration::from_secs(1))
             .build()
     ));
+    // too short to be renewed by the keepalive; fine when nothing renews it
+    assert!(invalid(
+        client
+            .semaphore_builder("jobs")
+            .limit(1)
+            .lease(Duration::from_millis(1))
+            .build()
+    ));
+    assert!(
+        client
+            .semaphore_builder("jobs")
+            .limit(1)
+            .lease(Duration::from_millis(1))
+            .auto_refresh(false)
+            .build()
+            .is_ok()
+    );
     let sem = client.semaphore("jobs", 5).unwrap();
     let invalid_permit =
         |r: Result<Option<Permit>, Error>| matches!(r, Err(Error::InvalidArgument(_)));
