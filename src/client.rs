@@ -385,6 +385,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     operation_timeout: Duration,
     checkout_timeout: Duration,
+    connect_at_build: bool,
     creds: Credentials,
     tls: TlsFiles,
     sentinel_username: Option<String>,
@@ -398,6 +399,7 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(2),
             operation_timeout: Duration::from_secs(2),
             checkout_timeout: Duration::from_secs(5),
+            connect_at_build: false,
             creds: Credentials::default(),
             tls: TlsFiles::default(),
             sentinel_username: None,
@@ -413,6 +415,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("operation_timeout", &self.operation_timeout)
             .field("checkout_timeout", &self.checkout_timeout)
+            .field("connect_at_build", &self.connect_at_build)
             .field("credentials", &self.creds)
             .field("tls", &self.tls)
             .finish()
@@ -444,6 +447,15 @@ impl ClientBuilder {
     /// Defaults to 5 s.
     pub fn checkout_timeout(mut self, d: Duration) -> Self {
         self.checkout_timeout = d;
+        self
+    }
+
+    /// Whether [`build`](Self::build) connects at once and checks the connection and
+    /// the credentials ([`Client::ping`]), so that a wrong address or password fails
+    /// the build instead of the first operation. Defaults to `false` (no connection is
+    /// made until it is needed).
+    pub fn connect_at_build(mut self, yes: bool) -> Self {
+        self.connect_at_build = yes;
         self
     }
 
@@ -634,12 +646,16 @@ impl ClientBuilder {
             .connection_timeout(self.checkout_timeout)
             .error_handler(Box::new(QuietErrors))
             .build_unchecked(manager.clone());
-        ClientInner::start(
+        let client = ClientInner::start(
             Pool::Own(pool, manager),
             self.operation_timeout,
             Some(connector),
             self.connect_timeout,
-        )
+        )?;
+        if self.connect_at_build {
+            client.ping()?;
+        }
+        Ok(client)
     }
 }
 

@@ -855,3 +855,32 @@ fn a_refused_connection_fails_a_call_at_once_with_the_address() {
     assert!(e.is_retryable() && !e.is_timeout(), "{e:?}");
     eprintln!("a refused connection failed try_acquire after {took:?}");
 }
+
+#[test]
+fn connect_at_build_checks_the_server_when_the_client_is_built() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    // lazily: the build succeeds, the first operation fails
+    assert!(Client::builder().build(&url).is_ok());
+    match Client::builder().connect_at_build(true).build(&url) {
+        Err(Error::Connect { addr, .. }) => assert_eq!(addr, format!("127.0.0.1:{port}")),
+        other => panic!("expected Error::Connect, got {other:?}"),
+    }
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .connect_at_build(true)
+        .build(&server.url())
+        .unwrap();
+    assert!(
+        client
+            .semaphore("eager", 1)
+            .unwrap()
+            .try_acquire()
+            .unwrap()
+            .is_some()
+    );
+}
