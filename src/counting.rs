@@ -403,7 +403,11 @@ impl CountingSemaphore {
                 detail: detail.trim().to_owned(),
             }
         } else {
-            Error::redis(&self.inner.name, e)
+            Error::redis(
+                &self.inner.name,
+                e,
+                self.inner.client.inner.shared.op_timeout,
+            )
         }
     }
 

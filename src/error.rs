@@ -110,6 +110,24 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// A command got no reply within the time allowed (the client's operation timeout,
+    /// or what was left of the call's deadline). The command may still have run on
+    /// the server: an acquire that timed out gives back whatever it may have been
+    /// granted, a release is safe to repeat.
+    #[error(
+        "{operation} on semaphore {name:?} got no reply from redis within {allowed:?}: {source}"
+    )]
+    Timeout {
+        /// The semaphore's name.
+        name: String,
+        /// What timed out: `acquire`, `release`, `refresh`, or `a call`.
+        operation: &'static str,
+        /// The time it was allowed (the operation timeout).
+        allowed: std::time::Duration,
+        /// The error `redis` gave.
+        source: redis::RedisError,
+    },
+
     /// A script answered something the protocol does not allow.
     #[error("unexpected reply from the {script} script: {detail}")]
     UnexpectedReply {
@@ -139,15 +157,41 @@ pub enum Error {
 }
 
 impl Error {
-    /// Sorts an error from `redis` for semaphore `name`.
-    pub(crate) fn redis(name: &str, e: redis::RedisError) -> Error {
+    /// Sorts an error from `redis` for semaphore `name`, whose calls are allowed
+    /// `allowed` each: a wrong key type, a timeout, or any other Redis error.
+    pub(crate) fn redis(name: &str, e: redis::RedisError, allowed: std::time::Duration) -> Error {
         if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
             Error::WrongType {
                 name: name.to_owned(),
                 source: e,
             }
+        } else if e.is_timeout() {
+            Error::Timeout {
+                name: name.to_owned(),
+                operation: "a call",
+                allowed,
+                source: e,
+            }
         } else {
             Error::Redis(e)
+        }
+    }
+
+    /// Names the operation a [`Error::Timeout`] happened in; other errors pass.
+    pub(crate) fn during(self, op: &'static str) -> Error {
+        match self {
+            Error::Timeout {
+                name,
+                allowed,
+                source,
+                ..
+            } => Error::Timeout {
+                name,
+                operation: op,
+                allowed,
+                source,
+            },
+            other => other,
         }
     }
 
@@ -182,7 +226,7 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::Redis(e) => e.is_timeout(),
-            Error::Pool(_) => true,
+            Error::Timeout { .. } | Error::Pool(_) => true,
             _ => false,
         }
     }
@@ -206,7 +250,7 @@ impl Error {
                     )
             }
             Error::Connect { message, .. } => !message.starts_with(TLS_HANDSHAKE_FAILED),
-            Error::Pool(_) => true,
+            Error::Timeout { .. } | Error::Pool(_) => true,
             _ => false,
         }
     }
@@ -215,6 +259,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn messages_are_lowercase_phrases() {
@@ -244,13 +289,28 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_name_the_operation_and_the_time_allowed() {
+        let io = std::io::Error::new(std::io::ErrorKind::WouldBlock, "os error 11");
+        let e = Error::redis(
+            "jobs",
+            redis::RedisError::from(io),
+            Duration::from_millis(250),
+        )
+        .during("release");
+        assert!(e.is_timeout() && e.is_retryable());
+        let text = e.to_string();
+        assert!(text.starts_with("release on semaphore \"jobs\""), "{text}");
+        assert!(text.contains("250ms"), "{text}");
+    }
+
+    #[test]
     fn wrongtype_is_recognised() {
         let e = redis::RedisError::from((
             redis::ErrorKind::Extension,
             "WRONGTYPE",
             "Operation against a key holding the wrong kind of value".to_string(),
         ));
-        assert!(matches!(Error::redis("s", e), Error::WrongType { .. }));
+        assert!(matches!(Error::redis("s", e, Duration::from_secs(1)), Error::WrongType { .. }));
     }
 }
 

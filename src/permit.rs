@@ -225,7 +225,8 @@ impl Grantor for SemInner {
             self.lease,
             &[&permit.id],
             shared.op_timeout,
-        )?;
+        )
+        .map_err(|e| self.sorted(e).during("refresh"))?;
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
@@ -250,7 +251,7 @@ impl Grantor for SemInner {
 
     fn release(&self, permit: &PermitState) -> Result<()> {
         let shared = &self.client.inner.shared;
-        let result = self.give_back(permit);
+        let result = self.give_back(permit).map_err(|e| e.during("release"));
         match &result {
             Ok(()) => {
                 Counters::bump(&shared.stats.released);

@@ -89,7 +89,7 @@ pub(crate) type SemCombiner = Combiner<HotReply>;
 
 impl SemInner {
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
-        Error::redis(&self.name, e)
+        Error::redis(&self.name, e, self.client.inner.shared.op_timeout)
     }
 
     /// Sorts a failed call's error (a Redis error gets the semaphore's name and its
@@ -1152,7 +1152,7 @@ impl Semaphore {
                             // passed, so the clean-up cannot overtake the call.
                             self.clean_up_after(id, give_up);
                         }
-                        sem.error(e)
+                        sem.error(e).during("acquire")
                     }
                     other => other,
                 });
@@ -1411,7 +1411,7 @@ const RIDE_THROUGH: Duration = Duration::from_secs(30);
 /// waiter may look again later.
 fn is_outage(e: &Error) -> bool {
     match e {
-        Error::Pool(_) => true,
+        Error::Pool(_) | Error::Timeout { .. } => true,
         Error::Connect { .. } => e.is_retryable(),
         Error::Redis(e) => {
             e.is_io_error()

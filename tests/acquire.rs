@@ -884,3 +884,28 @@ fn connect_at_build_checks_the_server_when_the_client_is_built() {
             .is_some()
     );
 }
+
+#[test]
+fn a_timed_out_release_names_the_operation_and_the_time_allowed() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(200))
+        .build(&server.url())
+        .unwrap();
+    let sem = client.semaphore("paused", 1).unwrap();
+    let p = sem.acquire().unwrap();
+    // every client's commands wait for 1 s: the release gets no reply in time
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_000)
+        .query(&mut server.conn())
+        .unwrap();
+    let e = p.release().unwrap_err();
+    let text = e.to_string();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        text.starts_with("release on semaphore \"paused\""),
+        "{text}"
+    );
+    assert!(text.contains("200ms"), "{text}");
+}

@@ -323,7 +323,7 @@ impl BookInner {
     }
 
     fn err(&self, e: redis::RedisError) -> Error {
-        Error::redis(&self.name, e)
+        Error::redis(&self.name, e, self.client.inner.shared.op_timeout)
     }
 
     fn stats(&self) -> &Counters {
