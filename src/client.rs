@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::combine::Combiner;
-use crate::connect::{Credentials, Target, TlsFiles, endpoint, redact};
+use crate::connect::{Credentials, NodeTls, Target, TlsFiles, endpoint, redact};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, per_attempt};
@@ -506,11 +506,8 @@ impl ClientBuilder {
                 let ep = endpoint(url, info, &self.creds, &self.tls)?;
                 self.build_with(Connector::Single(Box::new(ep)))
             }
-            Target::Sentinel { tls: true, .. } => Err(Error::InvalidArgument(format!(
-                "{}: TLS with Sentinel is not supported yet",
-                redact(url)
-            ))),
-            Target::Sentinel { .. } => {
+            Target::Sentinel { tls, .. } => {
+                let node_tls = self.node_tls(url, tls, "rediss+sentinel://")?;
                 let mut parsed = topology::parse_sentinel_url(url).map_err(|e| {
                     Error::InvalidArgument(format!("bad sentinel URL {}: {e}", redact(url)))
                 })?;
@@ -525,6 +522,7 @@ impl ClientBuilder {
                     parsed,
                     self.sentinel_username.clone(),
                     self.sentinel_password.clone(),
+                    node_tls,
                 );
                 self.build_with(Connector::Sentinel(Arc::new(target)))
             }
@@ -533,6 +531,22 @@ impl ClientBuilder {
                 self.build_with(Connector::Cluster(Arc::new(source)))
             }
         }
+    }
+
+    /// TLS toward the nodes of a Sentinel or Cluster URL (`tls`), with the builder's
+    /// certificate files; files set for a URL without TLS are refused (`scheme` is the
+    /// TLS form to suggest).
+    fn node_tls(&self, url: &str, tls: bool, scheme: &str) -> Result<Option<NodeTls>> {
+        if tls {
+            return NodeTls::new(url, &self.tls).map(Some);
+        }
+        if !self.tls.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "TLS certificate files are set, but {} is not a TLS URL (use {scheme})",
+                redact(url)
+            )));
+        }
+        Ok(None)
     }
 
     /// The cluster client of a `redis+cluster://` URL: the builder's credentials
@@ -547,21 +561,19 @@ impl ClientBuilder {
     ) -> Result<ClusterSource> {
         let username = self.creds.username.clone().or(auth.username);
         let password = self.creds.password.clone().or(auth.password);
-        let scheme = if tls { "rediss" } else { "redis" };
         let bad = |e: redis::RedisError| {
             Error::InvalidArgument(format!("bad cluster URL {}: {e}", redact(url)))
         };
+        let node_tls = self.node_tls(url, tls, "rediss+cluster://")?;
         let mut infos = Vec::with_capacity(nodes.len());
         for (host, port) in &nodes {
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host.clone()
+            // the seeds carry the certificates too: the wake-up listener's plain
+            // connections go to them (ClusterSource::plain)
+            let addr = match &node_tls {
+                Some(t) => t.addr(host, *port),
+                None => redis::ConnectionAddr::Tcp(host.clone(), *port),
             };
-            let info = format!("{scheme}://{host}:{port}/")
-                .as_str()
-                .into_connection_info()
-                .map_err(bad)?;
+            let info = addr.into_connection_info().map_err(bad)?;
             let mut settings = info.redis_settings().clone();
             if let Some(u) = &username {
                 settings = settings.set_username(u);
@@ -574,17 +586,12 @@ impl ClientBuilder {
                     .set_tcp_settings(TcpSettings::default().set_nodelay(true)),
             );
         }
-        if !self.tls.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: TLS certificate files are not supported with Redis Cluster yet (the \
-                 system's trust store is used for rediss+cluster://)",
-                redact(url)
-            )));
+        #[allow(unused_mut)] // mutated with the TLS features only
+        let mut builder = redis::cluster::ClusterClient::builder(infos.clone());
+        if tls && !self.tls.is_empty() {
+            builder = cluster_certs(url, builder, &self.tls)?;
         }
-        if tls {
-            crate::connect::install_crypto_provider();
-        }
-        let client = redis::cluster::ClusterClient::builder(infos.clone())
+        let client = builder
             .retries(CLUSTER_ATTEMPTS - 1)
             .min_retry_wait(5)
             .max_retry_wait(50)
@@ -623,6 +630,34 @@ impl ClientBuilder {
             self.connect_timeout,
         )
     }
+}
+
+/// The builder's certificates for every node of a cluster (the seeds and the nodes
+/// the cluster names): redis-rs's cluster client takes them with rustls only.
+#[cfg(feature = "tls-rustls")]
+fn cluster_certs(
+    _url: &str,
+    builder: redis::cluster::ClusterClientBuilder,
+    files: &TlsFiles,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Ok(builder
+        .tls(redis::TlsMode::Secure)
+        .certs(crate::connect::certificates(files)?))
+}
+
+/// Without rustls, redis-rs's cluster client cannot take certificates: a clear error.
+#[cfg(not(feature = "tls-rustls"))]
+fn cluster_certs(
+    url: &str,
+    _builder: redis::cluster::ClusterClientBuilder,
+    _files: &TlsFiles,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Err(Error::InvalidArgument(format!(
+        "{}: TLS certificate files with Redis Cluster need the crate feature `tls-rustls` \
+         (redis-rs's cluster client takes certificates only with rustls; with \
+         `tls-native-tls` alone, rediss+cluster:// uses the system's trust store)",
+        redact(url)
+    )))
 }
 
 /// The host name recorded with each grant, without the record separator.
