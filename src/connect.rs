@@ -636,7 +636,7 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
     {
         format!(
             "the server closed the connection during the handshake (is this a TLS port? \
-             use rediss:// for a server with TLS): {text}"
+             use rediss://, rediss+sentinel:// or rediss+cluster:// for TLS): {text}"
         )
     } else {
         text
