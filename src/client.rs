@@ -168,17 +168,20 @@ impl Client {
     ///   feature `tls-rustls` or `tls-native-tls`; certificate files are set with
     ///   [`ClientBuilder::tls_ca_file`] and [`ClientBuilder::tls_client_cert`]);
     /// - `unix:///path/to/redis.sock[?db=N&user=U&pass=P]`: one server on a Unix socket;
-    /// - `redis+sentinel://[user:password@]h1[:26379],h2[:26379]/SERVICE[/db]` and
-    ///   `rediss+sentinel://`: a Sentinel-managed primary;
-    /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]` and `rediss+cluster://`:
-    ///   Redis Cluster seed nodes.
+    /// - `redis+sentinel://[user:password@]h1[:26379],h2[:26379]/SERVICE[/db]`: a
+    ///   Sentinel-managed primary (the URL's credentials are the data nodes'; the
+    ///   sentinels' are set with [`ClientBuilder::sentinel_username`] and
+    ///   [`ClientBuilder::sentinel_password`]); `rediss+sentinel://` speaks TLS to the
+    ///   sentinels and to the data nodes, with the same certificate files for both;
+    /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]`: Redis Cluster seed
+    ///   nodes; `rediss+cluster://` speaks TLS to every node, with the certificate
+    ///   files (which need the `tls-rustls` feature with a cluster).
     ///
     /// A Sentinel client follows a failover: its connections go to the service's
     /// current primary. A Cluster client routes each semaphore's scripts to the
     /// primary of its slot (all keys of a semaphore share the hash tag `{name}`) and
     /// follows a failover of a shard. [`guide::deployment`](crate::guide::deployment)
-    /// says which guarantees each topology gives. `rediss+sentinel://` is parsed but not
-    /// served yet ([`Error::InvalidArgument`]). User names and passwords are
+    /// says which guarantees each topology gives. User names and passwords are
     /// percent-decoded; no message or `Debug` output of this crate shows a password.
     ///
     /// ```no_run
@@ -191,8 +194,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the URL cannot be parsed, for a TLS URL without a
-    /// TLS feature, and for a topology not supported yet.
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed and for a TLS URL without
+    /// a TLS feature.
     pub fn open(url: &str) -> Result<Client> {
         Client::builder().build(url)
     }
@@ -444,7 +447,9 @@ impl ClientBuilder {
     }
 
     /// A PEM file of the certificate authorities that signed the server's certificate,
-    /// for `rediss://` URLs (instead of the system's trust store). Read by
+    /// for `rediss://` URLs (instead of the system's trust store); with
+    /// `rediss+sentinel://` it must trust the sentinels' and the data nodes'
+    /// certificates, with `rediss+cluster://` every node's. Read by
     /// [`build`](Self::build). Needs the crate feature `tls-rustls` or `tls-native-tls`.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls.ca = Some(path.into());
@@ -478,14 +483,19 @@ impl ClientBuilder {
     ///
     /// A `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` URL names a
     /// Sentinel service: connections go to its current primary, and the client
-    /// follows a failover (see the crate's deployment notes).
+    /// follows a failover (see the crate's deployment notes). With
+    /// `rediss+sentinel://` the sentinels and the data nodes are reached over TLS with
+    /// the files of [`tls_ca_file`](Self::tls_ca_file) and
+    /// [`tls_client_cert`](Self::tls_client_cert); with `rediss+cluster://` every
+    /// cluster node is, the wake-up listener's connection included.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for zero sizes or durations, a URL that cannot be
     /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
-    /// parsed (naming the file) or set for a URL without TLS or with a Cluster URL,
-    /// and for `rediss+sentinel://`, which is not supported yet.
+    /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
+    /// `rediss+cluster://` URL in a build without the `tls-rustls` feature (redis-rs's
+    /// cluster client takes certificates only with rustls).
     pub fn build(self, url: &str) -> Result<Client> {
         if self.max_connections == 0 {
             return Err(Error::InvalidArgument(
