@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls,serde "$@"`, then the
-# doc tests with the same features, then the TLS tests again with `tls-native-tls` instead of
-# rustls, and the URL tests without any TLS feature.
+# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls,serde "$@"`,
+# then the doc tests with the same features, then the TLS tests (tests/tls.rs,
+# tests/tls_topologies.rs) again with `tls-native-tls` instead of rustls, and the URL
+# tests without any TLS feature.
 #
 # The tests start their own redis-server processes (from PATH, or $REDIS_SERVER_BIN) on free
 # loopback ports and never touch a server they did not start. This script first makes sure
@@ -124,7 +125,7 @@ run cargo test --all-targets --features cli,tls-rustls,serde "$@"
 echo "==> doc tests"
 run cargo test --doc --features cli,tls-rustls,serde
 echo "==> TLS tests with tls-native-tls"
-run cargo test --features tls-native-tls --test tls
+run cargo test --features tls-native-tls --test tls --test tls_topologies
 echo "==> URL tests without any TLS feature (rediss:// must name the feature to enable)"
 run cargo test --test urls
 echo "==> all tests passed"

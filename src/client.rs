@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::combine::Combiner;
-use crate::connect::{Credentials, Target, TlsFiles, endpoint, redact};
+use crate::connect::{Credentials, NodeTls, Target, TlsFiles, endpoint, redact};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
@@ -168,17 +168,20 @@ impl Client {
     ///   feature `tls-rustls` or `tls-native-tls`; certificate files are set with
     ///   [`ClientBuilder::tls_ca_file`] and [`ClientBuilder::tls_client_cert`]);
     /// - `unix:///path/to/redis.sock[?db=N&user=U&pass=P]`: one server on a Unix socket;
-    /// - `redis+sentinel://[user:password@]h1[:26379],h2[:26379]/SERVICE[/db]` and
-    ///   `rediss+sentinel://`: a Sentinel-managed primary;
-    /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]` and `rediss+cluster://`:
-    ///   Redis Cluster seed nodes.
+    /// - `redis+sentinel://[user:password@]h1[:26379],h2[:26379]/SERVICE[/db]`: a
+    ///   Sentinel-managed primary (the URL's credentials are the data nodes'; the
+    ///   sentinels' are set with [`ClientBuilder::sentinel_username`] and
+    ///   [`ClientBuilder::sentinel_password`]); `rediss+sentinel://` speaks TLS to the
+    ///   sentinels and to the data nodes, with the same certificate files for both;
+    /// - `redis+cluster://[user:password@]h1[:6379],h2[:6379]`: Redis Cluster seed
+    ///   nodes; `rediss+cluster://` speaks TLS to every node, with the certificate
+    ///   files (which need the `tls-rustls` feature with a cluster).
     ///
     /// A Sentinel client follows a failover: its connections go to the service's
     /// current primary. A Cluster client routes each semaphore's scripts to the
     /// primary of its slot (all keys of a semaphore share the hash tag `{name}`) and
     /// follows a failover of a shard. [`guide::deployment`](crate::guide::deployment)
-    /// says which guarantees each topology gives. `rediss+sentinel://` is parsed but not
-    /// served yet ([`Error::InvalidArgument`]). User names and passwords are
+    /// says which guarantees each topology gives. User names and passwords are
     /// percent-decoded; no message or `Debug` output of this crate shows a password.
     ///
     /// ```no_run
@@ -191,8 +194,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the URL cannot be parsed, for a TLS URL without a
-    /// TLS feature, and for a topology not supported yet.
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed and for a TLS URL without
+    /// a TLS feature.
     pub fn open(url: &str) -> Result<Client> {
         Client::builder().build(url)
     }
@@ -473,7 +476,9 @@ impl ClientBuilder {
     }
 
     /// A PEM file of the certificate authorities that signed the server's certificate,
-    /// for `rediss://` URLs (instead of the system's trust store). Read by
+    /// for `rediss://` URLs (instead of the system's trust store); with
+    /// `rediss+sentinel://` it must trust the sentinels' and the data nodes'
+    /// certificates, with `rediss+cluster://` every node's. Read by
     /// [`build`](Self::build). Needs the crate feature `tls-rustls` or `tls-native-tls`.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls.ca = Some(path.into());
@@ -507,14 +512,19 @@ impl ClientBuilder {
     ///
     /// A `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` URL names a
     /// Sentinel service: connections go to its current primary, and the client
-    /// follows a failover (see the crate's deployment notes).
+    /// follows a failover (see the crate's deployment notes). With
+    /// `rediss+sentinel://` the sentinels and the data nodes are reached over TLS with
+    /// the files of [`tls_ca_file`](Self::tls_ca_file) and
+    /// [`tls_client_cert`](Self::tls_client_cert); with `rediss+cluster://` every
+    /// cluster node is, the wake-up listener's connection included.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for zero sizes or durations, a URL that cannot be
     /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
-    /// parsed (naming the file) or set for a URL without TLS or with a Cluster URL,
-    /// and for `rediss+sentinel://`, which is not supported yet.
+    /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
+    /// `rediss+cluster://` URL in a build without the `tls-rustls` feature (redis-rs's
+    /// cluster client takes certificates only with rustls).
     pub fn build(self, url: &str) -> Result<Client> {
         if self.max_connections == 0 {
             return Err(Error::InvalidArgument(
@@ -535,11 +545,8 @@ impl ClientBuilder {
                 let ep = endpoint(url, info, &self.creds, &self.tls)?;
                 self.build_with(Connector::Single(Box::new(ep)))
             }
-            Target::Sentinel { tls: true, .. } => Err(Error::InvalidArgument(format!(
-                "{}: TLS with Sentinel is not supported yet",
-                redact(url)
-            ))),
-            Target::Sentinel { .. } => {
+            Target::Sentinel { tls, .. } => {
+                let node_tls = self.node_tls(url, tls, "rediss+sentinel://")?;
                 let mut parsed = topology::parse_sentinel_url(url).map_err(|e| {
                     Error::InvalidArgument(format!("bad sentinel URL {}: {e}", redact(url)))
                 })?;
@@ -554,6 +561,7 @@ impl ClientBuilder {
                     parsed,
                     self.sentinel_username.clone(),
                     self.sentinel_password.clone(),
+                    node_tls,
                 );
                 self.build_with(Connector::Sentinel(Arc::new(target)))
             }
@@ -562,6 +570,22 @@ impl ClientBuilder {
                 self.build_with(Connector::Cluster(Arc::new(source)))
             }
         }
+    }
+
+    /// TLS toward the nodes of a Sentinel or Cluster URL (`tls`), with the builder's
+    /// certificate files; files set for a URL without TLS are refused (`scheme` is the
+    /// TLS form to suggest).
+    fn node_tls(&self, url: &str, tls: bool, scheme: &str) -> Result<Option<NodeTls>> {
+        if tls {
+            return NodeTls::new(url, &self.tls).map(Some);
+        }
+        if !self.tls.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "TLS certificate files are set, but {} is not a TLS URL (use {scheme})",
+                redact(url)
+            )));
+        }
+        Ok(None)
     }
 
     /// The cluster client of a `redis+cluster://` URL: the builder's credentials
@@ -576,21 +600,19 @@ impl ClientBuilder {
     ) -> Result<ClusterSource> {
         let username = self.creds.username.clone().or(auth.username);
         let password = self.creds.password.clone().or(auth.password);
-        let scheme = if tls { "rediss" } else { "redis" };
         let bad = |e: redis::RedisError| {
             Error::InvalidArgument(format!("bad cluster URL {}: {e}", redact(url)))
         };
+        let node_tls = self.node_tls(url, tls, "rediss+cluster://")?;
         let mut infos = Vec::with_capacity(nodes.len());
         for (host, port) in &nodes {
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host.clone()
+            // the seeds carry the certificates too: the wake-up listener's plain
+            // connections go to them (ClusterSource::plain)
+            let addr = match &node_tls {
+                Some(t) => t.addr(host, *port),
+                None => redis::ConnectionAddr::Tcp(host.clone(), *port),
             };
-            let info = format!("{scheme}://{host}:{port}/")
-                .as_str()
-                .into_connection_info()
-                .map_err(bad)?;
+            let info = addr.into_connection_info().map_err(bad)?;
             let mut settings = info.redis_settings().clone();
             if let Some(u) = &username {
                 settings = settings.set_username(u);
@@ -603,17 +625,12 @@ impl ClientBuilder {
                     .set_tcp_settings(TcpSettings::default().set_nodelay(true)),
             );
         }
-        if !self.tls.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: TLS certificate files are not supported with Redis Cluster yet (the \
-                 system's trust store is used for rediss+cluster://)",
-                redact(url)
-            )));
+        #[allow(unused_mut)] // mutated with the TLS features only
+        let mut builder = redis::cluster::ClusterClient::builder(infos.clone());
+        if tls && !self.tls.is_empty() {
+            builder = cluster_certs(url, builder, &self.tls)?;
         }
-        if tls {
-            crate::connect::install_crypto_provider();
-        }
-        let client = redis::cluster::ClusterClient::builder(infos.clone())
+        let client = builder
             .retries(CLUSTER_ATTEMPTS - 1)
             .min_retry_wait(5)
             .max_retry_wait(50)
@@ -657,6 +674,34 @@ impl ClientBuilder {
         }
         Ok(client)
     }
+}
+
+/// The builder's certificates for every node of a cluster (the seeds and the nodes
+/// the cluster names): redis-rs's cluster client takes them with rustls only.
+#[cfg(feature = "tls-rustls")]
+fn cluster_certs(
+    _url: &str,
+    builder: redis::cluster::ClusterClientBuilder,
+    files: &TlsFiles,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Ok(builder
+        .tls(redis::TlsMode::Secure)
+        .certs(crate::connect::certificates(files)?))
+}
+
+/// Without rustls, redis-rs's cluster client cannot take certificates: a clear error.
+#[cfg(not(feature = "tls-rustls"))]
+fn cluster_certs(
+    url: &str,
+    _builder: redis::cluster::ClusterClientBuilder,
+    _files: &TlsFiles,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Err(Error::InvalidArgument(format!(
+        "{}: TLS certificate files with Redis Cluster need the crate feature `tls-rustls` \
+         (redis-rs's cluster client takes certificates only with rustls; with \
+         `tls-native-tls` alone, rediss+cluster:// uses the system's trust store)",
+        redact(url)
+    )))
 }
 
 /// The host name recorded with each grant, without the record separator.

@@ -461,8 +461,9 @@ pub(crate) fn endpoint(
     })
 }
 
+/// The builder's TLS files, read: the CA and the client certificate and key (PEM).
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<redis::Client> {
+pub(crate) fn certificates(files: &TlsFiles) -> Result<redis::TlsCertificates> {
     let root_cert = files
         .ca
         .as_deref()
@@ -475,6 +476,15 @@ fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<
             client_key: read_file("TLS client key file", key)?,
         }),
     };
+    Ok(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    })
+}
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<redis::Client> {
+    let certs = certificates(files)?;
     let names = {
         let mut v: Vec<String> = Vec::new();
         if let Some(ca) = &files.ca {
@@ -489,14 +499,7 @@ fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<
         }
         v.join(", ")
     };
-    redis::Client::build_with_tls(
-        info,
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(|e| {
+    redis::Client::build_with_tls(info, certs).map_err(|e| {
         Error::InvalidArgument(format!(
             "cannot use the TLS files ({names}) for {}: {e}",
             redact(url)
@@ -507,6 +510,60 @@ fn with_tls(url: &str, info: redis::ConnectionInfo, files: &TlsFiles) -> Result<
 #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
 fn with_tls(url: &str, _info: redis::ConnectionInfo, _files: &TlsFiles) -> Result<redis::Client> {
     Err(tls_feature_missing(url))
+}
+
+/// How the nodes of a Sentinel or Cluster topology are reached over TLS: a
+/// `ConnectionAddr::TcpTls` template holding the builder's certificates (parsed once),
+/// copied into the address of each node the topology names.
+#[derive(Clone)]
+pub(crate) struct NodeTls(redis::ConnectionAddr);
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeTls")
+    }
+}
+
+impl NodeTls {
+    /// TLS with the builder's files (the system's trust store when none is set).
+    /// Unreadable or unparsable files are [`Error::InvalidArgument`] naming them.
+    pub(crate) fn new(url: &str, files: &TlsFiles) -> Result<NodeTls> {
+        if !TLS_ENABLED {
+            return Err(tls_feature_missing(url));
+        }
+        let template = redis::ConnectionAddr::TcpTls {
+            host: "localhost".to_owned(),
+            port: CLUSTER_PORT,
+            insecure: false,
+            tls_params: None,
+        };
+        install_crypto_provider();
+        if files.is_empty() {
+            return Ok(NodeTls(template));
+        }
+        let info = template
+            .into_connection_info()
+            .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {}: {e}", redact(url))))?;
+        let client = with_tls(url, info, files)?;
+        Ok(NodeTls(client.get_connection_info().addr().clone()))
+    }
+
+    /// The TLS address of the node at `host:port`, with the certificates.
+    pub(crate) fn addr(&self, host: &str, port: u16) -> redis::ConnectionAddr {
+        match &self.0 {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+        }
+    }
 }
 
 /// Makes rustls's `ring` provider the process default, once, before the first TLS
@@ -579,7 +636,7 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
     {
         format!(
             "the server closed the connection during the handshake (is this a TLS port? \
-             use rediss:// for a server with TLS): {text}"
+             use rediss://, rediss+sentinel:// or rediss+cluster:// for TLS): {text}"
         )
     } else {
         text

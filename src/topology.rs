@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use crate::connect::Endpoint;
+use crate::connect::{Endpoint, NodeTls};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
@@ -184,7 +184,7 @@ impl Connector {
     pub(crate) fn is_tls(&self) -> bool {
         match self {
             Connector::Single(ep) => ep.tls,
-            Connector::Sentinel(_) => false,
+            Connector::Sentinel(t) => t.is_tls(),
             Connector::Cluster(c) => c.tls,
         }
     }
@@ -223,9 +223,12 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// A parsed `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]`.
+/// A parsed `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` (or
+/// `rediss+sentinel://`: sentinels and data nodes over TLS).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SentinelUrl {
+    /// Whether the sentinels and the data nodes speak TLS (`rediss+sentinel://`).
+    pub(crate) tls: bool,
     pub(crate) sentinels: Vec<(String, u16)>,
     pub(crate) service: String,
     pub(crate) db: i64,
@@ -236,6 +239,7 @@ pub(crate) struct SentinelUrl {
 impl std::fmt::Debug for SentinelUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SentinelUrl")
+            .field("tls", &self.tls)
             .field("sentinels", &self.sentinels)
             .field("service", &self.service)
             .field("db", &self.db)
@@ -251,13 +255,11 @@ pub(crate) fn parse_sentinel_url(url: &str) -> Result<SentinelUrl, String> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| "a sentinel URL starts with redis+sentinel://".to_string())?;
-    match scheme.to_ascii_lowercase().as_str() {
-        "redis+sentinel" => {}
-        "rediss+sentinel" => {
-            return Err("TLS with Sentinel is not supported yet (rediss+sentinel://)".into());
-        }
+    let tls = match scheme.to_ascii_lowercase().as_str() {
+        "redis+sentinel" => false,
+        "rediss+sentinel" => true,
         other => return Err(format!("{other}:// is not a sentinel URL scheme")),
-    }
+    };
     if rest.contains(['?', '#']) {
         return Err("a sentinel URL takes no query or fragment".into());
     }
@@ -308,6 +310,7 @@ pub(crate) fn parse_sentinel_url(url: &str) -> Result<SentinelUrl, String> {
         return Err("a sentinel URL's path is /SERVICE or /SERVICE/DB".into());
     }
     Ok(SentinelUrl {
+        tls,
         sentinels,
         service,
         db,
@@ -386,17 +389,22 @@ pub(crate) struct SentinelTarget {
     sentinel_auth: RedisConnectionInfo,
     /// AUTH and SELECT for the data nodes.
     data: RedisConnectionInfo,
+    /// TLS toward the sentinels and the data nodes (`rediss+sentinel://`), with the
+    /// builder's certificates.
+    tls: Option<NodeTls>,
     /// The primary last known (its generation is `generation`).
     primary: parking_lot::Mutex<Option<(String, u16)>>,
     generation: AtomicU64,
 }
 
 impl SentinelTarget {
-    /// A target for `url`, with separate credentials for the sentinels.
+    /// A target for `url`, with separate credentials for the sentinels, and TLS toward
+    /// the sentinels and the data nodes when `tls` is set.
     pub(crate) fn new(
         url: SentinelUrl,
         sentinel_username: Option<String>,
         sentinel_password: Option<Secret>,
+        tls: Option<NodeTls>,
     ) -> SentinelTarget {
         let mut data = RedisConnectionInfo::default().set_db(url.db);
         if let Some(u) = &url.username {
@@ -417,8 +425,22 @@ impl SentinelTarget {
             sentinels: url.sentinels,
             sentinel_auth,
             data,
+            tls,
             primary: parking_lot::Mutex::new(None),
             generation: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the sentinels and the data nodes are reached over TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The address of a sentinel or data node: TLS (with the certificates) or plain.
+    fn node_addr(&self, host: &str, port: u16) -> ConnectionAddr {
+        match &self.tls {
+            Some(tls) => tls.addr(host, port),
+            None => ConnectionAddr::Tcp(host.to_owned(), port),
         }
     }
 
@@ -427,9 +449,14 @@ impl SentinelTarget {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// "service "S" via h1:p1,h2:p2" (no credentials).
+    /// "service "S" via h1:p1,h2:p2" (no credentials; "via TLS sentinels" over TLS).
     pub(crate) fn describe(&self) -> String {
-        format!("service {:?} via {}", self.service, self.sentinel_list())
+        let tls = if self.is_tls() { "TLS sentinels " } else { "" };
+        format!(
+            "service {:?} via {tls}{}",
+            self.service,
+            self.sentinel_list()
+        )
     }
 
     fn sentinel_list(&self) -> String {
@@ -466,7 +493,8 @@ impl SentinelTarget {
         (host, port): &(String, u16),
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
-        let info = ConnectionAddr::Tcp(host.clone(), *port)
+        let info = self
+            .node_addr(host, *port)
             .into_connection_info()?
             .set_redis_settings(self.sentinel_auth.clone())
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
@@ -492,7 +520,8 @@ impl SentinelTarget {
         (host, port): &(String, u16),
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
-        let info = ConnectionAddr::Tcp(host.clone(), *port)
+        let info = self
+            .node_addr(host, *port)
             .into_connection_info()?
             .set_redis_settings(self.data.clone())
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
@@ -778,16 +807,24 @@ mod tests {
             "redis+sentinel://u:secret@h1/s/1/2",
             "redis+sentinel://u:secret@h1/s?x=1",
             "redis+sentinel://u:sec%zzret@h1/s",
-            "rediss+sentinel://u:secret@h1/s",
+            "rediss+sentinel://u:secret@h1",
             "redis://u:secret@h1/s",
         ] {
             let e = parse_sentinel_url(bad).unwrap_err();
             assert!(!e.contains("secret"), "{bad}: {e}");
         }
-        assert!(
-            parse_sentinel_url("rediss+sentinel://h/s")
-                .unwrap_err()
-                .contains("TLS with Sentinel is not supported yet")
+    }
+
+    #[test]
+    fn tls_sentinel_urls_parse() {
+        let u = parse_sentinel_url("rediss+sentinel://u:p@h1:26380,h2/svc/2").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.service, "svc");
+        assert_eq!(u.db, 2);
+        assert_eq!(
+            u.sentinels,
+            vec![("h1".to_string(), 26380), ("h2".to_string(), 26379)]
         );
+        assert!(!parse_sentinel_url("redis+sentinel://h/s").unwrap().tls);
     }
 }

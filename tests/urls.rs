@@ -1,7 +1,7 @@
 //! The URL forms of `Client::open` that need no server: Sentinel and Cluster URLs make
-//! a client (no connection yet), TLS with Sentinel is refused for now, bad URLs and
-//! TLS URLs without a TLS feature are clear errors, and no message or `Debug` output
-//! shows a password.
+//! a client (no connection yet), their TLS forms too when a TLS feature is on, bad URLs
+//! and TLS URLs without a TLS feature are clear errors, and no message or `Debug`
+//! output shows a password.
 
 use redis_semaphore::{Client, Error};
 
@@ -21,7 +21,7 @@ fn invalid(url: &str) -> String {
 }
 
 #[test]
-fn sentinel_and_cluster_urls_make_a_client_and_tls_with_sentinel_is_not_supported_yet() {
+fn sentinel_and_cluster_urls_make_a_client_in_both_forms() {
     // no connection is made until the first operation
     Client::open(&format!(
         "redis+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"
@@ -29,15 +29,20 @@ fn sentinel_and_cluster_urls_make_a_client_and_tls_with_sentinel_is_not_supporte
     .unwrap();
     let cluster = Client::open(&format!("redis+cluster://u:{SECRET}@h1:7000,h2:7001")).unwrap();
     assert!(!format!("{cluster:?}").contains(SECRET));
-    let text = invalid(&format!(
-        "rediss+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"
-    ));
-    // without a TLS feature the URL is refused for that first
-    assert!(
-        text.contains("not supported yet") || text.contains("tls-rustls"),
-        "{text}"
-    );
-    assert!(text.contains("u:***@h1"), "{text}");
+    for url in [
+        format!("rediss+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"),
+        format!("rediss+cluster://u:{SECRET}@h1:7000,h2:7001"),
+    ] {
+        if cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+            let client = Client::open(&url).unwrap();
+            assert!(!format!("{client:?}").contains(SECRET));
+        } else {
+            // without a TLS feature the URL is refused, naming the feature
+            let text = invalid(&url);
+            assert!(text.contains("tls-rustls"), "{text}");
+            assert!(text.contains("u:***@h1"), "{text}");
+        }
+    }
 }
 
 #[test]

@@ -24,6 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
+pub mod tls_topologies;
 
 /// How long a server may take to answer its first PING.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
