@@ -310,7 +310,10 @@ mod tests {
             "WRONGTYPE",
             "Operation against a key holding the wrong kind of value".to_string(),
         ));
-        assert!(matches!(Error::redis("s", e, Duration::from_secs(1)), Error::WrongType { .. }));
+        assert!(matches!(
+            Error::redis("s", e, Duration::from_secs(1)),
+            Error::WrongType { .. }
+        ));
     }
 }
 
