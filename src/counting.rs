@@ -394,10 +394,15 @@ impl CountingSemaphore {
 
     /// Sorts a Redis error: the scripts' RANGE refusal, WRONGTYPE, or anything else.
     fn error(&self, e: redis::RedisError) -> Error {
-        if e.code() == Some("RANGE") {
-            // Redis appends " script: <sha>, on @user_script:<line>." to the message
-            let detail = e.detail().unwrap_or("");
-            let detail = detail.split(" script: ").next().unwrap_or(detail);
+        let text = e.to_string();
+        if e.code() == Some("RANGE") || text.contains("RANGE ") {
+            // Redis 7 appends " script: <sha>, on @user_script:<line>." to the message;
+            // Redis 6.2 puts its own words before it
+            let detail = match e.code() {
+                Some("RANGE") => e.detail().unwrap_or("").to_owned(),
+                _ => text.split("RANGE ").nth(1).unwrap_or("").to_owned(),
+            };
+            let detail = detail.split(" script: ").next().unwrap_or(&detail);
             Error::CountOutOfRange {
                 name: self.inner.name.clone(),
                 detail: detail.trim().to_owned(),

@@ -69,7 +69,8 @@ local function count()
     if v == false then return nil end
     local c = tonumber(v)
     if not c or c ~= math.floor(c) or c > MAX or c < -MAX then
-        error({err = 'WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. string.sub(v, 1, 40)})
+        -- a string error (level 0: no position): Redis 6.2 cannot raise a table
+        error('WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. string.sub(v, 1, 40), 0)
     end
     return c
 end
@@ -92,7 +93,7 @@ fix_waiter_keys()
 -- C1: refuses a change that would take the count out of range.
 local function check_range(c, delta)
     if c + delta > MAX or c + delta < -MAX then
-        error({err = 'RANGE ' .. int(c) .. ' + ' .. int(delta) .. ' is outside -4294967295..=4294967295'})
+        error('RANGE ' .. int(c) .. ' + ' .. int(delta) .. ' is outside -4294967295..=4294967295', 0)
     end
 end
 

@@ -267,6 +267,31 @@ impl RedisServer {
         env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into())
     }
 
+    /// The arguments that turn on `DEBUG` (for `DEBUG SLEEP` and the like): Redis 7 and
+    /// Valkey need `--enable-debug-command yes`; Redis 6.2 allows `DEBUG` always and
+    /// refuses the option.
+    fn debug_args() -> &'static [&'static str] {
+        static ARGS: OnceLock<&'static [&'static str]> = OnceLock::new();
+        ARGS.get_or_init(|| {
+            let version = Command::new(Self::bin())
+                .arg("--version")
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let major = version
+                .split("v=")
+                .nth(1)
+                .and_then(|v| v.split('.').next())
+                .and_then(|m| m.parse::<u32>().ok())
+                .unwrap_or(7);
+            if major >= 7 {
+                &["--enable-debug-command", "yes"]
+            } else {
+                &[]
+            }
+        })
+    }
+
     /// Spawns the child on `self.port` and waits until it answers PING and is really ours.
     fn spawn(&mut self) -> Result<(), StartError> {
         assert!(self.child.is_none(), "spawn while a server runs");
@@ -288,7 +313,7 @@ impl RedisServer {
             .arg(dir)
             .arg("--logfile")
             .arg(dir.join("redis.log"))
-            .args(["--enable-debug-command", "yes"])
+            .args(Self::debug_args())
             .args(&self.extra_args)
             .envs(scrubbed_faketime_env())
             .env_remove("FAKETIME")
