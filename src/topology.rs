@@ -592,16 +592,17 @@ impl SentinelTarget {
     fn refused(&self, (host, port): &(String, u16), e: &RedisError) -> RedisError {
         RedisError::from((
             ErrorKind::AuthenticationFailed,
-            "the primary refused the credentials",
+            "the primary refused the credentials or the ACL user's permissions",
             format!("service {:?}: {host}:{port}: {e}", self.service),
         ))
     }
 }
 
 /// Whether a data node refused the credentials (a wrong user name or password, or a
-/// password it requires and was not given).
+/// password it requires and was not given) or the ACL user may not run `ROLE`.
 fn is_refused_credentials(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
 fn ask_on(
