@@ -560,6 +560,7 @@ impl SentinelTarget {
         if let Some(addr) = known {
             match self.open_primary(&addr, timeout) {
                 Ok(conn) => return Ok((conn, generation)),
+                Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
                 Err(e) => {
                     tried.push(format!("known primary {}:{}: {e}", addr.0, addr.1));
                     failed = Some(addr);
@@ -579,6 +580,10 @@ impl SentinelTarget {
                         let generation = self.observe(addr);
                         return Ok((conn, generation));
                     }
+                    // the primary refused the data nodes' credentials: asking the other
+                    // sentinels cannot help, and the caller must not take it for an
+                    // outage (nor wait out its checkout timeout)
+                    Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
                     Err(e) => tried.push(format!(
                         "sentinel {}:{} names {}:{}: {e}",
                         s.0, s.1, addr.0, addr.1
@@ -609,6 +614,24 @@ impl SentinelTarget {
             ))
         })
     }
+}
+
+impl SentinelTarget {
+    /// The error for credentials the primary `addr` refused, naming the service.
+    fn refused(&self, (host, port): &(String, u16), e: &RedisError) -> RedisError {
+        RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "the primary refused the credentials or the ACL user's permissions",
+            format!("service {:?}: {host}:{port}: {e}", self.service),
+        ))
+    }
+}
+
+/// Whether a data node refused the credentials (a wrong user name or password, or a
+/// password it requires and was not given) or the ACL user may not run `ROLE`.
+fn is_refused_credentials(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
 fn ask_on(

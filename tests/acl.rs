@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use redis_semaphore::compat::book::BookVariant;
 use redis_semaphore::{Client, Error};
+use support::cluster::RedisCluster;
+use support::sentinel::SentinelSet;
 use support::{AclServer, every_operation};
 
 const ADMIN_PW: &str = "admin-Pw-0";
@@ -41,11 +43,12 @@ fn documented_rule(marker: &str) -> Vec<String> {
 
 /// ACL LOG entries other than failed logins (`reason` `auth`).
 fn acl_refusals(server: &AclServer) -> Vec<String> {
-    let entries: Vec<redis::Value> = redis::cmd("ACL")
-        .arg("LOG")
-        .arg(100)
-        .query(&mut server.admin_conn())
-        .unwrap();
+    refusals_on(&mut server.admin_conn())
+}
+
+/// ACL LOG entries other than failed logins, on the server `conn` is connected to.
+fn refusals_on(conn: &mut redis::Connection) -> Vec<String> {
+    let entries: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").arg(100).query(conn).unwrap();
     entries
         .into_iter()
         .map(|e| format!("{e:?}"))
@@ -206,4 +209,110 @@ fn the_book_variants_run_with_the_documented_extra_rule() {
     }
     let refusals = acl_refusals(&server);
     assert!(refusals.is_empty(), "ACL refusals: {refusals:#?}");
+}
+
+/// The documented rule with the additions the docs list for the other topologies
+/// (docs/deployment.md, ACL notes and "Redis Cluster"): `+cluster|slots` and `+asking`
+/// on a cluster, `+wait` for `wait_replicas`, `+role` under Sentinel.
+fn topology_rule() -> Vec<String> {
+    let mut rule = documented_rule("<!-- acl-rule");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/deployment.md"))
+        .unwrap();
+    for extra in ["+cluster|slots", "+asking", "+wait", "+role"] {
+        assert!(
+            doc.contains(&format!("`{extra}`")),
+            "docs/deployment.md does not list {extra}"
+        );
+        rule.push(extra.to_owned());
+    }
+    rule
+}
+
+/// `ACL SETUSER semaphores <rule>` on the server `conn` is connected to.
+fn set_user(conn: &mut redis::Connection, rule: &[String]) {
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("semaphores")
+        .arg(rule)
+        .exec(conn)
+        .unwrap_or_else(|e| panic!("ACL SETUSER semaphores: {e}"));
+}
+
+/// Every operation, plus a grant that waits for a replica (`WAIT`), as the ACL user.
+fn every_operation_with_replicas(client: &Client, tag: &str) {
+    every_operation(client, tag);
+    let replicated = client
+        .semaphore_builder(&format!("{tag}:replicated"))
+        .limit(1)
+        .wait_replicas(1, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let p = replicated.try_acquire().unwrap().expect("a free permit");
+    p.release().unwrap();
+}
+
+#[test]
+fn the_documented_acl_user_runs_every_operation_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let rule = topology_rule();
+    for node in &cluster.nodes {
+        set_user(&mut node.conn(), &rule);
+    }
+    let url = cluster.url().replacen(
+        "redis+cluster://",
+        &format!("redis+cluster://semaphores:{USER_PW}@"),
+        1,
+    );
+    let client = Client::open(&url).unwrap();
+    every_operation_with_replicas(&client, "aclcluster");
+    drop(client);
+    for node in &cluster.nodes {
+        let refusals = refusals_on(&mut node.conn());
+        assert!(
+            refusals.is_empty(),
+            "ACL refusals on node {}: {refusals:#?}",
+            node.port()
+        );
+    }
+}
+
+#[test]
+fn the_documented_acl_user_runs_every_operation_through_sentinel() {
+    let set = SentinelSet::start();
+    let url = set.url().replacen(
+        "redis+sentinel://",
+        &format!("redis+sentinel://semaphores:{USER_PW}@"),
+        1,
+    );
+    // without `+role` the client cannot check the primary: a clear, immediate error
+    let rule = topology_rule();
+    let without_role: Vec<String> = rule.iter().filter(|w| *w != "+role").cloned().collect();
+    for node in &set.nodes {
+        set_user(&mut node.conn(), &without_role);
+    }
+    let e = Client::open(&url).unwrap().ping().unwrap_err();
+    eprintln!("sentinel, ACL user without +role: {e}");
+    assert!(matches!(e, Error::Auth { .. }), "{e:?}");
+    assert!(e.to_string().contains("'role'"), "{e}");
+    assert!(e.to_string().contains("\"svc\""), "{e}");
+    for node in &set.nodes {
+        let mut c = node.conn();
+        redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .exec(&mut c)
+            .unwrap();
+        set_user(&mut c, &rule);
+    }
+    let client = Client::open(&url).unwrap();
+    every_operation_with_replicas(&client, "aclsentinel");
+    drop(client);
+    for node in &set.nodes {
+        let refusals = refusals_on(&mut node.conn());
+        assert!(
+            refusals.is_empty(),
+            "ACL refusals on node {}: {refusals:#?}",
+            node.port()
+        );
+    }
 }

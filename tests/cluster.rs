@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error, Semaphore};
 use support::cluster::RedisCluster;
-use support::wait_until;
+use support::{wait_for, wait_until};
 
 fn sems(client: &Client, count: usize, limit: u32) -> Vec<Semaphore> {
     (0..count)
@@ -219,6 +219,122 @@ fn a_killed_primary_is_replaced_and_clients_carry_on() {
     assert!(
         !over.load(Ordering::SeqCst),
         "two holders of a limit-1 semaphore"
+    );
+}
+
+/// The nodes (indexes in `cluster.nodes`) on which a client's wake-up channel
+/// (`redsem:c:<uuid>`) has a subscriber now (`PUBSUB CHANNELS` is per node).
+fn listener_nodes(cluster: &RedisCluster) -> Vec<usize> {
+    (0..cluster.nodes.len())
+        .filter(|&k| {
+            let node = &cluster.nodes[k];
+            node.pid().is_some() && {
+                let channels: Vec<String> = redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg("redsem:c:*")
+                    .query(&mut node.conn())
+                    .unwrap_or_default();
+                !channels.is_empty()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_waiter_is_woken_after_the_node_its_listener_is_on_is_killed() {
+    let mut cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(1_500))
+        .build(&cluster.url())
+        .unwrap();
+    // a blocking wait starts the client's wake-up listener on one seed node
+    let probe = client.semaphore("probe", 1).unwrap();
+    let probe_held = probe.acquire().unwrap();
+    assert!(
+        probe
+            .acquire_timeout(Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    drop(probe_held);
+    let on = wait_for(
+        Duration::from_secs(10),
+        "the listener's node",
+        || match listener_nodes(&cluster)[..] {
+            [k] => Some(k),
+            _ => None,
+        },
+    );
+
+    // a waiter blocked on a semaphore of another primary, so that only the listener
+    // is hit by the kill
+    let name = (0..)
+        .map(|k| format!("gate:{k}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) != on)
+        .unwrap();
+    let gate = client
+        .semaphore_builder(&name)
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = gate.acquire().unwrap();
+    let waiter = {
+        let gate = gate.clone();
+        thread::spawn(move || {
+            let r = gate.acquire_timeout(Duration::from_secs(60));
+            (r, Instant::now())
+        })
+    };
+    wait_until(Duration::from_secs(10), "the waiter queues", || {
+        gate.queue_len().unwrap() == 1
+    });
+
+    let reconnects = client.stats().reconnects;
+    let was_primary = redis::cmd("ROLE")
+        .query::<Vec<redis::Value>>(&mut cluster.nodes[on].conn())
+        .is_ok_and(|r| r.first() == Some(&redis::Value::BulkString(b"master".to_vec())));
+    cluster.nodes[on].stop();
+    let killed = Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        "the listener subscribed on another node",
+        || {
+            client.stats().reconnects > reconnects
+                && listener_nodes(&cluster).iter().any(|&k| k != on)
+        },
+    );
+    let moved = killed.elapsed();
+    let now_on = listener_nodes(&cluster);
+    // (a no-op kill) until a replica serves the dead node's slots, if it had any
+    cluster.kill_and_wait_failover(on);
+    let served = killed.elapsed();
+    // the waiter's queue record may have lapsed while the cluster refused commands
+    // (CLUSTERDOWN until the replica took over): its own next look queues it again
+    wait_until(Duration::from_secs(10), "the waiter queued again", || {
+        gate.queue_len().is_ok_and(|n| n == 1)
+    });
+
+    // the release goes to the gate's primary, which is alive; its PUBLISH reaches the
+    // listener's new node over the cluster bus
+    let released = Instant::now();
+    held.release().unwrap();
+    let (r, woke) = waiter.join().unwrap();
+    let permit = r.unwrap().expect("the waiter got its permit");
+    eprintln!(
+        "cluster listener: node {on} (primary: {was_primary}) killed; listener subscribed \
+         on node(s) {now_on:?} {moved:?} after the kill; cluster ok again {served:?} after \
+         the kill; the waiter got its permit {:?} after the release",
+        woke - released
+    );
+    assert_eq!(permit.permits(), 1);
+    // woken by the pushed grant (about 1 ms), or about a second later when its look
+    // met CLUSTERDOWN and it queued again with a new id behind its old record, which
+    // lapses with its heartbeat (seen in 2 of 5 runs); never by its 5 s re-check timer
+    assert!(
+        woke - released < Duration::from_secs(2),
+        "woken {:?} after the release",
+        woke - released
     );
 }
 

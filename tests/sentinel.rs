@@ -356,3 +356,237 @@ fn bad_sentinel_urls_are_refused_at_once() {
         assert!(!text.contains("secret"), "{text}");
     }
 }
+
+/// Per worker: the longest gap between two successful calls, and when a call started
+/// after the kill first succeeded.
+struct CrashRun {
+    gap: Duration,
+    first_after_kill: Option<Instant>,
+}
+
+#[test]
+fn a_crashed_primary_is_replaced_and_the_same_client_carries_on() {
+    const WORKERS: usize = 4;
+    const LIMIT: u32 = 2;
+    let mut set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(&set.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("crash")
+        .limit(LIMIT)
+        .lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    // holders whose permit says it is valid, inside the critical section
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let killed_at: Arc<std::sync::OnceLock<Instant>> = Arc::new(std::sync::OnceLock::new());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (sem, stop, ok, failed, inside, most, killed_at) = (
+                sem.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&ok),
+                Arc::clone(&failed),
+                Arc::clone(&inside),
+                Arc::clone(&most),
+                Arc::clone(&killed_at),
+            );
+            thread::spawn(move || {
+                let mut run = CrashRun {
+                    gap: Duration::ZERO,
+                    first_after_kill: None,
+                };
+                let mut last_ok = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let r = sem.acquire_timeout(Duration::from_secs(2)).and_then(|p| {
+                        let Some(p) = p else { return Ok(()) };
+                        let valid = !p.is_lost() && p.lease_left() > Duration::ZERO;
+                        if valid {
+                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            thread::yield_now();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        p.release()
+                    });
+                    match r {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            let now = Instant::now();
+                            run.gap = run.gap.max(now - last_ok);
+                            last_ok = now;
+                            if run.first_after_kill.is_none()
+                                && killed_at.get().is_some_and(|k| started > *k)
+                            {
+                                run.first_after_kill = Some(now);
+                            }
+                        }
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("call failed across the crash: {e}");
+                        }
+                    }
+                }
+                run
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(10), "the workload running", || {
+        ok.load(Ordering::Relaxed) > 100
+    });
+
+    // a waiter blocked before the kill, on a grant the replica has copied (WAIT), so
+    // that the release after the failover is what frees it
+    let gate = client
+        .semaphore_builder("gate")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = gate.acquire().unwrap();
+    let waiter = {
+        let gate = gate.clone();
+        thread::spawn(move || {
+            let r = gate.acquire_timeout(Duration::from_secs(60));
+            (r, Instant::now())
+        })
+    };
+    wait_until(Duration::from_secs(5), "the waiter queued", || {
+        gate.queue_len().unwrap() == 1
+    });
+    let old = set.primary_port();
+    let copies: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query(&mut set.node(old).conn())
+        .unwrap();
+    assert_eq!(copies, 1, "the replica has the holder and the waiter");
+
+    let ok_before = ok.load(Ordering::Relaxed);
+    let (was, new) = set.kill_primary();
+    assert_eq!(was, old);
+    let kill = Instant::now();
+    killed_at.set(kill).unwrap();
+    set.wait_for_primary(new);
+    let promoted = Instant::now();
+    wait_until(
+        Duration::from_secs(20),
+        "200 calls after the promotion",
+        || ok.load(Ordering::Relaxed) > ok_before + 200,
+    );
+
+    // the waiter blocked before the kill gets the permit the release frees
+    wait_until(
+        Duration::from_secs(10),
+        "the waiter queued on the new primary",
+        || gate.queue_len().is_ok_and(|n| n == 1),
+    );
+    let released = Instant::now();
+    let release = held.release();
+    let (r, woke) = waiter.join().unwrap();
+    let permit = r
+        .unwrap()
+        .expect("the waiter got its permit after the crash");
+    assert_eq!(permit.permits(), 1);
+    assert!(
+        !keys(&mut set.node(new).conn(), "redsem:{gate}:*").is_empty(),
+        "the gate lives on the new primary"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    let runs: Vec<CrashRun> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let gap = runs.iter().map(|r| r.gap).max().unwrap();
+    let resumed = runs
+        .iter()
+        .filter_map(|r| r.first_after_kill)
+        .min()
+        .expect("a success after the kill");
+    let most = most.load(Ordering::SeqCst);
+    eprintln!(
+        "sentinel crash: every sentinel named the replica {:?} after SIGKILL; first \
+         success of a call started after the kill {:?} after it ({:?} after the \
+         promotion was seen); longest gap between successful calls of a worker {gap:?}; \
+         {} calls failed, {} succeeded; most valid holders at once {most} (limit \
+         {LIMIT}); the waiter got its permit {:?} after the release ({release:?})",
+        promoted - kill,
+        resumed - kill,
+        resumed.saturating_duration_since(promoted),
+        failed.load(Ordering::Relaxed),
+        ok.load(Ordering::Relaxed),
+        woke - released,
+    );
+    // the client's own share of the stall: once the sentinels name the new primary, a
+    // checkout asks them again (the dead primary refuses at once) and the watcher has
+    // heard +switch-master; a worker's call gives up after 2 s and starts again, so
+    // one failed round of 2 s plus a reconnect bounds it
+    assert!(
+        resumed.saturating_duration_since(promoted) < Duration::from_secs(5),
+        "work resumed {:?} after the promotion",
+        resumed - promoted
+    );
+    assert!(most <= u64::from(LIMIT), "{most} valid holders of {LIMIT}");
+    release.unwrap();
+    assert!(woke - released < Duration::from_secs(5));
+}
+
+const DATA_PW: &str = "data-Pw-3";
+
+#[test]
+fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly() {
+    let set = SentinelSet::start_with_data_password(DATA_PW);
+    let with = |pw: &str| {
+        set.url()
+            .replacen("redis+sentinel://", &format!("redis+sentinel://:{pw}@"), 1)
+    };
+    let client = Client::open(&with(DATA_PW)).unwrap();
+    client.ping().unwrap();
+    let sem = client.semaphore("pw", 1).unwrap();
+    let p = sem.acquire().unwrap();
+    assert!(sem.try_acquire().unwrap().is_none());
+    let primary = set.primary_port();
+    assert!(!keys(&mut set.node_conn(primary), "redsem:{pw}:*").is_empty());
+    p.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 1);
+    assert!(!format!("{client:?}").contains(DATA_PW));
+
+    for (what, url) in [
+        ("a wrong password", with("wrong-Pw-9")),
+        ("no password", set.url()),
+    ] {
+        let client = Client::builder()
+            .checkout_timeout(Duration::from_secs(2))
+            .build(&url)
+            .unwrap();
+        let started = Instant::now();
+        let e = client.ping().unwrap_err();
+        let took = started.elapsed();
+        let (text, debug) = (e.to_string(), format!("{e:?}"));
+        eprintln!("sentinel data node with {what} ({took:?}): {text}");
+        assert!(
+            matches!(e, redis_semaphore::Error::Auth { .. }),
+            "{what}: {debug}"
+        );
+        assert!(text.contains("\"svc\""), "{what}: {text}");
+        for secret in [DATA_PW, "wrong-Pw-9"] {
+            assert!(!text.contains(secret), "{what}: {text}");
+            assert!(!debug.contains(secret), "{what}: {debug}");
+        }
+        let e = client
+            .semaphore("pw", 1)
+            .unwrap()
+            .try_acquire()
+            .unwrap_err();
+        assert!(
+            matches!(e, redis_semaphore::Error::Auth { .. }),
+            "{what}: {e:?}"
+        );
+    }
+}

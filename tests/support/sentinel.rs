@@ -220,6 +220,8 @@ pub struct SentinelSet {
     pub nodes: Vec<RedisServer>,
     /// The three sentinels.
     pub sentinels: Vec<Sentinel>,
+    /// The data nodes' `requirepass` (and the replica's `masterauth`), if any.
+    pub data_password: Option<String>,
 }
 
 impl SentinelSet {
@@ -232,9 +234,39 @@ impl SentinelSet {
     /// Like [`start`](Self::start), with extra arguments for both data nodes and extra
     /// configuration lines for the sentinels.
     pub fn start_with(node_args: &[&str], sentinel_conf: &[&str]) -> SentinelSet {
+        Self::start_full(node_args, sentinel_conf, None)
+    }
+
+    /// Like [`start`](Self::start), with `requirepass password` on both data nodes,
+    /// `masterauth password` on the replica and `sentinel auth-pass` on the sentinels.
+    /// The password is set with `CONFIG SET` once a node answered (the harness's
+    /// readiness check pings without one).
+    pub fn start_with_data_password(password: &str) -> SentinelSet {
+        Self::start_full(&[], &[], Some(password))
+    }
+
+    fn start_full(
+        node_args: &[&str],
+        sentinel_conf: &[&str],
+        password: Option<&str>,
+    ) -> SentinelSet {
+        let require_pass = |node: &RedisServer| {
+            if let Some(pw) = password {
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("requirepass")
+                    .arg(pw)
+                    .exec(&mut node.conn())
+                    .expect("CONFIG SET requirepass");
+            }
+        };
         let primary = RedisServer::start_with(node_args);
+        require_pass(&primary);
         let primary_port = primary.port().to_string();
         let mut replica_args = vec!["--replicaof", "127.0.0.1", &primary_port];
+        if let Some(pw) = password {
+            replica_args.extend_from_slice(&["--masterauth", pw]);
+        }
         replica_args.extend_from_slice(node_args);
         let replica = RedisServer::start_with(&replica_args);
         let mut r = replica.conn();
@@ -245,12 +277,18 @@ impl SentinelSet {
                 .unwrap_or_default();
             info_field(&info, "master_link_status") == Some("up")
         });
+        drop(r);
+        require_pass(&replica);
+        let auth_pass = password.map(|pw| format!("sentinel auth-pass {SERVICE} {pw}"));
+        let mut conf: Vec<&str> = sentinel_conf.to_vec();
+        conf.extend(auth_pass.as_deref());
         let sentinels: Vec<Sentinel> = (0..3)
-            .map(|_| Sentinel::start(primary.port(), sentinel_conf))
+            .map(|_| Sentinel::start(primary.port(), &conf))
             .collect();
         let set = SentinelSet {
             nodes: vec![primary, replica],
             sentinels,
+            data_password: password.map(str::to_owned),
         };
         for s in &set.sentinels {
             let mut c = s.conn();
@@ -294,6 +332,38 @@ impl SentinelSet {
             .iter()
             .find(|n| n.port() == port)
             .unwrap_or_else(|| panic!("no data node on port {port}"))
+    }
+
+    /// A direct connection to the data node on `port`, with the data nodes' password
+    /// if they have one (5 s timeouts).
+    pub fn node_conn(&self, port: u16) -> redis::Connection {
+        let node = self.node(port);
+        let auth = self
+            .data_password
+            .as_ref()
+            .map_or(String::new(), |p| format!(":{p}@"));
+        let t = Duration::from_secs(5);
+        let conn = redis::Client::open(format!("redis://{auth}127.0.0.1:{}/", node.port()))
+            .expect("data node client")
+            .get_connection_with_timeout(t)
+            .unwrap_or_else(|e| panic!("connect to data node {port}: {e}"));
+        conn.set_read_timeout(Some(t)).expect("set_read_timeout");
+        conn.set_write_timeout(Some(t)).expect("set_write_timeout");
+        conn
+    }
+
+    /// Kills the primary with SIGKILL (a crash, not `SENTINEL FAILOVER`) and returns
+    /// at once, with (old primary port, the replica's port). Wait for the promotion
+    /// with [`wait_for_primary`](Self::wait_for_primary).
+    pub fn kill_primary(&mut self) -> (u16, u16) {
+        let old = self.primary_port();
+        let new = self.other_node(old).port();
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == old)
+            .expect("the primary is one of ours")
+            .stop();
+        (old, new)
     }
 
     /// The data node that is not on `port`.
