@@ -590,14 +590,19 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
         || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
         || text.contains("NOAUTH")
         || text.contains("WRONGPASS")
+        || text.contains("NOPERM")
     {
-        let hint = match code {
-            "NOAUTH" => {
-                " (the server requires a password: put it in the URL or set \
-                         ClientBuilder::password)"
-            }
-            "NOPERM" => " (the ACL user may not run PING: see the ACL rule in the docs)",
-            _ => " (wrong user name or password)",
+        // the code of the error, or of the node's error inside an aggregated one (a
+        // Sentinel target reports every sentinel and the primary in one message)
+        let says = |c: &str| code == c || text.contains(c);
+        let hint = if says("NOAUTH") {
+            " (the server requires a password: put it in the URL or set \
+             ClientBuilder::password)"
+        } else if says("NOPERM") {
+            " (the ACL user lacks a permission this library needs: see the ACL rule in \
+             docs/deployment.md)"
+        } else {
+            " (wrong user name or password)"
         };
         return Error::Auth {
             addr: addr.to_owned(),
@@ -647,8 +652,6 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
     }
 }
 
-/// Whether a connect error is a matter of configuration, which waiting will not fix:
-/// refused credentials, a TLS handshake the server or the client refused (certificates).
 /// Whether a connect error says the server is not there at all (a refused
 /// connection, an unknown host name, a missing socket file): a call fails at once
 /// with it instead of waiting out the checkout timeout.
@@ -670,6 +673,8 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
     }
 }
 
+/// Whether a connect error is a matter of configuration, which waiting will not fix:
+/// refused credentials, a TLS handshake the server or the client refused (certificates).
 pub(crate) fn is_config_error(e: &Error) -> bool {
     match e {
         Error::Auth { .. } => true,
