@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use redis_semaphore::compat::redisson::{RPermitExpirableSemaphore, RSemaphore};
+use redis_semaphore::compat::redisson::{PublishCommand, RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error, Permit};
 use support::{RedisServer, command_calls, wait_until};
 
@@ -183,6 +183,18 @@ fn rsemaphore_each_side_sees_the_others_permits() {
     all.sort();
     assert_eq!(all, vec![NAME.to_owned()]);
 
+    // SPUBLISH on request (Redisson on a Redis 7 cluster); PUBLISH by default.
+    let calls = command_calls(&mut conn);
+    let count =
+        |c: &std::collections::HashMap<String, u64>, k: &str| c.get(k).copied().unwrap_or(0);
+    rs.clone()
+        .with_publish_command(PublishCommand::SPublish)
+        .release(1)
+        .unwrap();
+    let after = command_calls(&mut conn);
+    assert_eq!(count(&after, "spublish"), count(&calls, "spublish") + 1);
+    assert_eq!(count(&after, "publish"), count(&calls, "publish"));
+
     // A key of another type is an error, not a panic.
     redis::cmd("SET")
         .arg("wrong")
@@ -216,7 +228,9 @@ fn rsemaphore_a_release_on_one_side_wakes_a_waiter_on_the_other() {
     assert_eq!(py.line(), "GOT");
     assert_eq!(counter(&mut conn), Some(0));
 
-    // Rust waits (no re-check for an hour); a Python release wakes it.
+    // Rust waits (no re-check for an hour); a Python release wakes it. The script is
+    // loaded first, so each try is one EVALSHA.
+    assert!(!rs.try_acquire(1).unwrap());
     let base = evalsha_calls(&mut conn);
     let waiter = {
         let rs = rs.clone();
