@@ -108,6 +108,13 @@
 //! holder that crashes never gives them back**, and the count key has no TTL, by
 //! design. Blocked acquires are woken by the release itself, like the leased ones.
 //!
+//! # Sharing a semaphore with Java (Redisson)
+//!
+//! [`compat::redisson`] speaks Redisson's `RSemaphore` and `RPermitExpirableSemaphore`
+//! on their own keys ([`Client::redisson_semaphore`],
+//! [`Client::redisson_permit_expirable_semaphore`]), with Redisson's guarantees rather
+//! than the crate's: client-clock leases and no fencing token.
+//!
 //! # Operating it
 //!
 //! [`Semaphore::holders`] lists who holds what (id, permits, token, slots, host, pid,

@@ -17,9 +17,9 @@ use crate::stats::Counters;
 /// which reports errors that `Drop` can only log. While it is held, the client's
 /// background thread renews its lease (unless the semaphore was built with
 /// `auto_refresh(false)`). Permits of the wire-compatible
-/// [`compat::book`](crate::compat::book) semaphores are never renewed in the
-/// background, and their [`token`](Permit::token) and [`slots`](Permit::slots) mean
-/// what that module says.
+/// [`compat::book`](crate::compat::book) and [`compat::redisson`](crate::compat::redisson)
+/// semaphores are never renewed in the background, and their [`token`](Permit::token)
+/// and [`slots`](Permit::slots) mean what those modules say.
 ///
 /// A `Permit` owns everything it needs (`Send + 'static`), so it can move into a
 /// thread that holds it for hours.
@@ -50,7 +50,9 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The permit id: 128 random bits as uuid v4 text, unique to this grant. It names
+    /// The permit id: 128 random bits as uuid v4 text, unique to this grant (for a
+    /// [`compat::redisson`](crate::compat::redisson) permit, Redisson's 32-character
+    /// hex id). It names
     /// the holder in [`Semaphore::holders`](crate::Semaphore::holders) and
     /// [`Semaphore::force_release`](crate::Semaphore::force_release).
     pub fn id(&self) -> &str {

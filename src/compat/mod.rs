@@ -8,5 +8,8 @@
 //!
 //! - [`book`]: the counting semaphores of "Redis in Action" (Josiah Carlson, ch. 6.3)
 //!   and their Java and Node ports: basic, fair, and fair with a lock.
+//! - [`redisson`]: Redisson's `RSemaphore` and `RPermitExpirableSemaphore` (Java), on
+//!   Redisson's own keys and channel.
 
 pub mod book;
+pub mod redisson;

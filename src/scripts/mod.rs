@@ -17,6 +17,7 @@
 pub(crate) mod book;
 pub(crate) mod counting;
 pub(crate) mod leased;
+pub(crate) mod redisson;
 
 use std::sync::LazyLock;
 

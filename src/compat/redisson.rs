@@ -1,0 +1,1193 @@
+//! Redisson's `RSemaphore` and `RPermitExpirableSemaphore`, spoken on Redisson's own
+//! keys, so a Rust service can share a semaphore with Java services that use Redisson
+//! (the Redis client most Java teams run), without either side moving first.
+//!
+//! | type | made by | keys | Redisson class |
+//! |---|---|---|---|
+//! | [`RSemaphore`] | [`Client::redisson_semaphore`] | counter `NAME`, channel `redisson_sc:{NAME}` | `RSemaphore` |
+//! | [`RPermitExpirableSemaphore`] | [`Client::redisson_permit_expirable_semaphore`] | counter `NAME`, lease zset `{NAME}:timeout`, channel `redisson_sc:{NAME}` | `RPermitExpirableSemaphore` (the layout since Redisson 3.17: ids stored as 16 raw bytes) |
+//!
+//! When the name holds a `{` of its own, the lease zset is `NAME:timeout` and the
+//! channel `redisson_sc:NAME`, as Redisson names them. Every state change is one Lua
+//! script with the same effects on the keys and the channel as Redisson's script for
+//! that operation, step by step (reclaim, counter, zset, publish), so Java clients see
+//! nothing unusual.
+//!
+//! # What it costs (read before use)
+//!
+//! These types keep Redisson's guarantees, not the crate's: they are limit-exact on one
+//! Redis primary, and no more.
+//!
+//! - **`RSemaphore` has no owners and no leases.** Like
+//!   [`CountingSemaphore`](crate::CountingSemaphore): a process that acquires and
+//!   crashes has taken the permits for good, anyone may release any number (there is no
+//!   upper bound, Redisson #5066), and the counter key has no TTL unless
+//!   [`try_set_permits_with_ttl`](RSemaphore::try_set_permits_with_ttl) gave it one.
+//! - **Client-clock leases.** `RPermitExpirableSemaphore` stores each lease deadline as
+//!   the *acquiring client's* epoch milliseconds, and every call compares them with the
+//!   *calling client's* clock (Redisson never calls `TIME`). The crate's "server time
+//!   only" rule cannot hold on a shared layout: the clocks of every Java and Rust host
+//!   must agree (NTP) to well within the shortest lease. A host whose clock runs ahead
+//!   by Δ reclaims other holders' permits Δ early, which lets more than the limit hold
+//!   a permit at once.
+//! - **Expired permits come back only when someone calls.** Redisson has no server-side
+//!   expiry of a permit: any later call (an acquire, `available_permits`,
+//!   `lease_time`...) reclaims the expired ones. A waiter whose acquire saw a lease
+//!   running retries at its deadline (the `':<deadline>'` answer).
+//! - **No fencing token.** Nothing in this layout increases per grant: [`Permit::token`]
+//!   is 0 and [`Permit::slots`] is empty. A holder whose lease ran out cannot be fenced
+//!   off downstream.
+//! - **No keepalive.** Redisson has none (a permit is renewed by `updateLeaseTime`);
+//!   these permits are not renewed in the background either: call
+//!   [`Permit::refresh`] (the same steps as `updateLeaseTime`) or
+//!   [`update_lease_time`](RPermitExpirableSemaphore::update_lease_time) before the
+//!   lease runs out.
+//! - **Not fair.** Woken waiters race, and a `try_acquire` may take what a waiter was
+//!   told about; nothing in Redis records waiters.
+//! - **Redisson's other known weaknesses come along:** reads that write
+//!   (`available_permits`, `permits`, `acquired_permits` and `lease_time` reclaim
+//!   expired permits first); a set-up race (`try_set_permits` only sets an absent
+//!   counter, and [`set_permits`](RPermitExpirableSemaphore::set_permits) may take the
+//!   counter below zero when fewer permits are wanted than are held); a wake-up message
+//!   lost on the way (recovered here by a re-check every second). Permit ids come from
+//!   Redisson's non-cryptographic generator on the Java side: do not treat an id as a
+//!   secret.
+//! - **Failover.** Redisson follows each write with `WAIT` when replicas exist; this
+//!   module does not (yet): a write acknowledged by a primary that fails before its
+//!   replica copied it is lost, permits included.
+//!
+//! # Wake-ups
+//!
+//! A blocked acquire tries once; then it subscribes to `redisson_sc:{NAME}` on a
+//! connection of its own (taken for the wait and closed after it), tries again, and
+//! then waits for a message before each new try. A message is a decimal count of the
+//! permits that may proceed: a positive count makes the waiter try again, zero or
+//! below wakes nobody, as in Redisson. A waiter also tries again every second (a lost
+//! message) and, on `RPermitExpirableSemaphore`, at the nearest lease deadline.
+//! Releases, `add_permits` and `try_set_permits` publish with `PUBLISH` by default;
+//! [`PublishCommand::SPublish`] matches Redisson on a Redis 7 cluster, where it uses
+//! sharded pub/sub (Rust waiters of such a semaphore then poll every 50 ms instead of
+//! subscribing, since the blocking `redis` client cannot `SSUBSCRIBE`).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_semaphore::Client;
+//!
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! // The same semaphore as Java's `redisson.getPermitExpirableSemaphore("reports")`.
+//! let sem = client.redisson_permit_expirable_semaphore("reports")?;
+//! sem.try_set_permits(5)?;
+//! if let Some(permit) = sem.acquire_timeout(Duration::from_secs(1), Some(Duration::from_secs(30)))? {
+//!     println!("holding {}", permit.id()); // the hex id Java's release(id) takes
+//!     // ... work, calling permit.refresh() before 30 s have passed ...
+//! } // dropped: released
+//!
+//! // The same counter as Java's `redisson.getSemaphore("orders:ready")`.
+//! let items = client.redisson_semaphore("orders:ready")?;
+//! items.release(1)?;
+//! # Ok::<(), redis_semaphore::Error>(())
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::client::Client;
+use crate::error::{Error, LostReason, Result};
+use crate::permit::{Grantor, Permit};
+use crate::pool::Pool;
+use crate::registry::PermitState;
+use crate::scripts::redisson::{
+    self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
+};
+use crate::shared::Shared;
+use crate::stats::Counters;
+
+/// How often a waiter tries again without a message (a lost wake-up).
+const RECHECK: Duration = Duration::from_secs(1);
+/// How often a waiter tries while it cannot subscribe (or with `SPUBLISH`).
+const NO_PUSH_POLL: Duration = Duration::from_millis(50);
+/// The longest lease accepted: its deadline must stay far below Redisson's no-lease
+/// score.
+const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The most permits one call takes (each is an id in the script's arguments).
+const MAX_MANY: u32 = 10_000;
+
+/// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
+/// semaphore must use the one its waiters subscribe with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PublishCommand {
+    /// `PUBLISH` (Redisson's choice except on a Redis 7 cluster): the default.
+    #[default]
+    Publish,
+    /// `SPUBLISH` (Redisson's default on a Redis 7+ cluster, `shardedSubscriptionMode
+    /// = AUTO`). Rust waiters then poll every 50 ms instead of subscribing.
+    SPublish,
+}
+
+impl PublishCommand {
+    fn as_str(self) -> &'static str {
+        match self {
+            PublishCommand::Publish => "PUBLISH",
+            PublishCommand::SPublish => "SPUBLISH",
+        }
+    }
+}
+
+/// What the semaphores of this module share: the client, the name, the keys, the
+/// settings.
+#[derive(Clone)]
+struct Common {
+    client: Client,
+    name: String,
+    keys: RedissonKeys,
+    publish: PublishCommand,
+    recheck: Duration,
+}
+
+impl Common {
+    fn new(client: &Client, name: &str) -> Result<Common> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not be empty".into(),
+            ));
+        }
+        Ok(Common {
+            client: client.clone(),
+            name: name.to_owned(),
+            keys: RedissonKeys::new(name),
+            publish: PublishCommand::Publish,
+            recheck: RECHECK,
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.client.inner.shared
+    }
+
+    fn publish(&self) -> &'static str {
+        self.publish.as_str()
+    }
+
+    /// Runs one call on a pooled connection, its Redis error named.
+    fn run<T>(
+        &self,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.shared().pool.get(None)?;
+        call(&mut conn, &self.keys).map_err(|e| {
+            Counters::bump(&self.shared().stats.errors);
+            match e {
+                Error::Redis(e) => Error::redis(&self.name, e),
+                other => other,
+            }
+        })
+    }
+
+    /// Redisson's waiting loop: one try; then subscribe to the channel (a connection of
+    /// its own) and loop "try, then wait for a positive message, the re-check timer, or
+    /// the nearest lease deadline". `None` when `deadline` passed first.
+    fn wait<T>(
+        &self,
+        deadline: Option<Instant>,
+        mut attempt: impl FnMut() -> Result<Attempt<T>>,
+    ) -> Result<Option<T>> {
+        if let Attempt::Got(t) = attempt()? {
+            return Ok(Some(t));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let stats = &self.shared().stats;
+        Counters::bump(&stats.waits);
+        let started = Instant::now();
+        let mut holder = match self.publish {
+            PublishCommand::Publish => match open_subscriber(self.shared()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::warn!(
+                        "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
+                        self.keys.channel
+                    );
+                    None
+                }
+            },
+            PublishCommand::SPublish => None,
+        };
+        let mut sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
+            let mut ps = c.as_pubsub();
+            match ps.subscribe(&self.keys.channel) {
+                Ok(()) => Some(ps),
+                Err(e) => {
+                    log::warn!(
+                        "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
+                        self.keys.channel
+                    );
+                    None
+                }
+            }
+        });
+        loop {
+            let retry_at = match attempt()? {
+                Attempt::Got(t) => {
+                    stats.waited(started.elapsed());
+                    return Ok(Some(t));
+                }
+                Attempt::RetryAt(ms) => Some(ms),
+                Attempt::Wait => None,
+            };
+            let now = Instant::now();
+            let every = if sub.is_some() {
+                self.recheck
+            } else {
+                NO_PUSH_POLL
+            };
+            let mut until = now + every;
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            if let Some(ms) = retry_at {
+                // the nearest lease deadline, by this client's clock (at least 1 ms on,
+                // so clocks that disagree cannot make a busy loop)
+                let left = u64::try_from(ms.saturating_sub(now_ms())).unwrap_or(0);
+                until = until.min(now + Duration::from_millis(left.max(1)));
+            }
+            match sub.as_mut() {
+                Some(ps) => {
+                    if let Err(e) = wait_message(ps, until) {
+                        log::warn!(
+                            "redis-semaphore: subscription to {} lost (polling instead): {e}",
+                            self.keys.channel
+                        );
+                        sub = None;
+                    }
+                }
+                None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                Counters::bump(&stats.wait_gave_up);
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// One try of a blocking acquire.
+enum Attempt<T> {
+    Got(T),
+    /// Not now; the nearest lease ends at this client epoch ms.
+    RetryAt(i64),
+    /// Not now; wait for a message.
+    Wait,
+}
+
+/// A connection for a waiter's subscription: a new one to the current primary when
+/// the client built its own pool, else one from the user's pool (redis-rs unsubscribes
+/// when the subscription is dropped, before the connection goes back).
+enum SubConn {
+    Own(crate::topology::PrimaryConn),
+    Pooled(crate::pool::Conn),
+}
+
+impl SubConn {
+    fn get(&mut self) -> Option<&mut redis::Connection> {
+        match self {
+            SubConn::Own(c) => Some(&mut c.conn),
+            SubConn::Pooled(c) => c.plain(),
+        }
+    }
+}
+
+fn open_subscriber(shared: &Shared) -> Result<SubConn> {
+    match &shared.pool {
+        Pool::Own(_, m) => m.open_plain().map(SubConn::Own),
+        Pool::User(..) => shared
+            .pool
+            .get(Some(shared.op_timeout))
+            .map(SubConn::Pooled),
+    }
+}
+
+/// Waits until a message with a positive count arrives (`Ok`) or `until` passes
+/// (`Ok` too); an error when the connection failed.
+fn wait_message(ps: &mut redis::PubSub<'_>, until: Instant) -> redis::RedisResult<()> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        ps.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match ps.get_message() {
+            Ok(msg) => {
+                let count = msg
+                    .get_payload::<String>()
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i64>().ok());
+                match count {
+                    Some(n) if n > 0 => return Ok(()),
+                    // Redisson wakes min(waiters, n) waiters: nobody for n <= 0
+                    Some(_) => {}
+                    None => log::warn!("redis-semaphore: ignoring a non-numeric wake-up"),
+                }
+            }
+            Err(e) if e.is_timeout() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The client's wall clock in epoch milliseconds: Redisson's time base.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn deadline_of(wait: Duration) -> Instant {
+    Instant::now()
+        .checked_add(wait)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+fn check_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::InvalidArgument("permits must be at least 1".into()));
+    }
+    Ok(())
+}
+
+fn check_delta(delta: i64) -> Result<()> {
+    if delta == 0 {
+        return Err(Error::InvalidArgument("delta must not be 0".into()));
+    }
+    if delta.unsigned_abs() > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument(
+            "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Client {
+    /// The Redisson `RSemaphore` `name`, on Redisson's keys (the counter `name`, the
+    /// channel `redisson_sc:{name}`): see [`RSemaphore`] and what
+    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name.
+    pub fn redisson_semaphore(&self, name: &str) -> Result<RSemaphore> {
+        Ok(RSemaphore {
+            common: Common::new(self, name)?,
+        })
+    }
+
+    /// The Redisson `RPermitExpirableSemaphore` `name`, on Redisson's keys (the counter
+    /// `name`, the lease zset `{name}:timeout`, the channel `redisson_sc:{name}`): see
+    /// [`RPermitExpirableSemaphore`] and what
+    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name.
+    pub fn redisson_permit_expirable_semaphore(
+        &self,
+        name: &str,
+    ) -> Result<RPermitExpirableSemaphore> {
+        Ok(RPermitExpirableSemaphore {
+            inner: Arc::new(PesInner {
+                common: Common::new(self, name)?,
+                accept_hex_ids: false,
+            }),
+        })
+    }
+}
+
+/// Redisson's `RSemaphore`: an ownerless counting semaphore (Dijkstra's P/V) on the
+/// counter key `NAME`, woken through `redisson_sc:{NAME}`. See the
+/// [module docs](self) for what it costs.
+///
+/// Made by [`Client::redisson_semaphore`]. Cheap to clone, `Send + Sync`. Permits have
+/// no owner and no lease: a process that acquires and crashes has taken them for good,
+/// and anyone may release any number.
+///
+/// Counts are `i64`: Redisson's counter may be negative after a negative
+/// [`add_permits`](Self::add_permits).
+#[derive(Clone)]
+pub struct RSemaphore {
+    common: Common,
+}
+
+impl RSemaphore {
+    /// The same semaphore, announcing freed permits with `command` (`PUBLISH` by
+    /// default; `SPUBLISH` for Redisson on a Redis 7 cluster).
+    pub fn with_publish_command(mut self, command: PublishCommand) -> Self {
+        self.common.publish = command;
+        self
+    }
+
+    /// Tests only: how often a waiter tries again without a message.
+    #[doc(hidden)]
+    pub fn with_recheck(mut self, every: Duration) -> Self {
+        self.common.recheck = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The semaphore's name: its counter key.
+    pub fn name(&self) -> &str {
+        &self.common.name
+    }
+
+    /// Sets the counter to `permits` if it does not exist, publishes `permits`, and
+    /// returns `true`; `false` and no change when it exists (even at 0). Redisson's
+    /// `trySetPermits`: many processes may call it at start-up, one wins.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let publish = self.common.publish();
+        self.common
+            .run(|c, k| calls::try_set(c, k, publish, permits, None))
+    }
+
+    /// As [`try_set_permits`](Self::try_set_permits), with a TTL on the counter
+    /// (`SET ... PX ttl`, the server's clock): the semaphore disappears after `ttl`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a TTL under 1 ms; as `try_set_permits`.
+    pub fn try_set_permits_with_ttl(&self, permits: u32, ttl: Duration) -> Result<bool> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 {
+            return Err(Error::InvalidArgument("ttl must be at least 1 ms".into()));
+        }
+        let publish = self.common.publish();
+        self.common
+            .run(|c, k| calls::try_set(c, k, publish, permits, Some(ms)))
+    }
+
+    /// Changes the counter by `delta`, up or down (a missing counter counts as 0), and
+    /// publishes the new value (Redisson's `addPermits`). Returns the counter after.
+    /// Like Redisson's, it `SET`s the counter, dropping any TTL it had.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or `|delta| > 2^32 - 1`; [`Error::WrongType`];
+    /// Redis and pool errors.
+    pub fn add_permits(&self, delta: i64) -> Result<i64> {
+        check_delta(delta)?;
+        let publish = self.common.publish();
+        self.common.run(|c, k| calls::rs_add(c, k, publish, delta))
+    }
+
+    /// Takes `permits` if the counter has them now, in one round trip; never waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 (Redisson answers `true` without a call);
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn try_acquire(&self, permits: u32) -> Result<bool> {
+        check_permits(permits)?;
+        let got = self.try_once(permits)?;
+        if !got {
+            Counters::bump(&self.common.shared().stats.try_failed);
+        }
+        Ok(got)
+    }
+
+    fn try_once(&self, permits: u32) -> Result<bool> {
+        let got = self
+            .common
+            .run(|c, k| calls::rs_try_acquire(c, k, permits))?;
+        if got {
+            Counters::bump(&self.common.shared().stats.acquired);
+        }
+        Ok(got)
+    }
+
+    /// Takes `permits`, waiting as long as it takes.
+    ///
+    /// # Blocking
+    ///
+    /// Until a release (by any client, Java or Rust) leaves enough permits and this
+    /// waiter takes them first: it is woken by the channel `redisson_sc:{NAME}`, and
+    /// tries again every second in any case. Waits for ever on a semaphore nobody
+    /// releases.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire(&self, permits: u32) -> Result<()> {
+        check_permits(permits)?;
+        self.wait_for(permits, None)?;
+        Ok(())
+    }
+
+    /// Takes `permits`, waiting at most `timeout`; `false` when the time is up.
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire), bounded by `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire_timeout(&self, permits: u32, timeout: Duration) -> Result<bool> {
+        check_permits(permits)?;
+        Ok(self
+            .wait_for(permits, Some(deadline_of(timeout)))?
+            .is_some())
+    }
+
+    fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
+        self.common.wait(deadline, || {
+            Ok(if self.try_once(permits)? {
+                Attempt::Got(())
+            } else {
+                Attempt::Wait
+            })
+        })
+    }
+
+    /// Gives `permits` back (from any process, whether or not it acquired them) and
+    /// publishes the new counter, waking waiters on every client. Creates a missing
+    /// counter. Returns the counter after.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0; [`Error::WrongType`]; Redis and pool errors.
+    pub fn release(&self, permits: u32) -> Result<i64> {
+        check_permits(permits)?;
+        let publish = self.common.publish();
+        let after = self
+            .common
+            .run(|c, k| calls::rs_release(c, k, publish, permits, false))?;
+        after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))
+    }
+
+    /// As [`release`](Self::release), but only when the counter exists (Redisson 4.0's
+    /// `releaseIfExists`): `false` and no change when it does not.
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    pub fn release_if_exists(&self, permits: u32) -> Result<bool> {
+        check_permits(permits)?;
+        let publish = self.common.publish();
+        Ok(self
+            .common
+            .run(|c, k| calls::rs_release(c, k, publish, permits, true))?
+            .is_some())
+    }
+
+    /// The counter (a plain `GET`): 0 when it does not exist; negative after a
+    /// negative [`add_permits`](Self::add_permits).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; [`Error::UnexpectedReply`] when the key holds something
+    /// that is not a number; Redis and pool errors.
+    pub fn available_permits(&self) -> Result<i64> {
+        self.common.run(calls::rs_available)
+    }
+
+    /// Sets the counter to 0 and returns what it was (0 when it did not exist; then it
+    /// stays absent). Publishes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn drain_permits(&self) -> Result<i64> {
+        self.common.run(calls::rs_drain)
+    }
+}
+
+impl std::fmt::Debug for RSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RSemaphore")
+            .field("name", &self.common.name)
+            .field("publish", &self.common.publish)
+            .finish()
+    }
+}
+
+/// Redisson's `RPermitExpirableSemaphore`: permits with ids and optional leases, on the
+/// counter `NAME` and the lease zset `{NAME}:timeout` (id as 16 raw bytes → deadline in
+/// client epoch milliseconds). See the [module docs](self) for what it costs: above
+/// all, leases are judged by the clients' clocks.
+///
+/// Made by [`Client::redisson_permit_expirable_semaphore`]. Cheap to clone,
+/// `Send + Sync`. Each permit is a [`Permit`] guard whose [`id`](Permit::id) is the
+/// 32-character lowercase hex id that Redisson's API hands out (a Java client can
+/// `release` it, and [`release`](Self::release) takes a Java client's id); dropping the
+/// guard releases it. A lease of `None` means no lease: the permit is held until
+/// released.
+#[derive(Clone)]
+pub struct RPermitExpirableSemaphore {
+    inner: Arc<PesInner>,
+}
+
+struct PesInner {
+    common: Common,
+    accept_hex_ids: bool,
+}
+
+/// One grant's view of the semaphore, for its [`Permit`]: the lease to renew with.
+struct PesGrant {
+    inner: Arc<PesInner>,
+    lease: Option<Duration>,
+}
+
+fn check_lease(lease: Option<Duration>) -> Result<()> {
+    if let Some(l) = lease {
+        if l < Duration::from_millis(1) {
+            return Err(Error::InvalidArgument("lease must be at least 1 ms".into()));
+        }
+        if l > MAX_LEASE {
+            return Err(Error::InvalidArgument(
+                "lease must be at most ten years (use None for no lease)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The zset score of a lease starting at `now_ms`.
+fn lease_deadline(now_ms: i64, lease: Option<Duration>) -> i64 {
+    match lease {
+        Some(l) => now_ms + l.as_millis() as i64,
+        None => NO_LEASE,
+    }
+}
+
+/// The monotonic instant before which a lease sent at `sent` surely still runs.
+fn valid_until(sent: Instant, lease: Option<Duration>) -> Instant {
+    let far = Duration::from_secs(100 * 365 * 24 * 3600);
+    sent.checked_add(lease.unwrap_or(far))
+        .unwrap_or_else(|| sent + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// A permit id as Redisson's API shows it: 32 lowercase hex characters.
+fn encode_id(id: &[u8; 16]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(32);
+    for b in id {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// The 16 raw bytes of a hex permit id (either case).
+fn decode_id(hex: &str) -> Result<[u8; 16]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 32 || !bytes.iter().all(u8::is_ascii_hexdigit) {
+        return Err(Error::InvalidArgument(format!(
+            "a Redisson permit id is 32 hex characters, not {hex:?}"
+        )));
+    }
+    let mut id = [0u8; 16];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let s = std::str::from_utf8(pair).unwrap_or("00");
+        id[i] = u8::from_str_radix(s, 16).unwrap_or(0);
+    }
+    Ok(id)
+}
+
+fn new_id() -> [u8; 16] {
+    uuid::Uuid::new_v4().into_bytes()
+}
+
+impl PesInner {
+    fn publish(&self) -> &'static str {
+        self.common.publish()
+    }
+
+    fn release_raw(&self, hex: &str) -> Result<PesReleased> {
+        let id = decode_id(hex)?;
+        let legacy = self.accept_hex_ids.then_some(hex);
+        let publish = self.publish();
+        let now = now_ms();
+        self.common
+            .run(|c, k| calls::pes_release(c, k, publish, now, &id, legacy))
+    }
+}
+
+impl Grantor for PesGrant {
+    fn name(&self) -> &str {
+        &self.inner.common.name
+    }
+
+    fn release(&self, permit: &PermitState) -> Result<()> {
+        let stats = &self.inner.common.shared().stats;
+        match self.inner.release_raw(&permit.id) {
+            Ok(PesReleased::Live) => {
+                Counters::bump(&stats.released);
+                Ok(())
+            }
+            Ok(PesReleased::Late) => {
+                Counters::bump(&stats.released);
+                Err(Error::LeaseExpired {
+                    id: permit.id.clone(),
+                })
+            }
+            Ok(PesReleased::NotHeld) => {
+                Counters::bump(&stats.release_failed);
+                Err(Error::PermitLost {
+                    id: permit.id.clone(),
+                    reason: permit.gone_reason(),
+                })
+            }
+            Err(e) => {
+                Counters::bump(&stats.release_failed);
+                Err(e)
+            }
+        }
+    }
+
+    /// `updateLeaseTime(id, lease)` with the permit's own lease.
+    fn refresh(&self, permit: &PermitState) -> Result<()> {
+        let stats = &self.inner.common.shared().stats;
+        Counters::bump(&stats.refresh_calls);
+        let id = decode_id(&permit.id)?;
+        let sent = Instant::now();
+        let now = now_ms();
+        let deadline = lease_deadline(now, self.lease);
+        let publish = self.inner.publish();
+        let held = self
+            .inner
+            .common
+            .run(|c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline))?;
+        if held {
+            permit.renewed(valid_until(sent, self.lease));
+            return Ok(());
+        }
+        let reason = permit.gone_reason();
+        if permit.lost_reason().is_none() {
+            Counters::bump(&stats.lost);
+        }
+        permit.mark_lost(reason);
+        Err(Error::PermitLost {
+            id: permit.id.clone(),
+            reason: permit.lost_reason().unwrap_or(reason),
+        })
+    }
+}
+
+impl RPermitExpirableSemaphore {
+    /// The same semaphore, announcing freed permits with `command` (`PUBLISH` by
+    /// default; `SPUBLISH` for Redisson on a Redis 7 cluster).
+    pub fn with_publish_command(self, command: PublishCommand) -> Self {
+        let mut common = self.inner.common.clone();
+        common.publish = command;
+        self.with_common(common, self.inner.accept_hex_ids)
+    }
+
+    /// The same semaphore, whose releases (by id, and of its permits) also accept a
+    /// lease zset member stored as 32-character hex text: the form Redisson used before
+    /// 3.17.0. Off by default. Acquires always store the ≥ 3.17 form (16 raw bytes).
+    pub fn with_hex_id_release(self, on: bool) -> Self {
+        let common = self.inner.common.clone();
+        self.with_common(common, on)
+    }
+
+    /// Tests only: how often a waiter tries again without a message.
+    #[doc(hidden)]
+    pub fn with_recheck(self, every: Duration) -> Self {
+        let mut common = self.inner.common.clone();
+        common.recheck = every.max(Duration::from_millis(1));
+        self.with_common(common, self.inner.accept_hex_ids)
+    }
+
+    fn with_common(&self, common: Common, accept_hex_ids: bool) -> Self {
+        RPermitExpirableSemaphore {
+            inner: Arc::new(PesInner {
+                common,
+                accept_hex_ids,
+            }),
+        }
+    }
+
+    /// The semaphore's name: its counter key.
+    pub fn name(&self) -> &str {
+        &self.inner.common.name
+    }
+
+    fn run<T>(
+        &self,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+    ) -> Result<T> {
+        let publish = self.inner.publish();
+        let now = now_ms();
+        self.inner.common.run(|c, k| call(c, k, publish, now))
+    }
+
+    /// One run of the acquire script for `n` new ids.
+    fn attempt(&self, n: u32, lease: Option<Duration>) -> Result<Attempt<Vec<Permit>>> {
+        let ids: Vec<[u8; 16]> = (0..n).map(|_| new_id()).collect();
+        let sent = Instant::now();
+        let answer = self.run(|c, k, publish, now| {
+            calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
+        })?;
+        Ok(match answer {
+            PesAcquire::Granted => {
+                let stats = &self.inner.common.shared().stats;
+                let grant: Arc<dyn Grantor> = Arc::new(PesGrant {
+                    inner: Arc::clone(&self.inner),
+                    lease,
+                });
+                let permits = ids
+                    .iter()
+                    .map(|id| {
+                        Counters::bump(&stats.acquired);
+                        let (state, lost_rx) =
+                            PermitState::new(encode_id(id), valid_until(sent, lease));
+                        Permit {
+                            grantor: Arc::clone(&grant),
+                            state,
+                            lost_rx,
+                            token: 0,
+                            slots: Vec::new(),
+                            permits: 1,
+                            released: false,
+                        }
+                    })
+                    .collect();
+                Attempt::Got(permits)
+            }
+            PesAcquire::RetryAt(ms) => Attempt::RetryAt(ms),
+            PesAcquire::Wait => Attempt::Wait,
+        })
+    }
+
+    fn check_many(n: u32, lease: Option<Duration>) -> Result<()> {
+        check_permits(n)?;
+        if n > MAX_MANY {
+            return Err(Error::InvalidArgument(format!(
+                "at most {MAX_MANY} permits per call"
+            )));
+        }
+        check_lease(lease)
+    }
+
+    /// Takes one permit with `lease` (`None`: no lease) if one is free now, after
+    /// reclaiming an expired one; one round trip, never waits (Redisson's
+    /// `tryAcquire()` / `tryAcquire(-1, lease)`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or over ten years;
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn try_acquire(&self, lease: Option<Duration>) -> Result<Option<Permit>> {
+        Ok(self.try_acquire_many(1, lease)?.and_then(|mut v| v.pop()))
+    }
+
+    /// Takes `n` permits at once (each its own id and guard, all with `lease`) if `n`
+    /// are free now; one round trip, never waits (Redisson's `tryAcquire(n, ...)`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for `n` of 0 or over 10 000, or a bad lease; as
+    /// [`try_acquire`](Self::try_acquire).
+    pub fn try_acquire_many(&self, n: u32, lease: Option<Duration>) -> Result<Option<Vec<Permit>>> {
+        Self::check_many(n, lease)?;
+        match self.attempt(n, lease)? {
+            Attempt::Got(p) => Ok(Some(p)),
+            _ => {
+                Counters::bump(&self.inner.common.shared().stats.try_failed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes one permit with `lease`, waiting as long as it takes (Redisson's
+    /// `acquire(lease)`).
+    ///
+    /// # Blocking
+    ///
+    /// Until a permit is released (by any client, Java or Rust; woken through
+    /// `redisson_sc:{NAME}`) or a held lease ends (it retries at the nearest deadline
+    /// the acquire script reports), and it gets the permit first. Tries again every
+    /// second in any case.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire(&self, lease: Option<Duration>) -> Result<Permit> {
+        let mut v = self.acquire_many(1, lease)?;
+        v.pop()
+            .ok_or_else(|| Error::reply("redisson_pes_acquire", "no permit"))
+    }
+
+    /// Takes `n` permits with `lease`, waiting as long as it takes.
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    pub fn acquire_many(&self, n: u32, lease: Option<Duration>) -> Result<Vec<Permit>> {
+        Self::check_many(n, lease)?;
+        self.inner
+            .common
+            .wait(None, || self.attempt(n, lease))?
+            .ok_or_else(|| Error::reply("redisson_pes_acquire", "no permit"))
+    }
+
+    /// Takes one permit with `lease`, waiting at most `wait`; `None` when the time is
+    /// up (Redisson's `tryAcquire(wait, lease)`).
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire), bounded by `wait`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub fn acquire_timeout(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Permit>> {
+        Ok(self
+            .acquire_many_timeout(1, wait, lease)?
+            .and_then(|mut v| v.pop()))
+    }
+
+    /// Takes `n` permits with `lease`, waiting at most `wait`; `None` when the time is
+    /// up.
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire), bounded by `wait`.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    pub fn acquire_many_timeout(
+        &self,
+        n: u32,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Vec<Permit>>> {
+        Self::check_many(n, lease)?;
+        self.inner
+            .common
+            .wait(Some(deadline_of(wait)), || self.attempt(n, lease))
+    }
+
+    /// Releases the permit with hex id `id` (from a [`Permit`] or a Java client), and
+    /// publishes the new counter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseExpired`] when its deadline had passed (it was released all the
+    /// same, as Redisson does); [`Error::PermitLost`] when no such permit is held;
+    /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
+    /// pool errors.
+    pub fn release(&self, id: &str) -> Result<()> {
+        match self.inner.release_raw(id)? {
+            PesReleased::Live => Ok(()),
+            PesReleased::Late => Err(Error::LeaseExpired { id: id.to_owned() }),
+            PesReleased::NotHeld => Err(Error::PermitLost {
+                id: id.to_owned(),
+                reason: LostReason::Released,
+            }),
+        }
+    }
+
+    /// Releases the permit with hex id `id`: `true` when it was held and its lease
+    /// still ran; `false` when it was not held, or had expired (then it is released
+    /// all the same), as Redisson's `tryRelease`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
+    /// pool errors.
+    pub fn try_release(&self, id: &str) -> Result<bool> {
+        Ok(self.inner.release_raw(id)? == PesReleased::Live)
+    }
+
+    /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming
+    /// expired permits; `false` when it is not held (Redisson's `updateLeaseTime`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad id or lease; Redis and pool errors.
+    pub fn update_lease_time(&self, id: &str, lease: Option<Duration>) -> Result<bool> {
+        check_lease(lease)?;
+        let raw = decode_id(id)?;
+        self.run(|c, k, publish, now| {
+            calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease))
+        })
+    }
+
+    /// The lease left to permit `id` by this client's clock (`None`: no lease), after
+    /// reclaiming expired permits (Redisson's `getLeaseTime`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermitLost`] when it is not held (released, or expired and reclaimed);
+    /// [`Error::InvalidArgument`] for a bad id; Redis and pool errors.
+    pub fn lease_time(&self, id: &str) -> Result<Option<Duration>> {
+        let raw = decode_id(id)?;
+        match self.run(|c, k, publish, now| calls::pes_lease_time(c, k, publish, now, &raw))? {
+            PesLease::Absent => Err(Error::PermitLost {
+                id: id.to_owned(),
+                reason: LostReason::Released,
+            }),
+            PesLease::NoLease => Ok(None),
+            PesLease::Left(ms) => Ok(Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))),
+        }
+    }
+
+    /// Free permits (the counter, 0 when missing), after reclaiming expired ones.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn available_permits(&self) -> Result<i64> {
+        self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Available))
+    }
+
+    /// Held permits (the lease zset's size), after reclaiming expired ones.
+    ///
+    /// # Errors
+    ///
+    /// As [`available_permits`](Self::available_permits).
+    pub fn acquired_permits(&self) -> Result<u64> {
+        let n = self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Acquired))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// All permits, free and held (0 when the counter is missing), after reclaiming
+    /// expired ones (Redisson's `getPermits`).
+    ///
+    /// # Errors
+    ///
+    /// As [`available_permits`](Self::available_permits).
+    pub fn permits(&self) -> Result<i64> {
+        self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Permits))
+    }
+
+    /// Makes the total (free + held) `permits`: sets a missing counter, else moves the
+    /// counter by the difference, and publishes `permits`. The counter goes below 0
+    /// when fewer permits are wanted than are held (Redisson's `setPermits`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`]; Redis and pool errors.
+    pub fn set_permits(&self, permits: u32) -> Result<()> {
+        self.run(|c, k, p, now| calls::pes_set(c, k, p, now, permits))?;
+        Ok(())
+    }
+
+    /// Sets the counter to `permits` if it does not exist (and publishes it); `false`
+    /// and no change when it exists, even at 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_permits`](Self::set_permits).
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.run(|c, k, p, _| calls::try_set(c, k, p, permits, None))
+    }
+
+    /// Changes the counter by `delta` (missing = 0), publishing `delta` when it is
+    /// positive; returns the counter after (Redisson's `addPermits`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or `|delta| > 2^32 - 1`; as
+    /// [`set_permits`](Self::set_permits).
+    pub fn add_permits(&self, delta: i64) -> Result<i64> {
+        check_delta(delta)?;
+        self.run(|c, k, p, now| calls::pes_add(c, k, p, now, delta))
+    }
+}
+
+impl std::fmt::Debug for RPermitExpirableSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RPermitExpirableSemaphore")
+            .field("name", &self.inner.common.name)
+            .field("publish", &self.inner.common.publish)
+            .field("accept_hex_ids", &self.inner.accept_hex_ids)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Client {
+        // No I/O happens until an operation: nothing listens here.
+        Client::open("redis://127.0.0.1:1/").unwrap()
+    }
+
+    #[test]
+    fn handles_are_clone_send_sync() {
+        fn check<T: Clone + Send + Sync + 'static>() {}
+        check::<RSemaphore>();
+        check::<RPermitExpirableSemaphore>();
+    }
+
+    #[test]
+    fn ids_round_trip_between_hex_and_raw() {
+        let id = new_id();
+        let hex = encode_id(&id);
+        assert_eq!(hex.len(), 32);
+        assert_eq!(hex, hex.to_lowercase());
+        assert_eq!(decode_id(&hex).unwrap(), id);
+        assert_eq!(decode_id(&hex.to_uppercase()).unwrap(), id);
+        for bad in ["", "abc", &"g".repeat(32), &"a".repeat(33), "é"] {
+            assert!(matches!(decode_id(bad), Err(Error::InvalidArgument(_))));
+        }
+    }
+
+    #[test]
+    fn bad_arguments_fail_before_any_network_call() {
+        let c = client();
+        assert!(matches!(
+            c.redisson_semaphore(""),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            c.redisson_permit_expirable_semaphore(""),
+            Err(Error::InvalidArgument(_))
+        ));
+        let rs = c.redisson_semaphore("s").unwrap();
+        let invalid = |r: Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))));
+        invalid(rs.try_acquire(0).map(drop));
+        invalid(rs.acquire(0));
+        invalid(rs.acquire_timeout(0, Duration::from_millis(1)).map(drop));
+        invalid(rs.release(0).map(drop));
+        invalid(rs.release_if_exists(0).map(drop));
+        invalid(rs.add_permits(0).map(drop));
+        invalid(rs.add_permits(i64::MIN).map(drop));
+        invalid(rs.try_set_permits_with_ttl(1, Duration::ZERO).map(drop));
+
+        let pes = c.redisson_permit_expirable_semaphore("s").unwrap();
+        invalid(pes.try_acquire(Some(Duration::ZERO)).map(drop));
+        invalid(pes.try_acquire(Some(MAX_LEASE * 2)).map(drop));
+        invalid(pes.try_acquire_many(0, None).map(drop));
+        invalid(pes.try_acquire_many(MAX_MANY + 1, None).map(drop));
+        invalid(pes.acquire_many_timeout(0, Duration::ZERO, None).map(drop));
+        invalid(pes.release("nothex"));
+        invalid(pes.try_release("00").map(drop));
+        invalid(pes.update_lease_time("zz", None).map(drop));
+        invalid(pes.lease_time("").map(drop));
+        invalid(pes.add_permits(0).map(drop));
+    }
+
+    #[test]
+    fn deadlines_are_client_ms_or_the_no_lease_score() {
+        assert_eq!(lease_deadline(1000, Some(Duration::from_millis(250))), 1250);
+        assert_eq!(lease_deadline(1000, None), NO_LEASE);
+        assert!(lease_deadline(now_ms(), Some(MAX_LEASE)) < NO_LEASE);
+    }
+}

@@ -1,0 +1,428 @@
+//! The calls of the Redisson-layout scripts (`redisson_*.lua`, beside this file),
+//! typed: arguments in, a Rust value out. `compat::redisson` never builds `ARGV` nor
+//! reads a `redis::Value` of these scripts.
+//!
+//! The layout and each script's steps are Redisson's `RSemaphore` and
+//! `RPermitExpirableSemaphore` (see the scripts' headers for the Java line numbers);
+//! the scripts need not be byte-identical to Redisson's, only their effects on the keys
+//! and the channel are. Errors: a failed call is [`Error::Redis`] as `redis` gave it
+//! (the caller names the semaphore), a reply of the wrong shape is
+//! [`Error::UnexpectedReply`](crate::Error).
+
+use std::sync::LazyLock;
+
+use redis::{ConnectionLike, Script, Value};
+
+use crate::error::{Error, Result};
+
+/// The lease zset's score for a permit without lease (Redisson's
+/// `nonExpirableTimeout`, about `Long.MAX_VALUE / 10000`).
+pub(crate) const NO_LEASE: i64 = 922_337_203_685_477;
+
+static RS_TRY_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redisson_rs_try_acquire.lua")));
+static RS_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redisson_rs_release.lua")));
+static RS_DRAIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redisson_rs_drain.lua")));
+static RS_ADD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redisson_rs_add.lua")));
+static TRY_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("redisson_try_set.lua")));
+
+macro_rules! pes_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("redisson_pes_common.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+
+static PES_ACQUIRE: LazyLock<Script> = pes_script!("redisson_pes_acquire.lua");
+static PES_RELEASE: LazyLock<Script> = pes_script!("redisson_pes_release.lua");
+static PES_READ: LazyLock<Script> = pes_script!("redisson_pes_read.lua");
+static PES_SET: LazyLock<Script> = pes_script!("redisson_pes_set.lua");
+static PES_LEASE: LazyLock<Script> = pes_script!("redisson_pes_lease.lua");
+
+/// Redisson's keys of semaphore `name`: the counter `NAME`, the lease zset
+/// `{NAME}:timeout` (`NAME:timeout` when the name has a `{` of its own) and the channel
+/// `redisson_sc:{NAME}` (`redisson_sc:NAME` when it has a `{`), all in one hash slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RedissonKeys {
+    pub(crate) counter: String,
+    pub(crate) timeout: String,
+    pub(crate) channel: String,
+}
+
+impl RedissonKeys {
+    /// `RedissonObject.suffixName(name, "timeout")` and `prefixName("redisson_sc", name)`.
+    pub(crate) fn new(name: &str) -> RedissonKeys {
+        let tagged = name.contains('{');
+        RedissonKeys {
+            counter: name.to_owned(),
+            timeout: if tagged {
+                format!("{name}:timeout")
+            } else {
+                format!("{{{name}}}:timeout")
+            },
+            channel: if tagged {
+                format!("redisson_sc:{name}")
+            } else {
+                format!("redisson_sc:{{{name}}}")
+            },
+        }
+    }
+
+    /// The counter and the channel (the `RSemaphore` scripts and try-set).
+    fn rs<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.counter).key(&self.channel);
+        inv
+    }
+
+    /// The counter, the lease zset and the channel, then the publish command and the
+    /// client's time (the `RPermitExpirableSemaphore` scripts).
+    fn pes<'a>(
+        &self,
+        script: &'a Script,
+        publish: &str,
+        now_ms: i64,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.counter)
+            .key(&self.timeout)
+            .key(&self.channel)
+            .arg(publish)
+            .arg(now_ms);
+        inv
+    }
+}
+
+/// `RSemaphore.tryAcquire(n)`: whether `n` permits were taken.
+pub(crate) fn rs_try_acquire(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    n: u32,
+) -> Result<bool> {
+    let mut inv = RS_TRY_ACQUIRE.prepare_invoke();
+    inv.key(&keys.counter).arg(n);
+    let r: i64 = inv.invoke(conn).map_err(Error::Redis)?;
+    Ok(r == 1)
+}
+
+/// `RSemaphore.release(n)` (or `releaseIfExists(n)` when `if_exists`): the counter
+/// after, or `None` when `if_exists` found no counter (nothing changed).
+pub(crate) fn rs_release(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    n: u32,
+    if_exists: bool,
+) -> Result<Option<i64>> {
+    let r: Vec<i64> = keys
+        .rs(&RS_RELEASE)
+        .arg(publish)
+        .arg(n)
+        .arg(if if_exists { "1" } else { "0" })
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    match r.as_slice() {
+        [1, v] => Ok(Some(*v)),
+        [0, _] => Ok(None),
+        other => Err(Error::reply("redisson_rs_release", format!("{other:?}"))),
+    }
+}
+
+/// `RSemaphore.drainPermits()`: the counter before (0 when missing).
+pub(crate) fn rs_drain(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -> Result<i64> {
+    let mut inv = RS_DRAIN.prepare_invoke();
+    inv.key(&keys.counter);
+    inv.invoke(conn).map_err(Error::Redis)
+}
+
+/// `RSemaphore.addPermits(d)`: the counter after.
+pub(crate) fn rs_add(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    delta: i64,
+) -> Result<i64> {
+    keys.rs(&RS_ADD)
+        .arg(publish)
+        .arg(delta)
+        .invoke(conn)
+        .map_err(Error::Redis)
+}
+
+/// `trySetPermits(p)` / `trySetPermits(p, ttl)` of either type: whether the counter
+/// was absent and is now `p`.
+pub(crate) fn try_set(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    permits: u32,
+    ttl_ms: Option<u64>,
+) -> Result<bool> {
+    let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
+    let r: i64 = keys
+        .rs(&TRY_SET)
+        .arg(publish)
+        .arg(permits)
+        .arg(ttl)
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    Ok(r == 1)
+}
+
+/// `availablePermits()` of `RSemaphore`: a plain `GET` of the counter (missing = 0).
+pub(crate) fn rs_available(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -> Result<i64> {
+    let v: Option<String> = redis::cmd("GET")
+        .arg(&keys.counter)
+        .query(conn)
+        .map_err(Error::Redis)?;
+    match v {
+        None => Ok(0),
+        Some(s) => s
+            .parse()
+            .map_err(|_| Error::reply("GET of a Redisson counter", s)),
+    }
+}
+
+/// What an `RPermitExpirableSemaphore` acquire answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PesAcquire {
+    /// Granted: the ids are in the lease zset.
+    Granted,
+    /// Not now; the nearest lease ends at this client epoch ms: retry then.
+    RetryAt(i64),
+    /// Not now, and no lease will end: wait for a message.
+    Wait,
+}
+
+/// `tryAcquire(n, lease)`: takes `ids.len()` permits, each id scored `deadline_ms`
+/// (or [`NO_LEASE`]), after reclaiming at most that many expired ones.
+pub(crate) fn pes_acquire(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    deadline_ms: i64,
+    ids: &[[u8; 16]],
+) -> Result<PesAcquire> {
+    let mut inv = keys.pes(&PES_ACQUIRE, publish, now_ms);
+    inv.arg(ids.len()).arg(deadline_ms);
+    for id in ids {
+        inv.arg(&id[..]);
+    }
+    let v: Value = inv.invoke(conn).map_err(Error::Redis)?;
+    let text = match &v {
+        Value::Nil => return Ok(PesAcquire::Wait),
+        Value::Okay => return Ok(PesAcquire::Granted),
+        Value::SimpleString(s) => s.clone(),
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => return Err(Error::reply("redisson_pes_acquire", format!("{other:?}"))),
+    };
+    if text == "OK" {
+        return Ok(PesAcquire::Granted);
+    }
+    text.strip_prefix(':')
+        .and_then(parse_score)
+        .map(PesAcquire::RetryAt)
+        .ok_or_else(|| Error::reply("redisson_pes_acquire", text))
+}
+
+/// A zset score as Redis prints it (an integer, or a float like `1.7e+12` written by
+/// some client), as whole milliseconds.
+fn parse_score(s: &str) -> Option<i64> {
+    s.parse::<i64>()
+        .ok()
+        .or_else(|| s.parse::<f64>().ok().map(|f| f as i64))
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PesReleased {
+    /// Released while its lease ran.
+    Live,
+    /// Released, but its deadline had passed (Redisson answers false).
+    Late,
+    /// Not in the lease zset.
+    NotHeld,
+}
+
+/// `tryRelease(id)`; `hex` also matches the pre-3.17 member (the id as hex text).
+pub(crate) fn pes_release(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    id: &[u8; 16],
+    hex: Option<&str>,
+) -> Result<PesReleased> {
+    let r: i64 = keys
+        .pes(&PES_RELEASE, publish, now_ms)
+        .arg(&id[..])
+        .arg(hex.unwrap_or(""))
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    match r {
+        1 => Ok(PesReleased::Live),
+        2 => Ok(PesReleased::Late),
+        0 => Ok(PesReleased::NotHeld),
+        other => Err(Error::reply("redisson_pes_release", other.to_string())),
+    }
+}
+
+/// Which count [`pes_read`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PesCount {
+    /// `availablePermits()`: the counter.
+    Available,
+    /// `getPermits()`: counter + held.
+    Permits,
+    /// `acquiredPermits()`: held.
+    Acquired,
+}
+
+/// Reclaims every expired permit, then reads one count.
+pub(crate) fn pes_read(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    what: PesCount,
+) -> Result<i64> {
+    let what = match what {
+        PesCount::Available => "available",
+        PesCount::Permits => "permits",
+        PesCount::Acquired => "acquired",
+    };
+    keys.pes(&PES_READ, publish, now_ms)
+        .arg(what)
+        .invoke(conn)
+        .map_err(Error::Redis)
+}
+
+/// `setPermits(p)`: the counter after.
+pub(crate) fn pes_set(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    permits: u32,
+) -> Result<i64> {
+    keys.pes(&PES_SET, publish, now_ms)
+        .arg("set")
+        .arg(permits)
+        .invoke(conn)
+        .map_err(Error::Redis)
+}
+
+/// `addPermits(d)` of `RPermitExpirableSemaphore`: the counter after.
+pub(crate) fn pes_add(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    delta: i64,
+) -> Result<i64> {
+    keys.pes(&PES_SET, publish, now_ms)
+        .arg("add")
+        .arg(delta)
+        .invoke(conn)
+        .map_err(Error::Redis)
+}
+
+/// `updateLeaseTime(id, lease)`: whether the id was still held (and now has
+/// `deadline_ms`).
+pub(crate) fn pes_update_lease(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    id: &[u8; 16],
+    deadline_ms: i64,
+) -> Result<bool> {
+    let r: i64 = keys
+        .pes(&PES_LEASE, publish, now_ms)
+        .arg("update")
+        .arg(&id[..])
+        .arg(deadline_ms)
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    Ok(r == 1)
+}
+
+/// What `getLeaseTime(id)` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PesLease {
+    /// Not held.
+    Absent,
+    /// Held without lease.
+    NoLease,
+    /// Held; this many ms left by the caller's clock (may be 0 or below at the edge).
+    Left(i64),
+}
+
+/// `getLeaseTime(id)`.
+pub(crate) fn pes_lease_time(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    id: &[u8; 16],
+) -> Result<PesLease> {
+    let r: Vec<i64> = keys
+        .pes(&PES_LEASE, publish, now_ms)
+        .arg("get")
+        .arg(&id[..])
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    match r.as_slice() {
+        [0] => Ok(PesLease::Absent),
+        [1, -1] => Ok(PesLease::NoLease),
+        [1, ms] => Ok(PesLease::Left(*ms)),
+        other => Err(Error::reply("redisson_pes_lease", format!("{other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_redissons() {
+        let k = RedissonKeys::new("jobs");
+        assert_eq!(k.counter, "jobs");
+        assert_eq!(k.timeout, "{jobs}:timeout");
+        assert_eq!(k.channel, "redisson_sc:{jobs}");
+        let k = RedissonKeys::new("{acct}:jobs");
+        assert_eq!(k.counter, "{acct}:jobs");
+        assert_eq!(k.timeout, "{acct}:jobs:timeout");
+        assert_eq!(k.channel, "redisson_sc:{acct}:jobs");
+    }
+
+    #[test]
+    fn scores_parse() {
+        assert_eq!(parse_score("1764000000123"), Some(1_764_000_000_123));
+        assert_eq!(parse_score("1.764e+12"), Some(1_764_000_000_000));
+        assert_eq!(parse_score("x"), None);
+        for s in [
+            &RS_TRY_ACQUIRE,
+            &RS_RELEASE,
+            &RS_DRAIN,
+            &RS_ADD,
+            &TRY_SET,
+            &PES_ACQUIRE,
+            &PES_RELEASE,
+            &PES_READ,
+            &PES_SET,
+            &PES_LEASE,
+        ] {
+            assert_eq!(s.get_hash().len(), 40);
+        }
+    }
+}

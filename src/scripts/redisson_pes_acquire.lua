@@ -1,0 +1,23 @@
+-- RPermitExpirableSemaphore.tryAcquire(n, lease) (PES 355-422).
+-- ARGV: 3 n (>= 1), 4 deadline (client ms, or NO_LEASE), 5.. the n ids (16 raw bytes)
+-- Reply: 'OK' granted (the ids are in the lease zset with the deadline);
+--        ':<ms>' not now, the nearest lease deadline (a timed retry);
+--        nil not now, and no lease will end (wait for a message).
+reclaim(ARGV[3])
+local value = redis.call('GET', KEYS[1])
+if value ~= false and tonumber(value) >= tonumber(ARGV[3]) then
+    redis.call('DECRBY', KEYS[1], ARGV[3])
+    for i = 5, #ARGV do
+        redis.call('ZADD', KEYS[2], ARGV[4], ARGV[i])
+    end
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 then
+        redis.call('PEXPIRE', KEYS[2], ttl)
+    end
+    return 'OK'
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if first[1] ~= nil and tonumber(first[2]) ~= tonumber(NO_LEASE) then
+    return ':' .. first[2]
+end
+return nil

@@ -1,0 +1,19 @@
+-- RPermitExpirableSemaphore availablePermits() (PES 754-769), getPermits() (772-793)
+-- and acquiredPermits() (796-810): each reclaims every expired permit first (a read
+-- that writes, as in Redisson).
+-- ARGV: 3 'available' | 'permits' | 'acquired'
+-- Reply: available: the counter (missing = 0); permits: counter + ZCOUNT 0 +inf
+-- (missing counter = 0); acquired: ZCOUNT 0 +inf.
+reclaim(nil)
+local what = ARGV[3]
+if what == 'acquired' then
+    return redis.call('ZCOUNT', KEYS[2], 0, '+inf')
+end
+local value = redis.call('GET', KEYS[1])
+if value == false then
+    return 0
+end
+if what == 'permits' then
+    return tonumber(value) + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
+end
+return tonumber(value)

@@ -1,0 +1,28 @@
+-- RPermitExpirableSemaphore setPermits(p) (PES 823-840) and addPermits(d) (862-873).
+-- ARGV: 3 'set' | 'add', 4 p (set: >= 0) or d (add: signed, non-zero)
+-- set: counter absent -> SET p, publish p; else total = counter + ZCOUNT 0 +inf, and
+--      when total ~= p: INCRBY (p - total), publish p (the counter may go negative
+--      when shrinking below the permits held).
+-- add: counter (missing = 0) + d -> SET; publish d when d > 0.
+-- Reply: the counter after.
+local arg = tonumber(ARGV[4])
+local value = redis.call('GET', KEYS[1])
+if ARGV[3] == 'add' then
+    local after = (value == false and 0 or tonumber(value)) + arg
+    redis.call('SET', KEYS[1], string.format('%d', after))
+    if arg > 0 then
+        redis.call(PUB, KEYS[3], ARGV[4])
+    end
+    return after
+end
+if value == false then
+    redis.call('SET', KEYS[1], ARGV[4])
+    redis.call(PUB, KEYS[3], ARGV[4])
+    return arg
+end
+local total = tonumber(value) + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
+if total ~= arg then
+    value = redis.call('INCRBY', KEYS[1], string.format('%d', arg - total))
+    redis.call(PUB, KEYS[3], ARGV[4])
+end
+return tonumber(value)

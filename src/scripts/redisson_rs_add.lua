@@ -1,0 +1,13 @@
+-- Redisson RSemaphore.addPermits(d) (RedissonSemaphore.java 594-604).
+-- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
+-- ARGV: 1 publish command, 2 d (signed, non-zero)
+-- Reply: the counter after. The counter (missing = 0) + d is SET (dropping any TTL,
+-- as Redisson's SET does) and the new value published.
+local value = redis.call('GET', KEYS[1])
+if value == false then
+    value = 0
+end
+local after = tonumber(value) + tonumber(ARGV[2])
+redis.call('SET', KEYS[1], string.format('%d', after))
+redis.call(ARGV[1], KEYS[2], after)
+return after

@@ -1,0 +1,13 @@
+-- Redisson RSemaphore.release(n) (RedissonSemaphore.java 450-468) and
+-- releaseIfExists(n) (476-499).
+-- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
+-- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 n (>= 1), 3 '1' for releaseIfExists
+-- Reply: {1, counter after} released (the new value was published);
+--        {0, 0} releaseIfExists on a missing counter: nothing changed.
+-- No owner check and no upper bound, by design (Redisson #5066).
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+    return {0, 0}
+end
+local value = redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call(ARGV[1], KEYS[2], value)
+return {1, value}

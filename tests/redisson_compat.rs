@@ -1,0 +1,584 @@
+//! `compat::redisson` against a Redisson peer: a Python client written from the
+//! protocol description (tests/python/redisson_peer.py, redis-py; not Redisson's code)
+//! plays the Java side on the same keys of a private redis-server.
+//!
+//! Needs `python3` with redis-py (`scripts/test.sh` installs tests/python/requirements.txt).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use redis_semaphore::compat::redisson::{PublishCommand, RPermitExpirableSemaphore, RSemaphore};
+use redis_semaphore::{Client, Error, Permit};
+use support::{RedisServer, command_calls, wait_until};
+
+/// How long a Python reply may take (interpreter start included).
+const REPLY: Duration = Duration::from_secs(20);
+const NAME: &str = "reports";
+const CHANNEL: &str = "redisson_sc:{reports}";
+const TIMEOUT_KEY: &str = "{reports}:timeout";
+const LONG: Duration = Duration::from_secs(60);
+
+/// One running `redisson_peer.py`; killed when dropped.
+struct Py {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Py {
+    fn start(url: &str, args: &[&str]) -> Py {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/redisson_peer.py");
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let mut child = Command::new(&python)
+            .arg(script)
+            .args(["--url", url, "--name", NAME])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {python} {script}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut py = Py {
+            child,
+            stdin,
+            lines,
+        };
+        let ready = py.line();
+        assert_eq!(
+            ready, "READY",
+            "the Python peer did not start (is redis-py installed? \
+             python3 -m pip install -r tests/python/requirements.txt)"
+        );
+        py
+    }
+
+    fn repl(url: &str) -> Py {
+        Py::start(url, &["repl"])
+    }
+
+    fn line(&mut self) -> String {
+        match self.lines.recv_timeout(REPLY) {
+            Ok(l) => l,
+            Err(RecvTimeoutError::Timeout) => panic!("no reply from the Python peer in {REPLY:?}"),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the Python peer exited: {:?}", self.child.wait())
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn cmd(&mut self, line: &str) -> String {
+        self.send(line);
+        self.line()
+    }
+
+    /// A `pes-*` command that answers `GOT <ids>` or `NONE`/`TIMEOUT`.
+    /// A blocked acquire's `WAITING` line is skipped.
+    fn ids(&mut self, line: &str) -> Option<Vec<String>> {
+        let mut reply = self.cmd(line);
+        if reply == "WAITING" {
+            reply = self.line();
+        }
+        reply
+            .strip_prefix("GOT ")
+            .map(|ids| ids.split(' ').map(str::to_owned).collect())
+    }
+}
+
+impl Drop for Py {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn numsub(conn: &mut redis::Connection) -> i64 {
+    let v: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(CHANNEL)
+        .query(conn)
+        .unwrap();
+    v.1
+}
+
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    command_calls(conn).get("evalsha").copied().unwrap_or(0)
+}
+
+/// Waits until a Rust waiter is subscribed to the channel and has tried again after
+/// subscribing (two acquire calls since `base`), so only a message can wake it now
+/// (its re-check timer is an hour).
+fn wait_rust_waiting(conn: &mut redis::Connection, base: u64) {
+    wait_until(REPLY, "the Rust waiter to subscribe and try again", || {
+        numsub(conn) == 1 && evalsha_calls(conn) >= base + 2
+    });
+}
+
+fn counter(conn: &mut redis::Connection) -> Option<i64> {
+    redis::cmd("GET").arg(NAME).query(conn).unwrap()
+}
+
+#[test]
+fn rsemaphore_each_side_sees_the_others_permits() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME).unwrap();
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+
+    assert_eq!(py.cmd("try-set 3"), "OK True");
+    assert!(!rs.try_set_permits(5).unwrap(), "set twice");
+    assert_eq!(rs.available_permits().unwrap(), 3);
+    assert!(rs.try_acquire(2).unwrap());
+    assert_eq!(py.cmd("rs-available"), "OK 1");
+    assert_eq!(py.cmd("rs-try 1"), "OK True");
+    assert_eq!(py.cmd("rs-try 1"), "OK False");
+    assert!(!rs.try_acquire(1).unwrap());
+    assert_eq!(rs.available_permits().unwrap(), 0);
+
+    assert_eq!(rs.release(1).unwrap(), 1);
+    assert_eq!(py.cmd("rs-try 1"), "OK True");
+    assert_eq!(py.cmd("rs-release 3"), "OK 3");
+    assert!(rs.release_if_exists(1).unwrap());
+    assert_eq!(rs.drain_permits().unwrap(), 4);
+    assert_eq!(counter(&mut conn), Some(0));
+    assert_eq!(rs.add_permits(-2).unwrap(), -2);
+    assert_eq!(py.cmd("rs-available"), "OK -2");
+    assert_eq!(py.cmd("rs-release 3"), "OK 1");
+    assert!(rs.try_acquire(1).unwrap());
+
+    // A missing counter: releaseIfExists does nothing, trySetPermits with a TTL sets it.
+    redis::cmd("DEL").arg(NAME).exec(&mut conn).unwrap();
+    assert!(!rs.release_if_exists(1).unwrap());
+    assert_eq!(counter(&mut conn), None);
+    assert_eq!(rs.drain_permits().unwrap(), 0);
+    assert!(rs.try_set_permits_with_ttl(2, LONG).unwrap());
+    let ttl: i64 = redis::cmd("PTTL").arg(NAME).query(&mut conn).unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    assert_eq!(py.cmd("rs-available"), "OK 2");
+    // Only Redisson's keys: nothing of the crate's own layout.
+    let mut all: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    all.sort();
+    assert_eq!(all, vec![NAME.to_owned()]);
+
+    // SPUBLISH on request (Redisson on a Redis 7 cluster); PUBLISH by default.
+    let calls = command_calls(&mut conn);
+    let count =
+        |c: &std::collections::HashMap<String, u64>, k: &str| c.get(k).copied().unwrap_or(0);
+    rs.clone()
+        .with_publish_command(PublishCommand::SPublish)
+        .release(1)
+        .unwrap();
+    let after = command_calls(&mut conn);
+    assert_eq!(count(&after, "spublish"), count(&calls, "spublish") + 1);
+    assert_eq!(count(&after, "publish"), count(&calls, "publish"));
+
+    // A key of another type is an error, not a panic.
+    redis::cmd("SET")
+        .arg("wrong")
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    let wrong = client.redisson_semaphore("wrong").unwrap();
+    assert!(wrong.try_acquire(1).is_err());
+    assert!(matches!(
+        wrong.available_permits(),
+        Err(Error::UnexpectedReply { .. })
+    ));
+}
+
+#[test]
+fn rsemaphore_a_release_on_one_side_wakes_a_waiter_on_the_other() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let rs = client
+        .redisson_semaphore(NAME)
+        .unwrap()
+        .with_recheck(Duration::from_secs(3600));
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+    assert!(rs.try_set_permits(0).unwrap());
+
+    // Python waits; a Rust release wakes it through the channel.
+    py.send("rs-acquire 1 30000");
+    assert_eq!(py.line(), "WAITING");
+    rs.release(1).unwrap();
+    assert_eq!(py.line(), "GOT");
+    assert_eq!(counter(&mut conn), Some(0));
+
+    // Rust waits (no re-check for an hour); a Python release wakes it. The script is
+    // loaded first, so each try is one EVALSHA.
+    assert!(!rs.try_acquire(1).unwrap());
+    let base = evalsha_calls(&mut conn);
+    let waiter = {
+        let rs = rs.clone();
+        std::thread::spawn(move || rs.acquire_timeout(2, Duration::from_secs(30)))
+    };
+    wait_rust_waiting(&mut conn, base);
+    // a message for too few permits: the waiter tries, fails, waits again
+    assert_eq!(py.cmd("rs-release 1"), "OK 1");
+    assert_eq!(py.cmd("rs-release 1"), "OK 2");
+    assert!(waiter.join().unwrap().unwrap(), "the Rust waiter timed out");
+    assert_eq!(counter(&mut conn), Some(0));
+    wait_until(REPLY, "the waiter to unsubscribe", || {
+        numsub(&mut conn) == 0
+    });
+
+    // A timed-out wait gives up and leaves no subscription behind.
+    assert!(!rs.acquire_timeout(1, Duration::from_millis(50)).unwrap());
+    wait_until(REPLY, "the waiter to unsubscribe", || {
+        numsub(&mut conn) == 0
+    });
+}
+
+fn pes(client: &Client) -> RPermitExpirableSemaphore {
+    client
+        .redisson_permit_expirable_semaphore(NAME)
+        .unwrap()
+        .with_recheck(Duration::from_secs(3600))
+}
+
+fn members(conn: &mut redis::Connection) -> Vec<Vec<u8>> {
+    redis::cmd("ZRANGE")
+        .arg(TIMEOUT_KEY)
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn permit_expirable_each_side_sees_the_others_permits_and_ids_round_trip() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = pes(&client);
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+
+    assert!(sem.try_set_permits(3).unwrap());
+    let mut rust: Vec<Permit> = sem.try_acquire_many(2, Some(LONG)).unwrap().unwrap();
+    let py_id = py.ids("pes-try 1 60000").expect("Python got no permit")[0].clone();
+    assert!(py.ids("pes-try 1 60000").is_none(), "Python got a 4th of 3");
+    assert!(
+        sem.try_acquire(None).unwrap().is_none(),
+        "Rust got a 4th of 3"
+    );
+    assert_eq!(sem.available_permits().unwrap(), 0);
+    assert_eq!(sem.acquired_permits().unwrap(), 3);
+    assert_eq!(sem.permits().unwrap(), 3);
+    assert_eq!(py.cmd("pes-acquired"), "OK 3");
+
+    // The zset holds 16 raw bytes per id, the API the lowercase hex form.
+    let mut stored: Vec<String> = members(&mut conn)
+        .iter()
+        .map(|m| {
+            assert_eq!(m.len(), 16, "not a raw id: {m:?}");
+            hex(m)
+        })
+        .collect();
+    stored.sort();
+    let mut ids: Vec<String> = rust.iter().map(|p| p.id().to_owned()).collect();
+    ids.push(py_id.clone());
+    ids.sort();
+    assert_eq!(stored, ids);
+    for p in &rust {
+        assert_eq!(p.id().len(), 32);
+        assert_eq!(p.token(), 0);
+        assert!(p.slots().is_empty());
+        let left = sem.lease_time(p.id()).unwrap().unwrap();
+        assert!(left > Duration::from_secs(50) && left <= LONG, "{left:?}");
+    }
+
+    // Each side releases the other's permit by its hex id.
+    let rust_one = rust.pop().unwrap();
+    assert_eq!(py.cmd(&format!("pes-release {}", rust_one.id())), "OK True");
+    assert!(matches!(rust_one.release(), Err(Error::PermitLost { .. })));
+    sem.release(&py_id).unwrap();
+    assert!(!sem.try_release(&py_id).unwrap(), "released twice");
+    assert!(matches!(
+        sem.release(&py_id.to_uppercase()),
+        Err(Error::PermitLost { .. })
+    ));
+    assert_eq!(py.cmd("pes-available"), "OK 2");
+
+    // A permit without lease reports no lease; update_lease_time gives it one.
+    let forever = sem.try_acquire(None).unwrap().unwrap();
+    assert_eq!(sem.lease_time(forever.id()).unwrap(), None);
+    assert!(sem.update_lease_time(forever.id(), Some(LONG)).unwrap());
+    assert!(sem.lease_time(forever.id()).unwrap().is_some());
+    forever.refresh().unwrap();
+    drop(forever);
+    drop(rust);
+    assert_eq!(sem.available_permits().unwrap(), 3);
+    assert_eq!(sem.acquired_permits().unwrap(), 0);
+    assert!(members(&mut conn).is_empty());
+
+    // set_permits and add_permits move the total, seen by both.
+    sem.set_permits(5).unwrap();
+    assert_eq!(py.cmd("pes-available"), "OK 5");
+    assert_eq!(sem.add_permits(-1).unwrap(), 4);
+    assert_eq!(sem.permits().unwrap(), 4);
+}
+
+#[test]
+fn permit_expirable_expired_permits_are_reclaimed_by_the_other_side() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = pes(&client);
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(1).unwrap());
+
+    // Python takes the only permit for 300 ms and never releases it: the Rust waiter
+    // (no message comes, its re-check is an hour away) retries at the deadline the
+    // acquire script reports, and reclaims it.
+    let py_id = py.ids("pes-try 1 300").unwrap()[0].clone();
+    let started = Instant::now();
+    let permit = sem
+        .acquire_timeout(Duration::from_secs(20), Some(LONG))
+        .unwrap()
+        .expect("Rust did not reclaim Python's expired permit");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(members(&mut conn).len(), 1);
+    assert_eq!(py.cmd(&format!("pes-release {py_id}")), "OK False");
+    drop(permit);
+
+    // The other way: Rust's permit of 300 ms is left to expire; Python reclaims it.
+    let rust = sem
+        .try_acquire(Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    let rust_id = rust.id().to_owned();
+    assert!(py.ids("pes-try 1 60000").is_none());
+    let py_again = py
+        .ids("pes-acquire 1 60000 20000")
+        .expect("Python did not reclaim Rust's expired permit");
+    assert!(!sem.try_release(&rust_id).unwrap());
+    // the guard finds its permit gone, and says so
+    assert!(matches!(rust.release(), Err(Error::PermitLost { .. })));
+    assert!(matches!(
+        sem.lease_time(&rust_id),
+        Err(Error::PermitLost { .. })
+    ));
+
+    // An expired, not yet reclaimed permit: released all the same, reported late.
+    assert_eq!(py.cmd(&format!("pes-release {}", py_again[0])), "OK True");
+    let late = sem
+        .try_acquire(Some(Duration::from_millis(50)))
+        .unwrap()
+        .unwrap();
+    let late_id = late.id().to_owned();
+    std::mem::forget(late);
+    wait_until(REPLY, "the lease to pass", || {
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg(TIMEOUT_KEY)
+            .arg(decode(&late_id))
+            .query(&mut conn)
+            .unwrap();
+        (score as i64) < now_ms()
+    });
+    assert!(matches!(
+        sem.release(&late_id),
+        Err(Error::LeaseExpired { .. })
+    ));
+    assert_eq!(sem.available_permits().unwrap(), 1);
+}
+
+fn decode(hex: &str) -> Vec<u8> {
+    (0..16)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn permit_expirable_a_release_on_one_side_wakes_a_waiter_on_the_other() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = pes(&client);
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(1).unwrap());
+
+    // Python waits for a permit held without lease; dropping Rust's guard wakes it.
+    let held = sem.try_acquire(None).unwrap().unwrap();
+    py.send("pes-acquire 1 -1 30000");
+    assert_eq!(py.line(), "WAITING");
+    drop(held);
+    let py_id = py
+        .line()
+        .strip_prefix("GOT ")
+        .expect("Python not woken")
+        .to_owned();
+
+    // Rust waits (no lease runs, so only a message can wake it); Python releases.
+    let base = evalsha_calls(&mut conn);
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.acquire_timeout(Duration::from_secs(30), Some(LONG)))
+    };
+    wait_rust_waiting(&mut conn, base);
+    assert_eq!(py.cmd(&format!("pes-release {py_id}")), "OK True");
+    let permit = waiter.join().unwrap().unwrap().expect("Rust not woken");
+    assert_eq!(sem.acquired_permits().unwrap(), 1);
+    permit.release().unwrap();
+    assert_eq!(sem.available_permits().unwrap(), 1);
+}
+
+#[test]
+fn permit_expirable_accepts_pre_3_17_hex_members_on_release_when_asked() {
+    let server = RedisServer::start();
+    let client = Client::open(&server.url()).unwrap();
+    let sem = pes(&client);
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(2).unwrap());
+    let old = py.ids("pes-try-legacy 1 60000").unwrap()[0].clone();
+    assert_eq!(members(&mut conn), vec![old.as_bytes().to_vec()]);
+    assert!(matches!(sem.release(&old), Err(Error::PermitLost { .. })));
+    sem.clone().with_hex_id_release(true).release(&old).unwrap();
+    assert!(members(&mut conn).is_empty());
+    assert_eq!(sem.available_permits().unwrap(), 2);
+}
+
+/// What a contention run saw.
+#[derive(Debug)]
+struct Seen {
+    rust_grants: u64,
+    py_grants: u64,
+    most: i64,
+}
+
+/// Two Python peers and three Rust threads take, hold and give back one permit of a
+/// limit-3 semaphore in a loop for `run`; around each hold they INCR and DECR the key
+/// `inside`, and the highest value anyone saw is the most holders at once.
+fn contend(server: &RedisServer, kind: &str, run: Duration) -> Seen {
+    const LIMIT: u32 = 3;
+    let client = Client::open(&server.url()).unwrap();
+    let rs: RSemaphore = client.redisson_semaphore(NAME).unwrap();
+    let pes = pes(&client);
+    if kind == "rs" {
+        assert!(rs.try_set_permits(LIMIT).unwrap());
+    } else {
+        assert!(pes.try_set_permits(LIMIT).unwrap());
+    }
+    let mut pys: Vec<Py> = (0..2)
+        .map(|_| Py::start(&server.url(), &["contend", kind, "inside"]))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let grants = Arc::new(AtomicU64::new(0));
+    for py in &mut pys {
+        py.send("go");
+    }
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, most, grants) = (stop.clone(), most.clone(), grants.clone());
+            let (rs, pes, kind) = (rs.clone(), pes.clone(), kind.to_owned());
+            let mut conn = server.conn();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let permit = if kind == "rs" {
+                        if !rs.try_acquire(1).unwrap() {
+                            continue;
+                        }
+                        None
+                    } else {
+                        match pes.try_acquire(Some(LONG)).unwrap() {
+                            Some(p) => Some(p),
+                            None => continue,
+                        }
+                    };
+                    grants.fetch_add(1, Ordering::Relaxed);
+                    let n: i64 = redis::cmd("INCR").arg("inside").query(&mut conn).unwrap();
+                    most.fetch_max(n, Ordering::Relaxed);
+                    let _: i64 = redis::cmd("DECR").arg("inside").query(&mut conn).unwrap();
+                    match permit {
+                        Some(p) => p.release().unwrap(),
+                        None => {
+                            rs.release(1).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(run); // the length of the workload, not a synchronisation
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut py_grants = 0;
+    for py in &mut pys {
+        let line = py.cmd("stop");
+        let rest = line.strip_prefix("RESULT ").expect(&line);
+        for kv in rest.split(' ') {
+            let (k, v) = kv.split_once('=').unwrap();
+            let v: i64 = v.parse().unwrap();
+            match k {
+                "grants" => py_grants += v as u64,
+                "most" => {
+                    most.fetch_max(v, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+    }
+    Seen {
+        rust_grants: grants.load(Ordering::Relaxed),
+        py_grants,
+        most: most.load(Ordering::Relaxed),
+    }
+}
+
+#[test]
+fn together_they_never_exceed_the_permits() {
+    for kind in ["rs", "pes"] {
+        let server = RedisServer::start();
+        let seen = contend(&server, kind, Duration::from_millis(1500));
+        eprintln!("{kind}: {seen:?} (limit 3)");
+        assert!(
+            seen.rust_grants > 0 && seen.py_grants > 0,
+            "{kind}: {seen:?}"
+        );
+        assert!(seen.most <= 3, "{kind}: over the limit: {seen:?}");
+        assert!(seen.most >= 2, "{kind}: holders never overlapped: {seen:?}");
+        let mut conn = server.conn();
+        assert_eq!(counter(&mut conn), Some(3), "{kind}: permits lost");
+        if kind == "pes" {
+            assert!(members(&mut conn).is_empty(), "{kind}: leases left");
+        }
+    }
+}
