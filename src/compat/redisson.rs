@@ -180,7 +180,7 @@ impl Common {
         call(&mut conn, &self.keys).map_err(|e| {
             Counters::bump(&self.shared().stats.errors);
             match e {
-                Error::Redis(e) => Error::redis(&self.name, e),
+                Error::Redis(e) => Error::redis(&self.name, e, self.shared().op_timeout),
                 other => other,
             }
         })
