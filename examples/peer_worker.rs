@@ -100,7 +100,7 @@ fn run() -> R<()> {
 
     let client = Client::builder()
         .max_connections((loops as u32 + 2).max(4))
-        .build(&format!("redis://{host}:{port}/"))?;
+        .build(format!("redis://{host}:{port}/"))?;
     let sem = |name: &str| {
         client
             .semaphore_builder(name)

@@ -5,7 +5,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::combine::Combiner;
-use crate::connect::{Credentials, NodeTls, Target, TlsFiles, endpoint, redact};
+use crate::connect::{
+    Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
+};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
@@ -157,11 +159,12 @@ impl Drop for ClientInner {
 }
 
 impl Client {
-    /// Opens a client for `url` with the default settings of [`ClientBuilder`]. No
+    /// Opens a client for `target` with the default settings of [`ClientBuilder`]. No
     /// connection is made until the first operation ([`Client::ping`] checks the
     /// connection and the credentials at once).
     ///
-    /// URL forms:
+    /// `target` is a URL (`&str` or `String`), or a [`redis::ConnectionInfo`] built by
+    /// hand for one server ([`IntoRedisTarget`]). URL forms:
     ///
     /// - `redis://[user:password@]host[:6379][/db]`: one server;
     /// - `rediss://[user:password@]host[:port][/db]`: one server over TLS (crate
@@ -196,8 +199,8 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] when the URL cannot be parsed and for a TLS URL without
     /// a TLS feature.
-    pub fn open(url: &str) -> Result<Client> {
-        Client::builder().build(url)
+    pub fn open(target: impl IntoRedisTarget) -> Result<Client> {
+        Client::builder().build(target)
     }
 
     /// A builder to set pool size and timeouts.
@@ -525,7 +528,7 @@ impl ClientBuilder {
     /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
     /// `rediss+cluster://` URL in a build without the `tls-rustls` feature (redis-rs's
     /// cluster client takes certificates only with rustls).
-    pub fn build(self, url: &str) -> Result<Client> {
+    pub fn build(self, target: impl IntoRedisTarget) -> Result<Client> {
         if self.max_connections == 0 {
             return Err(Error::InvalidArgument(
                 "max_connections must be at least 1".into(),
@@ -540,7 +543,23 @@ impl ClientBuilder {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
             }
         }
-        match Target::parse(url)? {
+        // messages name a hand-built target by its address (never a password)
+        let (url, parsed) = match target.into_redis_target() {
+            RedisTarget::Url(url) => {
+                let parsed = Target::parse(&url)?;
+                (url, parsed)
+            }
+            RedisTarget::Info(info) => {
+                let scheme = match info.addr() {
+                    redis::ConnectionAddr::TcpTls { .. } => "rediss",
+                    redis::ConnectionAddr::Unix(_) => "unix",
+                    _ => "redis",
+                };
+                (format!("{scheme}://{}", info.addr()), Target::Single(*info))
+            }
+        };
+        let url = url.as_str();
+        match parsed {
             Target::Single(info) => {
                 let ep = endpoint(url, info, &self.creds, &self.tls)?;
                 self.build_with(Connector::Single(Box::new(ep)))

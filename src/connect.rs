@@ -862,3 +862,54 @@ mod tests {
         }
     }
 }
+
+/// Where Redis is, as [`Client::open`](crate::Client::open) and
+/// [`ClientBuilder::build`](crate::ClientBuilder::build) take it: a URL of any of the
+/// forms they list (`&str`, `String`, `&String`), or a [`redis::ConnectionInfo`] built
+/// by hand for one server. Implemented for those types only.
+pub trait IntoRedisTarget: sealed::Sealed {
+    #[doc(hidden)]
+    fn into_redis_target(self) -> RedisTarget;
+}
+
+/// What an [`IntoRedisTarget`] gives; not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum RedisTarget {
+    /// A URL, parsed by [`Target::parse`].
+    Url(String),
+    /// One server's connection info, as built by the caller.
+    Info(Box<redis::ConnectionInfo>),
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+    impl Sealed for &String {}
+    impl Sealed for redis::ConnectionInfo {}
+}
+
+impl IntoRedisTarget for &str {
+    fn into_redis_target(self) -> RedisTarget {
+        RedisTarget::Url(self.to_owned())
+    }
+}
+
+impl IntoRedisTarget for String {
+    fn into_redis_target(self) -> RedisTarget {
+        RedisTarget::Url(self)
+    }
+}
+
+impl IntoRedisTarget for &String {
+    fn into_redis_target(self) -> RedisTarget {
+        RedisTarget::Url(self.clone())
+    }
+}
+
+impl IntoRedisTarget for redis::ConnectionInfo {
+    fn into_redis_target(self) -> RedisTarget {
+        RedisTarget::Info(Box::new(self))
+    }
+}

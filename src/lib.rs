@@ -216,7 +216,7 @@ mod permit;
 mod semaphore;
 
 pub use client::{Client, ClientBuilder};
-pub use connect::redact as redact_url;
+pub use connect::{IntoRedisTarget, redact as redact_url};
 pub use counting::CountingSemaphore;
 pub use error::{Error, LostReason, Result};
 pub use permit::{Permit, PermitParts};

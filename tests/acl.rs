@@ -75,7 +75,7 @@ fn user_server() -> AclServer {
 #[test]
 fn the_documented_acl_user_runs_every_operation() {
     let server = user_server();
-    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
     every_operation(&client, "acl");
     drop(client);
     let refusals = acl_refusals(&server);
@@ -109,7 +109,7 @@ fn without_the_channel_permission_subscribe_is_refused_and_logged() {
         .filter(|w| !w.starts_with('>') && !w.starts_with('&'))
         .collect();
     server.add_user("semaphores", USER_PW, &rest);
-    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
     let sem = client.semaphore("nochannel", 1).unwrap();
     let held = sem.acquire().unwrap();
     assert!(
@@ -154,14 +154,14 @@ fn a_wrong_password_is_an_auth_error_from_ping_and_from_acquire() {
     assert_auth(sem.acquire().unwrap_err(), "acquire");
     assert_auth(sem.try_acquire().unwrap_err(), "try_acquire");
     // a wrong user name too
-    let client = Client::open(&server.url_as("nosuchuser", USER_PW)).unwrap();
+    let client = Client::open(server.url_as("nosuchuser", USER_PW)).unwrap();
     assert_auth(client.ping().unwrap_err(), "unknown user");
 }
 
 #[test]
 fn a_missing_password_on_a_requirepass_server_is_an_auth_error() {
     let server = AclServer::start(ADMIN_PW);
-    let client = Client::open(&server.server.url()).unwrap();
+    let client = Client::open(server.server.url()).unwrap();
     let e = client.ping().unwrap_err();
     assert!(
         e.to_string().contains("NOAUTH") || e.to_string().contains("requires"),
@@ -171,7 +171,7 @@ fn a_missing_password_on_a_requirepass_server_is_an_auth_error() {
     let sem = client.semaphore("nopw", 1).unwrap();
     assert_auth(sem.acquire().unwrap_err(), "acquire without a password");
     // the default user's password in the URL works
-    let ok = Client::open(&format!(
+    let ok = Client::open(format!(
         "redis://:{ADMIN_PW}@127.0.0.1:{}/",
         server.server.port()
     ))
@@ -187,7 +187,7 @@ fn the_book_variants_run_with_the_documented_extra_rule() {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg("semaphores").arg(&extra);
     cmd.exec(&mut server.admin_conn()).unwrap();
-    let client = Client::open(&server.url_as("semaphores", USER_PW)).unwrap();
+    let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
     for variant in [
         BookVariant::Basic,
         BookVariant::Fair,

@@ -12,7 +12,7 @@ use redis_semaphore::{Client, Error, Permit, Semaphore};
 use support::{RedisServer, acquire_script, batch_script, call_on, wait_until};
 
 fn client(server: &RedisServer) -> Client {
-    Client::open(&server.url()).unwrap()
+    Client::open(server.url()).unwrap()
 }
 
 #[test]
@@ -666,7 +666,7 @@ fn concurrent_tries_of_one_client_share_calls_and_never_exceed_the_limit() {
     let server = RedisServer::start();
     let client = Client::builder()
         .max_connections(20)
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let sem = client.semaphore("combined", 3).unwrap();
     let mut conn = server.conn();
@@ -731,7 +731,7 @@ fn contending_threads_get_errors_not_hangs_when_the_server_dies_and_recover_afte
         .operation_timeout(Duration::from_millis(500))
         .checkout_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let sem = client.semaphore("outage", 3).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -839,7 +839,7 @@ fn a_refused_connection_fails_a_call_at_once_with_the_address() {
         .unwrap()
         .port();
     // default settings: a 5 s checkout timeout that a refused connection must not wait out
-    let client = Client::open(&format!("redis://user:hunter2@127.0.0.1:{port}/")).unwrap();
+    let client = Client::open(format!("redis://user:hunter2@127.0.0.1:{port}/")).unwrap();
     let sem = client.semaphore("refused", 1).unwrap();
     let started = std::time::Instant::now();
     let e = sem.try_acquire().unwrap_err();
@@ -873,7 +873,7 @@ fn connect_at_build_checks_the_server_when_the_client_is_built() {
     let server = RedisServer::start();
     let client = Client::builder()
         .connect_at_build(true)
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     assert!(
         client
@@ -890,7 +890,7 @@ fn a_timed_out_release_names_the_operation_and_the_time_allowed() {
     let server = RedisServer::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_millis(200))
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let sem = client.semaphore("paused", 1).unwrap();
     let p = sem.acquire().unwrap();
@@ -908,4 +908,17 @@ fn a_timed_out_release_names_the_operation_and_the_time_allowed() {
         "{text}"
     );
     assert!(text.contains("200ms"), "{text}");
+}
+
+#[test]
+fn a_client_opens_from_a_connection_info_built_by_hand() {
+    use redis_semaphore::redis::IntoConnectionInfo;
+    let server = RedisServer::start();
+    let info = server.url().as_str().into_connection_info().unwrap();
+    let client = Client::open(info).unwrap();
+    client.ping().unwrap();
+    let sem = client.semaphore("from-info", 1).unwrap();
+    assert!(sem.try_acquire().unwrap().is_some());
+    // a String works as well as a &str
+    assert!(Client::open(server.url()).is_ok());
 }

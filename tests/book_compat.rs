@@ -160,7 +160,7 @@ fn now_ms() -> i64 {
 fn each_sees_the_others_permits(variant: BookVariant, py_variant: &str) {
     const LIMIT: u32 = 3;
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = book(&client, variant, LIMIT).build().unwrap();
     let mut py = Py::repl(&server.url(), py_variant, LIMIT, &[]);
     let mut conn = server.conn();
@@ -406,7 +406,7 @@ fn a_client_whose_clock_runs_behind_steals_a_basic_permit_but_not_a_fair_one() {
     const LIMIT: u32 = 3;
     for (variant, py_variant) in VARIANTS {
         let server = RedisServer::start();
-        let client = Client::open(&server.url()).unwrap();
+        let client = Client::open(server.url()).unwrap();
         let sem = book(&client, variant, LIMIT).build().unwrap();
         let behind = book(&client, variant, LIMIT)
             .clock_offset_ms(-2000)
@@ -442,7 +442,7 @@ fn a_client_whose_clock_runs_behind_steals_a_basic_permit_but_not_a_fair_one() {
 fn refresh_renews_fair_permits_and_reports_their_loss() {
     for (variant, py_variant) in &VARIANTS[1..] {
         let server = RedisServer::start();
-        let client = Client::open(&server.url()).unwrap();
+        let client = Client::open(server.url()).unwrap();
         let sem = book(&client, *variant, 2).build().unwrap();
         let mut conn = server.conn();
         let p = sem.try_acquire().unwrap().unwrap();
@@ -479,7 +479,7 @@ fn refresh_renews_fair_permits_and_reports_their_loss() {
     }
 
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let basic = book(&client, BookVariant::Basic, 1).build().unwrap();
     let p = basic.try_acquire().unwrap().unwrap();
     assert!(matches!(p.refresh(), Err(Error::InvalidArgument(_))));
@@ -495,8 +495,8 @@ fn millis_scores_are_integers_like_the_java_and_node_ports() {
     const LIMIT: u32 = 2;
     for (variant, py_variant) in VARIANTS {
         let server = RedisServer::start();
-        let a = Client::open(&server.url()).unwrap();
-        let b = Client::open(&server.url()).unwrap();
+        let a = Client::open(server.url()).unwrap();
+        let b = Client::open(server.url()).unwrap();
         let sem_a = book(&a, variant, LIMIT)
             .unit(TimeUnit::Millis)
             .build()
@@ -567,7 +567,7 @@ fn millis_scores_are_integers_like_the_java_and_node_ports() {
 #[test]
 fn a_lock_left_without_expiry_gets_one() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = book(&client, BookVariant::FairWithLock, 2)
         .lock_timeout(Duration::from_millis(300))
         .build()
@@ -605,7 +605,7 @@ fn racing_acquires_go_over_the_limit_except_under_the_lock() {
     const LIMIT: u32 = 3;
     for (variant, py_variant) in VARIANTS {
         let server = RedisServer::start();
-        let client = Client::open(&server.url()).unwrap();
+        let client = Client::open(server.url()).unwrap();
         let sem = book(&client, variant, LIMIT).build().unwrap();
         let mut py = Py::repl(&server.url(), py_variant, LIMIT, &[]);
         let mut conn = server.conn();

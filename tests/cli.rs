@@ -31,7 +31,7 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn status_shows_the_holders_the_library_created() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client
         .semaphore_builder("acct:42")
         .limit(5)
@@ -69,7 +69,7 @@ fn status_shows_the_holders_the_library_created() {
 #[test]
 fn release_frees_a_holder_and_the_library_sees_it() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client.semaphore("rel", 1).unwrap();
     let held = sem.acquire().unwrap();
     assert!(sem.try_acquire().unwrap().is_none());
@@ -84,7 +84,7 @@ fn release_frees_a_holder_and_the_library_sees_it() {
 #[test]
 fn set_limit_changes_what_the_library_sees() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client.semaphore("lim", 1).unwrap();
     let _held = sem.acquire().unwrap();
     assert!(sem.try_acquire().unwrap().is_none());
@@ -99,7 +99,7 @@ fn set_limit_changes_what_the_library_sees() {
 #[test]
 fn list_and_watch_find_the_semaphores() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let a = client.semaphore("jobs:a", 2).unwrap();
     let b = client.semaphore("jobs:b", 4).unwrap();
     let _pa = a.acquire().unwrap();
@@ -274,7 +274,7 @@ fn tls_options() {
 #[test]
 fn list_and_status_through_a_cluster_url() {
     let cluster = support::cluster::RedisCluster::start();
-    let client = Client::open(&cluster.url()).unwrap();
+    let client = Client::open(cluster.url()).unwrap();
     let held: Vec<_> = (0..12)
         .map(|k| {
             client
@@ -311,7 +311,7 @@ fn list_and_status_through_a_cluster_url() {
 #[test]
 fn escape_codes_are_shown_escaped_and_options_go_anywhere() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client
         .semaphore_builder("labels")
         .limit(2)
@@ -338,7 +338,7 @@ fn escape_codes_are_shown_escaped_and_options_go_anywhere() {
 #[test]
 fn list_shows_counting_semaphores_and_a_broken_one_without_failing_the_rest() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let _held = client.semaphore("good", 3).unwrap().acquire().unwrap();
     let counting = client.counting_semaphore("tokens").unwrap();
     counting.try_set_permits(4).unwrap();

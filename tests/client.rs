@@ -21,7 +21,7 @@ fn our_threads() -> usize {
 fn dropping_the_client_and_its_permits_ends_its_threads() {
     let server = RedisServer::start();
     let before = our_threads();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client.semaphore("threads", 2).unwrap();
     let permit = sem.acquire().unwrap();
     assert!(our_threads() > before);

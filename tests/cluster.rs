@@ -23,7 +23,7 @@ fn sems(client: &Client, count: usize, limit: u32) -> Vec<Semaphore> {
 #[test]
 fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works() {
     let cluster = RedisCluster::start();
-    let client = Client::open(&cluster.url()).unwrap();
+    let client = Client::open(cluster.url()).unwrap();
 
     // 100 semaphores land on every primary
     let all = sems(&client, 100, 2);
@@ -120,7 +120,7 @@ fn a_killed_primary_is_replaced_and_clients_carry_on() {
     let mut cluster = RedisCluster::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_millis(1_500))
-        .build(&cluster.url())
+        .build(cluster.url())
         .unwrap();
     let all = sems(&client, 20, 1);
     let victim = cluster.primary_of("redsem:{acct:0}:h");
@@ -245,7 +245,7 @@ fn a_waiter_is_woken_after_the_node_its_listener_is_on_is_killed() {
     let mut cluster = RedisCluster::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_millis(1_500))
-        .build(&cluster.url())
+        .build(cluster.url())
         .unwrap();
     // a blocking wait starts the client's wake-up listener on one seed node
     let probe = client.semaphore("probe", 1).unwrap();

@@ -20,7 +20,7 @@ use support::{RedisServer, keys, wait_until};
 const WAIT: Duration = Duration::from_secs(10);
 
 fn counting(server: &RedisServer, name: &str) -> CountingSemaphore {
-    Client::open(&server.url())
+    Client::open(server.url())
         .unwrap()
         .counting_semaphore(name)
         .unwrap()
@@ -689,7 +689,7 @@ fn a_waiter_gets_its_permits_when_the_wake_up_connection_was_cut() {
 #[test]
 fn bad_arguments_are_errors() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     for name in ["", "a{b}", "}"] {
         let err = client.counting_semaphore(name).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
@@ -783,7 +783,7 @@ fn a_key_of_the_wrong_type_is_an_error() {
 #[test]
 fn a_counting_semaphore_and_a_leased_one_of_the_same_name_do_not_meet() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let counting = client.counting_semaphore("shared-name").unwrap();
     let leased = client.semaphore("shared-name", 1).unwrap();
     assert!(counting.try_set_permits(2).unwrap());

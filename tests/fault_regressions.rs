@@ -9,7 +9,7 @@ use redis_semaphore::{Client, Error, MAX_LIMIT};
 use support::{RedisServer, acquire_script, call_on, wait_for, wait_until};
 
 fn client(server: &RedisServer) -> Client {
-    Client::open(&server.url()).unwrap()
+    Client::open(server.url()).unwrap()
 }
 
 /// Queues waiter `id` (wait mode, no wake-up channel) for one permit with the given
@@ -453,7 +453,7 @@ fn drops_with_a_hung_server_end_within_the_operation_timeout() {
     let c = Client::builder()
         .operation_timeout(OP)
         .max_connections(8)
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let sem = c
         .semaphore_builder("hung")

@@ -16,7 +16,7 @@ use redis_semaphore::{Client, Error, LostReason, Permit, Semaphore};
 use support::{RedisServer, command_calls, keys, wait_for, wait_until};
 
 fn client(server: &RedisServer) -> Client {
-    Client::open(&server.url()).unwrap()
+    Client::open(server.url()).unwrap()
 }
 
 fn sem(client: &Client, name: &str, limit: u32, lease_ms: u64) -> Semaphore {

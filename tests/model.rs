@@ -1497,7 +1497,7 @@ fn run_case(
 #[test]
 fn scripts_agree_with_the_model() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let cases = env_or("REDSEM_MODEL_CASES", 256) as u32;
     let steps = env_or("REDSEM_MODEL_STEPS", 40);
     let config = Config {
@@ -1561,7 +1561,7 @@ const PATHS: [&str; 21] = [
 /// Runs one fixed case on a server of its own and checks that it took `paths`.
 fn run_fixed(climit: u32, fair: bool, ops: &[Op], paths: &[&str]) {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let taken = run_case(&server, &client, climit, fair, ops);
     for p in paths {
         assert!(taken.contains(p), "path {p:?} not taken: {taken:?}");
@@ -1776,7 +1776,7 @@ fn a_batch_that_serves_releases_and_grants_one_id_again() {
 
 /// A semaphore of limit `limit`, lease a minute, no automatic refresh, on `server`.
 fn manual_semaphore(server: &RedisServer, name: &str, limit: u32) -> Semaphore {
-    Client::open(&server.url())
+    Client::open(server.url())
         .unwrap()
         .semaphore_builder(name)
         .limit(limit)

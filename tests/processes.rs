@@ -209,7 +209,7 @@ fn an_adopted_permit_outlives_the_process_that_handed_it_over() {
 #[test]
 fn a_permit_handed_over_but_never_adopted_comes_back_after_its_lease() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client
         .semaphore_builder("orphan")
         .limit(1)

@@ -143,7 +143,7 @@ fn counter(conn: &mut redis::Connection) -> Option<i64> {
 #[test]
 fn rsemaphore_each_side_sees_the_others_permits() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let rs = client.redisson_semaphore(NAME).unwrap();
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -212,7 +212,7 @@ fn rsemaphore_each_side_sees_the_others_permits() {
 #[test]
 fn rsemaphore_a_release_on_one_side_wakes_a_waiter_on_the_other() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let rs = client
         .redisson_semaphore(NAME)
         .unwrap()
@@ -276,7 +276,7 @@ fn hex(b: &[u8]) -> String {
 #[test]
 fn permit_expirable_each_side_sees_the_others_permits_and_ids_round_trip() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = pes(&client);
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -349,7 +349,7 @@ fn permit_expirable_each_side_sees_the_others_permits_and_ids_round_trip() {
 #[test]
 fn permit_expirable_expired_permits_are_reclaimed_by_the_other_side() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = pes(&client);
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -426,7 +426,7 @@ fn now_ms() -> i64 {
 #[test]
 fn permit_expirable_a_release_on_one_side_wakes_a_waiter_on_the_other() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = pes(&client);
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -460,7 +460,7 @@ fn permit_expirable_a_release_on_one_side_wakes_a_waiter_on_the_other() {
 #[test]
 fn permit_expirable_accepts_pre_3_17_hex_members_on_release_when_asked() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = pes(&client);
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -486,7 +486,7 @@ struct Seen {
 /// `inside`, and the highest value anyone saw is the most holders at once.
 fn contend(server: &RedisServer, kind: &str, run: Duration) -> Seen {
     const LIMIT: u32 = 3;
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let rs: RSemaphore = client.redisson_semaphore(NAME).unwrap();
     let pes = pes(&client);
     if kind == "rs" {

@@ -28,7 +28,7 @@ fn primary_and_replica() -> (RedisServer, RedisServer) {
 }
 
 fn sem(server: &RedisServer, name: &str, limit: u32, replicas: u32, timeout_ms: u64) -> Semaphore {
-    Client::open(&server.url())
+    Client::open(server.url())
         .unwrap()
         .semaphore_builder(name)
         .limit(limit)
@@ -144,7 +144,7 @@ fn zero_replicas_is_off_and_bad_timeouts_are_refused() {
 
     let client = Client::builder()
         .operation_timeout(Duration::from_millis(500))
-        .build(&primary.url())
+        .build(primary.url())
         .unwrap();
     for timeout in [
         Duration::ZERO,

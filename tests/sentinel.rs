@@ -38,7 +38,7 @@ fn wait_until_client_uses(client: &Client, node: &RedisServer, what: &str) {
 #[test]
 fn acquire_and_release_through_a_sentinel_url() {
     let set = SentinelSet::start();
-    let client = Client::open(&set.url()).unwrap();
+    let client = Client::open(set.url()).unwrap();
     let sem = client.semaphore("s", 2).unwrap();
     let a = sem.acquire().unwrap();
     let b = sem.try_acquire().unwrap().expect("a second permit");
@@ -66,7 +66,7 @@ fn a_failover_is_followed_and_the_old_primary_gets_no_writes_after_the_switch() 
     let set = SentinelSet::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_secs(1))
-        .build(&set.url())
+        .build(set.url())
         .unwrap();
     // a short lease: grants and releases lost in the failover window free up soon
     let sem = client
@@ -218,7 +218,7 @@ fn a_failover_is_followed_and_the_old_primary_gets_no_writes_after_the_switch() 
 #[test]
 fn a_blocked_acquire_is_woken_across_a_failover() {
     let set = SentinelSet::start();
-    let client = Client::open(&set.url()).unwrap();
+    let client = Client::open(set.url()).unwrap();
     let sem = client
         .semaphore_builder("one")
         .limit(1)
@@ -309,7 +309,7 @@ fn sentinels_with_a_password_take_the_builders_credentials() {
     // the URL's credentials are the data nodes': no password there
     let without = Client::builder()
         .checkout_timeout(Duration::from_millis(500))
-        .build(&set.url())
+        .build(set.url())
         .unwrap();
     let e = without
         .semaphore("s", 1)
@@ -326,7 +326,7 @@ fn sentinels_with_a_password_take_the_builders_credentials() {
 
     let client = Client::builder()
         .sentinel_password("sentpw")
-        .build(&set.url())
+        .build(set.url())
         .unwrap();
     let sem = client.semaphore("s", 1).unwrap();
     let p = sem.acquire().unwrap();
@@ -371,7 +371,7 @@ fn a_crashed_primary_is_replaced_and_the_same_client_carries_on() {
     let mut set = SentinelSet::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_secs(1))
-        .build(&set.url())
+        .build(set.url())
         .unwrap();
     let sem = client
         .semaphore_builder("crash")
@@ -546,7 +546,7 @@ fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly()
         set.url()
             .replacen("redis+sentinel://", &format!("redis+sentinel://:{pw}@"), 1)
     };
-    let client = Client::open(&with(DATA_PW)).unwrap();
+    let client = Client::open(with(DATA_PW)).unwrap();
     client.ping().unwrap();
     let sem = client.semaphore("pw", 1).unwrap();
     let p = sem.acquire().unwrap();

@@ -10,7 +10,7 @@ use support::{RedisServer, wait_until};
 #[test]
 fn stats_count_acquires_failures_waits_releases_and_refreshes() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let sem = client
         .semaphore_builder("stats")
         .limit(1)

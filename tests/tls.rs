@@ -22,7 +22,7 @@ fn server_only_tls_with_the_ca_file_runs_every_operation() {
     let certs = TlsCerts::get();
     let client = builder()
         .tls_ca_file(&certs.ca)
-        .build(&server.tls_url())
+        .build(server.tls_url())
         .unwrap();
     every_operation(&client, "tls-server-only");
 }
@@ -32,7 +32,7 @@ fn tls_on_the_ip_address_works_too() {
     let server = TlsServer::start("optional");
     let client = builder()
         .tls_ca_file(&TlsCerts::get().ca)
-        .build(&format!("rediss://127.0.0.1:{}/", server.tls_port))
+        .build(format!("rediss://127.0.0.1:{}/", server.tls_port))
         .unwrap();
     client.ping().unwrap();
     let sem = client.semaphore("ip", 1).unwrap();
@@ -46,7 +46,7 @@ fn mutual_tls_with_a_client_certificate_runs_every_operation() {
     let client = builder()
         .tls_ca_file(&certs.ca)
         .tls_client_cert(&certs.client_cert, &certs.client_key)
-        .build(&server.tls_url())
+        .build(server.tls_url())
         .unwrap();
     every_operation(&client, "mtls");
 }
@@ -63,7 +63,7 @@ fn a_missing_client_certificate_is_a_clear_error() {
     let server = TlsServer::start("yes");
     let client = builder()
         .tls_ca_file(&TlsCerts::get().ca)
-        .build(&server.tls_url())
+        .build(server.tls_url())
         .unwrap();
     let err = client.ping().unwrap_err();
     let text = err.to_string();
@@ -84,7 +84,7 @@ fn a_missing_client_certificate_is_a_clear_error() {
 fn an_unknown_certificate_authority_is_a_clear_error() {
     let server = TlsServer::start("no");
     // no CA file: the system's roots do not know the test CA
-    let client = builder().build(&server.tls_url()).unwrap();
+    let client = builder().build(server.tls_url()).unwrap();
     let err = client.ping().unwrap_err();
     eprintln!("{err}");
     let (_, message) = connect_error(err);
@@ -101,7 +101,7 @@ fn a_tls_url_against_a_plaintext_port_names_tls_and_the_address() {
         .connect_timeout(Duration::from_millis(300))
         .checkout_timeout(Duration::from_millis(800))
         .tls_ca_file(&TlsCerts::get().ca)
-        .build(&format!("rediss://localhost:{plain}/"))
+        .build(format!("rediss://localhost:{plain}/"))
         .unwrap();
     let err = client.ping().unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
@@ -119,7 +119,7 @@ fn a_plaintext_url_against_a_tls_port_names_tls_and_the_address() {
     let client = Client::builder()
         .connect_timeout(Duration::from_millis(300))
         .checkout_timeout(Duration::from_millis(800))
-        .build(&format!("redis://127.0.0.1:{}/", server.tls_port))
+        .build(format!("redis://127.0.0.1:{}/", server.tls_port))
         .unwrap();
     let err = client.ping().unwrap_err();
     let text = err.to_string();

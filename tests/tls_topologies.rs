@@ -67,7 +67,7 @@ fn woken_waiter(client: &Client, name: &str) {
 #[test]
 fn rediss_sentinel_runs_every_operation_and_follows_a_failover() {
     let set = TlsSentinelSet::start();
-    let client = mtls().build(&set.url()).expect("build");
+    let client = mtls().build(set.url()).expect("build");
     every_operation(&client, "tls-sentinel");
     woken_waiter(&client, "tls-sentinel:woken");
 
@@ -97,7 +97,7 @@ fn rediss_sentinel_runs_every_operation_and_follows_a_failover() {
     let plain = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .checkout_timeout(Duration::from_secs(2))
-        .build(&format!(
+        .build(format!(
             "redis+sentinel://{}/{}",
             set.sentinel_hosts(),
             support::sentinel::SERVICE
@@ -169,7 +169,7 @@ fn rediss_cluster_runs_every_operation_over_the_slots() {
     use support::tls_topologies::TlsCluster;
 
     let cluster = TlsCluster::start();
-    let client = mtls().build(&cluster.url()).expect("build");
+    let client = mtls().build(cluster.url()).expect("build");
     every_operation(&client, "tls-cluster");
     woken_waiter(&client, "tls-cluster:woken");
 
@@ -201,7 +201,7 @@ fn rediss_cluster_runs_every_operation_over_the_slots() {
         .connect_timeout(Duration::from_secs(2))
         .checkout_timeout(Duration::from_secs(5))
         .tls_ca_file(other_ca())
-        .build(&cluster.url())
+        .build(cluster.url())
         .unwrap();
     let err = wrong.ping().unwrap_err();
     eprintln!("wrong CA: {err}");

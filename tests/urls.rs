@@ -23,11 +23,11 @@ fn invalid(url: &str) -> String {
 #[test]
 fn sentinel_and_cluster_urls_make_a_client_in_both_forms() {
     // no connection is made until the first operation
-    Client::open(&format!(
+    Client::open(format!(
         "redis+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"
     ))
     .unwrap();
-    let cluster = Client::open(&format!("redis+cluster://u:{SECRET}@h1:7000,h2:7001")).unwrap();
+    let cluster = Client::open(format!("redis+cluster://u:{SECRET}@h1:7000,h2:7001")).unwrap();
     assert!(!format!("{cluster:?}").contains(SECRET));
     for url in [
         format!("rediss+sentinel://u:{SECRET}@h1:26379,h2:26379/mymaster"),
@@ -61,7 +61,7 @@ fn bad_urls_are_clear_errors_without_the_password() {
 
 #[test]
 fn debug_output_never_shows_the_password() {
-    let client = Client::open(&format!("redis://u:{SECRET}@127.0.0.1:1/")).unwrap();
+    let client = Client::open(format!("redis://u:{SECRET}@127.0.0.1:1/")).unwrap();
     let debug = format!("{client:?}");
     assert!(!debug.contains(SECRET), "{debug}");
     assert!(debug.contains("127.0.0.1:1"), "{debug}");
@@ -86,7 +86,7 @@ fn tls_urls_without_a_tls_feature_name_the_feature() {
 fn tls_files_with_a_plaintext_url_are_refused() {
     let err = Client::builder()
         .tls_ca_file("/some/ca.crt")
-        .build(&format!("redis://u:{SECRET}@host/"))
+        .build(format!("redis://u:{SECRET}@host/"))
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("rediss://"), "{text}");

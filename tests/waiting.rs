@@ -16,7 +16,7 @@ use support::{RedisServer, wait_until};
 const WAIT: Duration = Duration::from_secs(10);
 
 fn sem(server: &RedisServer, name: &str, limit: u32) -> Semaphore {
-    Client::open(&server.url())
+    Client::open(server.url())
         .unwrap()
         .semaphore(name, limit)
         .unwrap()
@@ -34,7 +34,7 @@ fn helper() {
     let Ok(role) = std::env::var("REDSEM_HELPER") else {
         return;
     };
-    let client = Client::open(&std::env::var("REDSEM_URL").unwrap()).unwrap();
+    let client = Client::open(std::env::var("REDSEM_URL").unwrap()).unwrap();
     let sem = client
         .semaphore_builder(&std::env::var("REDSEM_NAME").unwrap())
         .limit(1)
@@ -151,7 +151,7 @@ fn a_three_permit_waiter_at_the_head_is_served_before_later_one_permit_waiters()
 #[test]
 fn an_unfair_semaphore_lets_a_try_jump_the_queue() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let s = client
         .semaphore_builder("unfair")
         .limit(2)
@@ -225,7 +225,7 @@ fn a_cancelled_acquire_returns_none_and_leaves_the_queue() {
 #[test]
 fn raising_the_limit_wakes_a_waiter_promptly() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     // a long lease makes the waiter's fallback look 5 s away: only a push is prompt
     let s = client
         .semaphore_builder("raise")
@@ -253,14 +253,14 @@ fn raising_the_limit_wakes_a_waiter_promptly() {
 #[test]
 fn a_release_hands_the_permit_to_the_waiter_in_one_push() {
     let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let s = client
         .semaphore_builder("push")
         .limit(1)
         .lease(Duration::from_secs(30))
         .build()
         .unwrap();
-    let other = Client::open(&server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
     let waiting = other
         .semaphore_builder("push")
         .limit(1)
@@ -287,7 +287,7 @@ fn a_release_hands_the_permit_to_the_waiter_in_one_push() {
 fn a_crashed_holders_permit_goes_to_the_waiter_when_its_lease_ends() {
     let server = RedisServer::start();
     let mut holder = spawn_helper("holder", &server, "crashed");
-    let s = Client::open(&server.url())
+    let s = Client::open(server.url())
         .unwrap()
         .semaphore_builder("crashed")
         .limit(1)
@@ -311,7 +311,7 @@ fn a_crashed_holders_permit_goes_to_the_waiter_when_its_lease_ends() {
 #[test]
 fn a_waiter_killed_while_queued_stops_blocking_the_queue_within_its_heartbeat() {
     let server = RedisServer::start();
-    let s = Client::open(&server.url())
+    let s = Client::open(server.url())
         .unwrap()
         .semaphore_builder("deadwaiter")
         .limit(1)
@@ -346,7 +346,7 @@ fn a_thousand_waiters_in_one_process_use_the_pool_and_one_more_connection() {
     let pool_size = 8;
     let client = Client::builder()
         .max_connections(pool_size)
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let s = client.semaphore("crowd", 10).unwrap();
     let held: Vec<_> = (0..10).map(|_| s.acquire().unwrap()).collect();
@@ -382,7 +382,7 @@ fn a_blocked_acquire_rides_through_a_server_restart() {
     let mut server = RedisServer::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_millis(500))
-        .build(&server.url())
+        .build(server.url())
         .unwrap();
     let sem = client.semaphore("restarted", 1).unwrap();
     let held = sem.acquire().unwrap();
