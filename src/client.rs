@@ -17,7 +17,7 @@ use crate::scripts::leased::{self, Kind};
 use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
-use crate::topology::{self, ClusterSource, Connector, SentinelTarget, Watcher};
+use crate::topology::{self, ClusterSource, Connector, SentinelTarget, SentinelUrl, Watcher};
 use crossbeam_channel::Sender;
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
@@ -564,18 +564,23 @@ impl ClientBuilder {
                 let ep = endpoint(url, info, &self.creds, &self.tls)?;
                 self.build_with(Connector::Single(Box::new(ep)))
             }
-            Target::Sentinel { tls, .. } => {
+            Target::Sentinel {
+                sentinels,
+                service,
+                db,
+                auth,
+                tls,
+            } => {
                 let node_tls = self.node_tls(url, tls, "rediss+sentinel://")?;
-                let mut parsed = topology::parse_sentinel_url(url).map_err(|e| {
-                    Error::InvalidArgument(format!("bad sentinel URL {}: {e}", redact(url)))
-                })?;
                 // the builder's credentials for the data nodes override the URL's
-                if let Some(u) = &self.creds.username {
-                    parsed.username = Some(u.clone());
-                }
-                if let Some(p) = &self.creds.password {
-                    parsed.password = Some(p.clone());
-                }
+                let parsed = SentinelUrl {
+                    tls,
+                    sentinels,
+                    service,
+                    db,
+                    username: self.creds.username.clone().or(auth.username),
+                    password: self.creds.password.clone().or(auth.password),
+                };
                 let target = SentinelTarget::new(
                     parsed,
                     self.sentinel_username.clone(),

@@ -41,8 +41,6 @@ use crate::connect::{Endpoint, NodeTls};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
-/// Default port of a sentinel.
-const SENTINEL_PORT: u16 = 26379;
 /// The channel on which sentinels announce a new primary.
 const SWITCH_CHANNEL: &str = "+switch-master";
 /// How long one read of the watcher's subscription may block: bounds how late it sees
@@ -223,8 +221,9 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// A parsed `redis+sentinel://[user:pass@]h1:26379,h2:26379/SERVICE[/DB]` (or
-/// `rediss+sentinel://`: sentinels and data nodes over TLS).
+/// A Sentinel service as its URL names it (`redis+sentinel://[user:pass@]h1:26379,
+/// h2:26379/SERVICE[/DB]`, or `rediss+sentinel://`: sentinels and data nodes over TLS;
+/// parsed in `connect.rs`), with the data nodes' credentials.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SentinelUrl {
     /// Whether the sentinels and the data nodes speak TLS (`rediss+sentinel://`).
@@ -247,137 +246,6 @@ impl std::fmt::Debug for SentinelUrl {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
-}
-
-/// Parses a Sentinel URL; the message of an error never contains the password.
-pub(crate) fn parse_sentinel_url(url: &str) -> Result<SentinelUrl, String> {
-    let url = url.trim();
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| "a sentinel URL starts with redis+sentinel://".to_string())?;
-    let tls = match scheme.to_ascii_lowercase().as_str() {
-        "redis+sentinel" => false,
-        "rediss+sentinel" => true,
-        other => return Err(format!("{other}:// is not a sentinel URL scheme")),
-    };
-    if rest.contains(['?', '#']) {
-        return Err("a sentinel URL takes no query or fragment".into());
-    }
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(u) => {
-            let (user, pass) = match u.split_once(':') {
-                Some((user, pass)) => (user, Some(pass)),
-                None => (u, None),
-            };
-            let user = percent_decode(user).map_err(|e| format!("the user name {e}"))?;
-            let pass = pass
-                .map(|p| percent_decode(p).map_err(|e| format!("the password {e}")))
-                .transpose()?;
-            (
-                (!user.is_empty()).then_some(user),
-                pass.filter(|p| !p.is_empty()),
-            )
-        }
-    };
-    let mut sentinels = Vec::new();
-    for h in hosts.split(',') {
-        sentinels.push(parse_host_port(h.trim())?);
-    }
-    let mut parts = path.split('/').filter(|p| !p.is_empty());
-    let service = parts
-        .next()
-        .map(percent_decode)
-        .transpose()
-        .map_err(|e| format!("the service name {e}"))?
-        .ok_or_else(|| {
-            "a sentinel URL names the service: redis+sentinel://host:26379/SERVICE".to_string()
-        })?;
-    let db = match parts.next() {
-        None => 0,
-        Some(d) => d
-            .parse::<i64>()
-            .ok()
-            .filter(|d| *d >= 0)
-            .ok_or_else(|| format!("the database {d:?} is not a number"))?,
-    };
-    if parts.next().is_some() {
-        return Err("a sentinel URL's path is /SERVICE or /SERVICE/DB".into());
-    }
-    Ok(SentinelUrl {
-        tls,
-        sentinels,
-        service,
-        db,
-        username,
-        password,
-    })
-}
-
-fn parse_host_port(h: &str) -> Result<(String, u16), String> {
-    if h.is_empty() {
-        return Err(
-            "a sentinel URL lists at least one sentinel, host[:port] apart by commas".into(),
-        );
-    }
-    let (host, port) = if let Some(rest) = h.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("unclosed [ in sentinel address {h:?}"))?;
-        match after {
-            "" => (host, None),
-            p => (
-                host,
-                Some(
-                    p.strip_prefix(':')
-                        .ok_or_else(|| format!("bad sentinel address {h:?}"))?,
-                ),
-            ),
-        }
-    } else {
-        match h.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (h, None),
-        }
-    };
-    if host.is_empty() {
-        return Err(format!("the sentinel address {h:?} has no host"));
-    }
-    let port =
-        match port {
-            None => SENTINEL_PORT,
-            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                format!("the port of sentinel address {h:?} is not a port number")
-            })?,
-        };
-    Ok((host.to_owned(), port))
-}
-
-/// `%XX` decoding; the error says what is wrong without repeating the text.
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "has a bad %-escape".to_string())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "is not UTF-8 once decoded".to_string())
 }
 
 /// A Sentinel service: the sentinels, the credentials for them and for the data
@@ -781,73 +649,5 @@ fn watch_one(
             }
             Err(e) => return Err(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_urls_parse() {
-        let u = parse_sentinel_url("redis+sentinel://h1:26379,h2/mymaster").unwrap();
-        assert_eq!(
-            u.sentinels,
-            vec![("h1".to_string(), 26379), ("h2".to_string(), 26379)]
-        );
-        assert_eq!(u.service, "mymaster");
-        assert_eq!(u.db, 0);
-        assert_eq!(u.username, None);
-        assert_eq!(u.password, None);
-
-        let u = parse_sentinel_url("redis+sentinel://us%40er:p%3Ass@[::1]:7000,h:7001/my%20svc/3")
-            .unwrap();
-        assert_eq!(
-            u.sentinels,
-            vec![("::1".to_string(), 7000), ("h".to_string(), 7001)]
-        );
-        assert_eq!(u.service, "my svc");
-        assert_eq!(u.db, 3);
-        assert_eq!(u.username.as_deref(), Some("us@er"));
-        assert_eq!(u.password.as_deref(), Some("p:ss"));
-        assert!(!format!("{u:?}").contains("p:ss"));
-
-        let u = parse_sentinel_url("redis+sentinel://:secret@h/s").unwrap();
-        assert_eq!(u.username, None);
-        assert_eq!(u.password.as_deref(), Some("secret"));
-    }
-
-    #[test]
-    fn bad_sentinel_urls_are_refused_without_the_password() {
-        for bad in [
-            "redis+sentinel://u:secret@h1:26379",
-            "redis+sentinel://u:secret@h1:26379/",
-            "redis+sentinel://u:secret@h1:0/s",
-            "redis+sentinel://u:secret@h1:port/s",
-            "redis+sentinel://u:secret@/s",
-            "redis+sentinel://u:secret@h1,,h2/s",
-            "redis+sentinel://u:secret@h1/s/x",
-            "redis+sentinel://u:secret@h1/s/1/2",
-            "redis+sentinel://u:secret@h1/s?x=1",
-            "redis+sentinel://u:sec%zzret@h1/s",
-            "rediss+sentinel://u:secret@h1",
-            "redis://u:secret@h1/s",
-        ] {
-            let e = parse_sentinel_url(bad).unwrap_err();
-            assert!(!e.contains("secret"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn tls_sentinel_urls_parse() {
-        let u = parse_sentinel_url("rediss+sentinel://u:p@h1:26380,h2/svc/2").unwrap();
-        assert!(u.tls);
-        assert_eq!(u.service, "svc");
-        assert_eq!(u.db, 2);
-        assert_eq!(
-            u.sentinels,
-            vec![("h1".to_string(), 26380), ("h2".to_string(), 26379)]
-        );
-        assert!(!parse_sentinel_url("redis+sentinel://h/s").unwrap().tls);
     }
 }
