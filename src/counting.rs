@@ -19,6 +19,7 @@ use crossbeam_channel::{Receiver, select};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
+use crate::metrics::{Kind, SemMetrics};
 use crate::scripts::CountingKeys;
 use crate::scripts::counting::{self as calls, Look};
 use crate::stats::Counters;
@@ -125,6 +126,8 @@ struct Inner {
     client: Client,
     name: String,
     keys: CountingKeys,
+    /// Per-semaphore metrics (`metrics` feature; empty without it).
+    metrics: SemMetrics,
 }
 
 /// A queued acquire's registration with the client's listener. Dropped while still
@@ -190,6 +193,7 @@ impl Client {
                 client: self.clone(),
                 name: name.to_owned(),
                 keys: CountingKeys::new(name),
+                metrics: SemMetrics::new(Kind::Counting, name),
             }),
         })
     }
@@ -264,8 +268,11 @@ impl CountingSemaphore {
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         check_permits(permits)?;
         let granted = self.look(permits, None)?;
-        if !granted {
+        if granted {
+            self.inner.metrics.acquired();
+        } else {
             Counters::bump(&self.shared().stats.try_failed);
+            self.inner.metrics.try_failed();
         }
         Ok(granted)
     }
@@ -320,6 +327,7 @@ impl CountingSemaphore {
     pub fn release(&self, permits: u32) -> Result<()> {
         check_permits(permits)?;
         self.run(|c, k| calls::release(c, k, permits))?;
+        self.inner.metrics.released();
         Ok(())
     }
 
@@ -425,6 +433,7 @@ impl CountingSemaphore {
         let mut conn = self.shared().pool.get(None)?;
         call(&mut conn, &self.inner.keys).map_err(|e| {
             Counters::bump(&self.shared().stats.errors);
+            self.inner.metrics.errors();
             match e {
                 Error::Redis(e) => self.error(e),
                 other => other,
@@ -469,7 +478,9 @@ impl CountingSemaphore {
     /// never after its deadline; on timeout it leaves the queue.
     fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<bool> {
         check_permits(permits)?;
+        let metrics = &self.inner.metrics;
         if self.look(permits, None)? {
+            metrics.acquired();
             return Ok(true);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -490,11 +501,20 @@ impl CountingSemaphore {
         };
         let stats = &client.shared.stats;
         Counters::bump(&stats.waits);
+        metrics.waits();
         let started = Instant::now();
         let result = self.wait_queued(permits, deadline, &mut waiter);
         match result {
-            Ok(true) => stats.waited(started.elapsed()),
-            Ok(false) => Counters::bump(&stats.wait_gave_up),
+            Ok(true) => {
+                let waited = started.elapsed();
+                stats.waited(waited);
+                metrics.waited(waited);
+                metrics.acquired();
+            }
+            Ok(false) => {
+                Counters::bump(&stats.wait_gave_up);
+                metrics.wait_gave_up();
+            }
             Err(_) => {}
         }
         result

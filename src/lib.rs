@@ -170,6 +170,16 @@
 //!   Linux). Off by default.
 //! - `serde`: `serde::Serialize` on [`Holder`], [`Status`] and [`Stats`] (for a
 //!   status endpoint or a log line). Off by default.
+//! - `metrics`: every [`Semaphore`] and [`CountingSemaphore`] also reports through the
+//!   [`metrics`](https://docs.rs/metrics) facade, to whatever exporter the application
+//!   installs (Prometheus with `metrics-exporter-prometheus`, see the README):
+//!   counters `redis_semaphore_{acquired, try_failed, waits, wait_gave_up, released,
+//!   release_gone, release_failed, lost, errors}_total` (the same events as [`Stats`],
+//!   `lost` with a `reason` label) and the histogram `redis_semaphore_wait_seconds` of
+//!   granted waits, each labelled `semaphore` (the name) and `kind` (`leased` or
+//!   `counting`). A handle looks its series up once, when it is built: install the
+//!   recorder before building semaphores. Off by default; without it nothing of it is
+//!   compiled.
 //!
 //! # Production Redis
 //!
@@ -189,10 +199,12 @@
 
 // Three layers; each imports only from the layers below it.
 //
-// Base and protocol: the error type, the clock anchor, the counters, and the Lua
-// scripts with one typed Rust function per script call.
+// Base and protocol: the error type, the clock anchor, the counters and the
+// per-semaphore metrics (`metrics` feature), and the Lua scripts with one typed Rust
+// function per script call.
 mod clock;
 mod error;
+mod metrics;
 mod scripts;
 mod stats;
 // Background machinery: the connection layer (URL forms, TLS, connect errors), where

@@ -257,18 +257,22 @@ impl Grantor for SemInner {
         match &result {
             Ok(()) => {
                 Counters::bump(&shared.stats.released);
+                self.metrics.released();
                 log::debug!("redis-semaphore: {} released {}", self.name, permit.id);
             }
             Err(Error::PermitLost { .. } | Error::LeaseExpired { .. }) => {
                 Counters::bump(&shared.stats.release_gone);
+                self.metrics.release_gone();
             }
             Err(e) => {
                 Counters::bump(&shared.stats.release_failed);
+                self.metrics.release_failed();
                 if matches!(
                     e,
                     Error::Redis(_) | Error::Pool(_) | Error::Connect { .. } | Error::Auth { .. }
                 ) {
                     Counters::bump(&shared.stats.errors);
+                    self.metrics.errors();
                 }
             }
         }

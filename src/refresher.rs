@@ -135,6 +135,7 @@ fn tick(shared: &Shared) {
                 registry.take_expired(now)
             };
             for p in expired {
+                count_loss(shared, &p);
                 p.mark_lost(p.expiry_reason());
             }
         }

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::LostReason;
+use crate::metrics::SemMetrics;
 use crate::scripts::Keys;
 
 /// How soon a failed renewal is tried again (bounded by the group's period).
@@ -28,6 +29,9 @@ pub(crate) struct PermitState {
     valid_until: Mutex<Instant>,
     /// `SemaphoreBuilder::max_hold`: no renewal is sent from this instant on.
     hold_until: Option<Instant>,
+    /// Where its loss is reported (`metrics` feature); empty for waiters' heartbeats
+    /// and the compatibility types' permits.
+    metrics: SemMetrics,
 }
 
 impl PermitState {
@@ -35,14 +39,16 @@ impl PermitState {
         id: String,
         valid_until: Instant,
     ) -> (Arc<PermitState>, Receiver<LostReason>) {
-        Self::with_hold(id, valid_until, None)
+        Self::with_hold(id, valid_until, None, SemMetrics::default())
     }
 
-    /// A permit that is not renewed from `hold_until` on (`max_hold`).
+    /// A permit that is not renewed from `hold_until` on (`max_hold`), whose loss is
+    /// reported to `metrics`.
     pub(crate) fn with_hold(
         id: String,
         valid_until: Instant,
         hold_until: Option<Instant>,
+        metrics: SemMetrics,
     ) -> (Arc<PermitState>, Receiver<LostReason>) {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let state = PermitState {
@@ -51,6 +57,7 @@ impl PermitState {
             tx: Mutex::new(Some(tx)),
             valid_until: Mutex::new(valid_until),
             hold_until,
+            metrics,
         };
         (Arc::new(state), rx)
     }
@@ -106,6 +113,7 @@ impl PermitState {
                 let _ = tx.try_send(reason);
             }
             if !self.id.starts_with("w:") {
+                self.metrics.lost(reason);
                 log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
             }
         }

@@ -9,6 +9,7 @@ use crate::combine::{Combiner, Failed, Op};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
+use crate::metrics::{Kind, SemMetrics};
 use crate::permit::{Permit, PermitParts};
 use crate::pool::Pool;
 use crate::registry::{GroupKey, PermitState};
@@ -82,6 +83,8 @@ pub(crate) struct SemInner {
     pub(crate) clock: Arc<Clock>,
     /// [`SemaphoreBuilder::max_hold`].
     pub(crate) max_hold: Option<Duration>,
+    /// This handle's per-semaphore metrics (`metrics` feature; empty without it).
+    pub(crate) metrics: SemMetrics,
 }
 
 /// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
@@ -482,6 +485,7 @@ impl SemaphoreBuilder {
             Arc::clone(&shared.clock)
         };
         let keys = Arc::new(Keys::new(&self.name));
+        let metrics = SemMetrics::new(Kind::Leased, &self.name);
         let group = GroupKey {
             name: Arc::from(self.name.as_str()),
             lease_ms: self.lease.as_millis() as u64,
@@ -509,6 +513,7 @@ impl SemaphoreBuilder {
                 replicas,
                 clock,
                 max_hold: self.max_hold,
+                metrics,
             }),
         })
     }
@@ -615,6 +620,7 @@ impl Semaphore {
                 replicas: inner.replicas,
                 clock: Arc::clone(&inner.clock),
                 max_hold: inner.max_hold,
+                metrics: inner.metrics.clone(),
             }),
         })
     }
@@ -922,15 +928,27 @@ impl Semaphore {
         let ready_by = Instant::now() + client.shared.op_timeout;
         hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
         let stats = &client.shared.stats;
+        let metrics = &self.inner.metrics;
         Counters::bump(&stats.waits);
+        metrics.waits();
         let started = Instant::now();
         let result = self
             .wait_riding_through(n, deadline, cancel, &hub, id)
             .and_then(|p| p.map(|p| self.confirm(p)).transpose());
         match &result {
-            Ok(Some(_)) => stats.waited(started.elapsed()),
-            Ok(None) => Counters::bump(&stats.wait_gave_up),
-            Err(_) => Counters::bump(&stats.errors),
+            Ok(Some(_)) => {
+                let waited = started.elapsed();
+                stats.waited(waited);
+                metrics.waited(waited);
+            }
+            Ok(None) => {
+                Counters::bump(&stats.wait_gave_up);
+                metrics.wait_gave_up();
+            }
+            Err(_) => {
+                Counters::bump(&stats.errors);
+                metrics.errors();
+            }
         }
         result
     }
@@ -1144,6 +1162,7 @@ impl Semaphore {
             Ok(r) => r,
             Err(e) => {
                 Counters::bump(&shared.stats.errors);
+                sem.metrics.errors();
                 return Err(match e {
                     Error::Redis(e) => {
                         if in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
@@ -1160,6 +1179,7 @@ impl Semaphore {
         };
         if mode == Mode::Try && matches!(reply, Acquired::Busy { .. }) {
             Counters::bump(&shared.stats.try_failed);
+            sem.metrics.try_failed();
         }
         match reply {
             Acquired::Granted { grant, .. } => {
@@ -1299,7 +1319,8 @@ impl Semaphore {
         let sem = &self.inner;
         let client = &sem.client.inner;
         let hold_until = sem.max_hold.and_then(|d| Instant::now().checked_add(d));
-        let (state, lost_rx) = PermitState::with_hold(id, valid_until, hold_until);
+        let (state, lost_rx) =
+            PermitState::with_hold(id, valid_until, hold_until, sem.metrics.clone());
         let nudge = client.shared.registry.lock().register(
             sem.group.clone(),
             &sem.keys,
@@ -1311,6 +1332,7 @@ impl Semaphore {
             client.nudge();
         }
         Counters::bump(&client.shared.stats.acquired);
+        sem.metrics.acquired();
         log::debug!(
             "redis-semaphore: {} granted {n} permit(s) to {}",
             sem.name,
