@@ -113,6 +113,15 @@ fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works(
         Err(Error::InvalidArgument(msg)) => assert!(msg.contains("Cluster"), "{msg}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
+    // and so does the Node port's fair semaphore (its global counter has a slot of its own)
+    match client
+        .book_semaphore("{book}", 2)
+        .variant(redis_semaphore::compat::book::BookVariant::NodeFair)
+        .build()
+    {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("Cluster"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
 }
 
 #[test]
