@@ -144,7 +144,7 @@ if [ -z "${REDSEM_SKIP_OTHER_SERVERS:-}" ] && [ -n "${PYTHON:-}" ]; then
         run env REDIS_SERVER_BIN="$bin" cargo test --features cli,tls-rustls,serde \
             --test acquire --test waiting --test keepalive --test fault_regressions \
             --test model --test counting --test book_compat --test node_compat --test processes \
-            --test replicas --test stats
+            --test replicas --test redisson_replicas --test stats
     done
 fi
 echo "==> all tests passed"
