@@ -561,7 +561,8 @@ impl RSemaphore {
     /// `WAIT`'s answer differs from it. When replicas are connected and none
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
     /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
-    /// write fails with [`Error::NoSyncedReplicas`] and stands on the primary. A primary
+    /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
+    /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
     /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
     ///
@@ -996,7 +997,8 @@ impl RPermitExpirableSemaphore {
     /// `WAIT`'s answer differs from it. When replicas are connected and none
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
     /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
-    /// write fails with [`Error::NoSyncedReplicas`] and stands on the primary. A primary
+    /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
+    /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
     /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
     ///
