@@ -605,8 +605,8 @@ impl BookSemaphore {
     ///
     /// # Blocking
     ///
-    /// `Basic`: one transaction (two round trips on failure). `Fair`: two transactions
-    /// (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
+    /// `Basic`: one transaction (two round trips on failure). `Fair` and `NodeFair`:
+    /// two transactions (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
     /// spinning at most the lock wait (10 ms by default) for the lock.
     ///
     /// # Errors
