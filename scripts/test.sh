@@ -144,8 +144,8 @@ if [ -z "${REDSEM_SKIP_OTHER_SERVERS:-}" ] && [ -n "${PYTHON:-}" ]; then
         echo "==> the fast part on $("$bin" --version | head -n1)"
         run env REDIS_SERVER_BIN="$bin" cargo test --features cli,tls-rustls,serde,metrics \
             --test acquire --test waiting --test keepalive --test fault_regressions \
-            --test model --test counting --test book_compat --test processes \
-            --test replicas --test stats
+            --test model --test counting --test book_compat --test node_compat --test processes \
+            --test replicas --test redisson_replicas --test stats
     done
 fi
 echo "==> all tests passed"

@@ -110,6 +110,25 @@ pub enum Error {
         wanted: u32,
     },
 
+    /// A write of a Redisson-layout semaphore with the replica wait on
+    /// ([`RSemaphore::with_replica_wait`](crate::compat::redisson::RSemaphore::with_replica_wait))
+    /// ran on the primary, but none of its connected replicas acknowledged it in time:
+    /// Redisson's `NoSyncedSlavesException`. The write stands on the primary; a failover
+    /// now could lose it. (An acquire gives its permits back and fails with
+    /// [`Error::ReplicasNotAcked`] instead.)
+    #[error(
+        "none of the {connected} connected replica(s) acknowledged the {operation} of \
+         semaphore {name:?} in time; the write stands on the primary"
+    )]
+    NoSyncedReplicas {
+        /// The semaphore's name.
+        name: String,
+        /// The write: `release`, `add_permits`, ...
+        operation: &'static str,
+        /// Replicas the primary reported connected.
+        connected: u32,
+    },
+
     /// A command got no reply within the time allowed (the client's operation timeout,
     /// or what was left of the call's deadline). The command may still have run on
     /// the server: an acquire that timed out gives back whatever it may have been

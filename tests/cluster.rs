@@ -113,6 +113,34 @@ fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works(
         Err(Error::InvalidArgument(msg)) => assert!(msg.contains("Cluster"), "{msg}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
+    // Redisson's replica wait: WAIT (and INFO) go to the primary of the counter's slot
+    let rs = client
+        .redisson_semaphore("{rw}:jobs")
+        .unwrap()
+        .with_replica_wait(Duration::from_millis(1_000))
+        .unwrap();
+    assert!(rs.try_set_permits(2).unwrap());
+    assert!(rs.try_acquire(2).unwrap());
+    assert!(!rs.try_acquire(1).unwrap());
+    assert_eq!(rs.release(2).unwrap(), 2);
+    let pes = client
+        .redisson_permit_expirable_semaphore("{rw}:leases")
+        .unwrap()
+        .with_replica_wait(Duration::from_millis(1_000))
+        .unwrap();
+    assert!(pes.try_set_permits(1).unwrap());
+    let p = pes.try_acquire(None).unwrap().expect("a free permit");
+    p.release().unwrap();
+
+    // and so does the Node port's fair semaphore (its global counter has a slot of its own)
+    match client
+        .book_semaphore("{book}", 2)
+        .variant(redis_semaphore::compat::book::BookVariant::NodeFair)
+        .build()
+    {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("Cluster"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
 }
 
 #[test]

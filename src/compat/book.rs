@@ -1,6 +1,7 @@
 //! The counting semaphores of "Redis in Action" (ch. 6.3, listings 12–17), exactly as
 //! published, on the book's keys, so a Rust service can share a semaphore with Python
-//! code from the book or with its Java and Node ports.
+//! code from the book or with its Java and Node ports — including the Node port's fair
+//! semaphore, which has keys of its own ([`BookVariant::NodeFair`]).
 //!
 //! # Variants
 //!
@@ -9,12 +10,41 @@
 //! | [`Basic`](BookVariant::Basic) | 12–13 | `NAME` | a client whose clock runs behind steals a granted permit (its entry ranks first); two acquires in flight can both win; no refresh |
 //! | [`Fair`](BookVariant::Fair) | 14–16 | `NAME`, `NAME:owner`, `NAME:counter` | the race: two acquires interleaving their two round trips can both win, so under load it still goes over the limit; a clock ahead by Δ ends other holders' leases Δ early |
 //! | [`FairWithLock`](BookVariant::FairWithLock) | 17 (+14–16) | as `Fair`, plus `lock:NAME` | holds the limit while clocks agree to well within the lease and every acquire finishes within the lock timeout; a clock ahead by Δ still ends other leases Δ early |
+//! | [`NodeFair`](BookVariant::NodeFair) | 14 (+15–16), the Node port's (seed 004) | `NAME:time`, `NAME:count`, the global `semaphore:count` | as `Fair`: the race over the limit under load, a clock ahead by Δ ends other leases Δ early |
 //!
 //! A client whose clock runs *ahead* by more than a holder's remaining lease purges
 //! that holder in every variant (the book asks for clocks within a second or two).
 //! With [`TimeUnit::Millis`], `Basic` has one more: entries of the same millisecond
 //! rank by id, so an acquire in the millisecond of the last grant can rank before it
 //! and steal it.
+//!
+//! # The Node.js port (seed 004)
+//!
+//! - Its **basic** semaphore is the book's basic one with millisecond scores: the zset
+//!   `NAME`, uuid v4 ids, `Date.getTime()` scores. Use [`BookVariant::Basic`] with
+//!   [`TimeUnit::Millis`]; no variant of its own is needed.
+//! - Its **fair** semaphore is [`BookVariant::NodeFair`]: listing 14's commands in the
+//!   same order and the same two batches, on `NAME:time` (id → ms), `NAME:count` (id →
+//!   ticket) and tickets from `INCR semaphore:count`, **one counter for every semaphore
+//!   of every Node client** (Rust must take its tickets there too, or its entries would
+//!   rank ahead of, or behind, every Node entry). [`Permit::token`] is that ticket.
+//!   Scores are whole milliseconds (the only unit it accepts).
+//! - The port sends each batch as a plain pipeline and its clean-up unawaited; Rust
+//!   sends each as a `MULTI`/`EXEC` transaction and awaits the clean-up, which only
+//!   narrows the interleavings (a Node client sees nothing another Node client could not
+//!   make). The race between the two round trips stays: Node and Rust acquires
+//!   interleaving them can both win, so the two together go over the limit under load.
+//! - Give every client the Node callers' `limit` and `timeout` (the port defaults to 5
+//!   and 10 000 ms): each acquirer purges with its own timeout and ranks against its
+//!   own limit.
+//! - What it keeps of the crate's guarantees: the [`Permit`] guard (released on drop,
+//!   from both zsets), [`Permit::refresh`] (`ZADD NAME:time`, listing 16's step on the
+//!   port's keys; Node holders never refresh, so theirs end after `timeout`), polling
+//!   waits with deadlines, clear errors. What it gives up: the limit under load (the
+//!   race), server time (scores are client clocks: keep them NTP-synced; a clock ahead
+//!   by Δ ends others' leases Δ early), background keepalive (nothing renews a permit
+//!   unless you call refresh), fencing (tickets increase, but the race can give two
+//!   holders over the limit), wake-ups, and Redis Cluster.
 //!
 //! Measured here (tests/book_compat.rs, limit 3, three Rust threads and two Python
 //! processes holding for 1 ms in a loop on loopback): `Basic` and `Fair` reached 4 and
@@ -32,11 +62,12 @@
 //!   renewed behind your back: call [`Permit::refresh`] (fair variants only, listing
 //!   16) before the timeout runs out.
 //! - **No fencing slots.** [`Permit::slots`] is empty; [`Permit::token`] is the value
-//!   of `NAME:counter` taken by the fair variants (increasing in grant order, but the
-//!   race above can give two holders over the limit), and 0 for `Basic`.
-//! - **No cluster.** The keys of one semaphore are not under one hash tag unless the
-//!   name carries one (`"{acct:42}"` puts `NAME`, `NAME:owner`, `NAME:counter` and
-//!   `lock:NAME` in one slot).
+//!   of `NAME:counter` (`semaphore:count` for `NodeFair`) taken by the fair variants
+//!   (increasing in grant order, but the race above can give two holders over the
+//!   limit), and 0 for `Basic`.
+//! - **No cluster.** [`BookSemaphoreBuilder::build`] refuses a Redis Cluster client
+//!   for every variant: the transactions span keys in several hash slots (the Node
+//!   port's global `semaphore:count` hashes to a slot of its own, whatever the name).
 //!
 //! Every client of one semaphore must use the same variant and the same [`TimeUnit`]:
 //! a seconds client and a milliseconds client purge each other's entries at once or
@@ -100,6 +131,13 @@ pub enum BookVariant {
     /// Listing 17: the fair semaphore, acquired under the short lock `lock:NAME` (the
     /// book's `acquire_lock_with_timeout` / `release_lock`); refreshable.
     FairWithLock,
+    /// The Node.js port's fair semaphore (seed 004): listing 14's steps on the port's
+    /// keys `NAME:time` (id → time), `NAME:count` (id → ticket) and the one global
+    /// ticket counter `semaphore:count` shared by every semaphore, scored in whole
+    /// milliseconds ([`TimeUnit::Millis`], the only unit it accepts). Refreshable here
+    /// (the port itself has no refresh). The port's *basic* semaphore needs no variant
+    /// of its own: it is [`Basic`](BookVariant::Basic) with [`TimeUnit::Millis`].
+    NodeFair,
 }
 
 /// The unit of the time scores in the zsets. All clients of a semaphore must agree.
@@ -122,7 +160,9 @@ pub struct BookSemaphoreBuilder {
     name: String,
     limit: u32,
     variant: BookVariant,
-    unit: TimeUnit,
+    /// `None`: the variant's own (seconds for the book's, milliseconds for the Node
+    /// port's fair semaphore).
+    unit: Option<TimeUnit>,
     timeout: Duration,
     lock_wait: Duration,
     lock_timeout: Duration,
@@ -141,7 +181,7 @@ impl Client {
             name: name.to_owned(),
             limit,
             variant: BookVariant::FairWithLock,
-            unit: TimeUnit::Seconds,
+            unit: None,
             timeout: Duration::from_secs(10),
             lock_wait: Duration::from_millis(10),
             lock_timeout: Duration::from_secs(10),
@@ -160,9 +200,10 @@ impl BookSemaphoreBuilder {
     }
 
     /// The unit of the time scores. Defaults to [`TimeUnit::Seconds`] (the Python
-    /// original).
+    /// original), and to [`TimeUnit::Millis`] for [`BookVariant::NodeFair`], which
+    /// accepts no other.
     pub fn unit(mut self, unit: TimeUnit) -> Self {
-        self.unit = unit;
+        self.unit = Some(unit);
         self
     }
 
@@ -209,18 +250,34 @@ impl BookSemaphoreBuilder {
     ///
     /// [`Error::InvalidArgument`] for an empty name, a limit of 0, a timeout under
     /// 1 ms (or over a year), or, for `FairWithLock`, a zero lock wait or a lock
-    /// timeout under 1 ms; a zero poll interval. On Redis Cluster (a
-    /// `redis+cluster://` client): the book's keys (`NAME`, `NAME:owner`,
-    /// `NAME:counter`, `lock:NAME`) lie in different hash slots and its `MULTI`
-    /// transactions span them, which a cluster refuses.
+    /// timeout under 1 ms; a zero poll interval; [`BookVariant::NodeFair`] with
+    /// [`TimeUnit::Seconds`] (the Node port scores in milliseconds). On Redis Cluster
+    /// (a `redis+cluster://` client), for every variant: the book's keys (`NAME`,
+    /// `NAME:owner`, `NAME:counter`, `lock:NAME`) and the Node port's (`NAME:time`,
+    /// `NAME:count` and the global `semaphore:count`) lie in different hash slots and
+    /// the transactions span them, which a cluster refuses.
     pub fn build(self) -> Result<BookSemaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         if self.client.inner.shared.is_cluster() {
             return invalid(
-                "the book's semaphores cannot run on Redis Cluster: their transactions span \
-                 keys in several hash slots (use the leased semaphore)",
+                "the book's semaphores (and the Node port's) cannot run on Redis Cluster: \
+                 their transactions span keys in several hash slots (use the leased semaphore)",
             );
         }
+        let unit = match (self.variant, self.unit) {
+            (BookVariant::NodeFair, Some(TimeUnit::Seconds)) => {
+                return invalid(
+                    "the Node port's fair semaphore scores in milliseconds: \
+                     BookVariant::NodeFair takes TimeUnit::Millis only",
+                );
+            }
+            (BookVariant::NodeFair, _) => TimeUnit::Millis,
+            (_, unit) => unit.unwrap_or(TimeUnit::Seconds),
+        };
+        let keys = match self.variant {
+            BookVariant::NodeFair => BookKeys::node_fair(&self.name),
+            _ => BookKeys::new(&self.name),
+        };
         if self.name.is_empty() {
             return invalid("semaphore name must not be empty");
         }
@@ -246,12 +303,12 @@ impl BookSemaphoreBuilder {
         }
         Ok(BookSemaphore {
             inner: Arc::new(BookInner {
-                keys: BookKeys::new(&self.name),
+                keys,
                 name: self.name,
                 client: self.client,
                 limit: self.limit,
                 variant: self.variant,
-                unit: self.unit,
+                unit,
                 timeout: self.timeout,
                 lock_wait: self.lock_wait,
                 lock_timeout: self.lock_timeout,
@@ -335,7 +392,7 @@ impl BookInner {
         let id = uuid::Uuid::new_v4().to_string();
         let outcome = match self.variant {
             BookVariant::Basic => self.acquire_basic(conn, &id),
-            BookVariant::Fair => self.acquire_fair(conn, &id),
+            BookVariant::Fair | BookVariant::NodeFair => self.acquire_fair(conn, &id),
             BookVariant::FairWithLock => self.acquire_with_lock(conn, &id),
         };
         match outcome {
@@ -365,7 +422,8 @@ impl BookInner {
         Ok(None)
     }
 
-    /// Listing 14.
+    /// Listing 14, on the book's keys or (`NodeFair`) the Node port's: the ticket comes
+    /// from `NAME:counter` or the global `semaphore:count`.
     fn acquire_fair(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
         let stamp = self.stamp();
         let counter =
@@ -438,11 +496,12 @@ impl BookInner {
         Ok(false)
     }
 
-    /// Listing 13 (basic) or 15 (fair): whether the entry was still there.
+    /// Listing 13 (basic) or 15 (fair; the Node port's clean-up, from both of its
+    /// zsets): whether the entry was still there.
     fn remove(&self, conn: &mut Conn, id: &str) -> Result<bool> {
         match self.variant {
             BookVariant::Basic => book::basic_remove(conn, &self.keys, id),
-            BookVariant::Fair | BookVariant::FairWithLock => {
+            BookVariant::Fair | BookVariant::FairWithLock | BookVariant::NodeFair => {
                 book::fair_remove(conn, &self.keys, id)
             }
         }
@@ -490,8 +549,9 @@ impl Grantor for BookInner {
         }
     }
 
-    /// Listing 16 for the fair variants; the basic semaphore has no refresh in the
-    /// book (re-scoring its entry would move it behind later acquirers).
+    /// Listing 16 for the fair variants (for `NodeFair` on `NAME:time`: the port has no
+    /// refresh, and this is the same step on its keys); the basic semaphore has no
+    /// refresh in the book (re-scoring its entry would move it behind later acquirers).
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         if self.variant == BookVariant::Basic {
             return Err(Error::InvalidArgument(
@@ -545,8 +605,8 @@ impl BookSemaphore {
     ///
     /// # Blocking
     ///
-    /// `Basic`: one transaction (two round trips on failure). `Fair`: two transactions
-    /// (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
+    /// `Basic`: one transaction (two round trips on failure). `Fair` and `NodeFair`:
+    /// two transactions (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
     /// spinning at most the lock wait (10 ms by default) for the lock.
     ///
     /// # Errors
@@ -605,7 +665,7 @@ impl BookSemaphore {
         }
     }
 
-    /// How many entries of the time zset `NAME` are younger than the timeout by this
+    /// How many entries of the time zset (`NAME`; `NAME:time` for `NodeFair`) are younger than the timeout by this
     /// client's clock: the holders, plus acquires in flight that may still fail.
     ///
     /// # Errors
@@ -694,9 +754,45 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(s.inner.name, "market:acct:42");
+        assert_eq!(s.inner.keys.time, "market:acct:42");
         assert_eq!(s.inner.keys.owner, "market:acct:42:owner");
         assert_eq!(s.inner.keys.counter, "market:acct:42:counter");
         assert_eq!(s.inner.keys.lock, "lock:market:acct:42");
+    }
+
+    #[test]
+    fn node_fair_keys_are_the_node_ports_and_its_unit_is_millis() {
+        let c = client();
+        let s = c
+            .book_semaphore("market:acct:42", 5)
+            .variant(BookVariant::NodeFair)
+            .build()
+            .unwrap();
+        assert_eq!(s.inner.keys.time, "market:acct:42:time");
+        assert_eq!(s.inner.keys.owner, "market:acct:42:count");
+        assert_eq!(s.inner.keys.counter, "semaphore:count");
+        assert_eq!(s.unit(), TimeUnit::Millis);
+        let explicit = c
+            .book_semaphore("s", 5)
+            .variant(BookVariant::NodeFair)
+            .unit(TimeUnit::Millis)
+            .build()
+            .unwrap();
+        assert_eq!(explicit.unit(), TimeUnit::Millis);
+        match c
+            .book_semaphore("s", 5)
+            .variant(BookVariant::NodeFair)
+            .unit(TimeUnit::Seconds)
+            .build()
+        {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("milliseconds"), "{msg}"),
+            other => panic!("NodeFair in seconds: {other:?}"),
+        }
+        // The book's variants keep seconds as their default.
+        assert_eq!(
+            c.book_semaphore("s", 5).build().unwrap().unit(),
+            TimeUnit::Seconds
+        );
     }
 
     #[test]

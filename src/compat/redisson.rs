@@ -53,8 +53,11 @@
 //!   Redisson's non-cryptographic generator on the Java side: do not treat an id as a
 //!   secret.
 //! - **Failover.** Redisson follows each write with `WAIT` when replicas exist; this
-//!   module does not (yet): a write acknowledged by a primary that fails before its
-//!   replica copied it is lost, permits included.
+//!   module does so only when asked ([`RSemaphore::with_replica_wait`],
+//!   [`RPermitExpirableSemaphore::with_replica_wait`]). Without it, a write acknowledged
+//!   by a primary that fails before its replica copied it is lost, permits included;
+//!   with it, as in Redisson, the window narrows to writes that some but not all
+//!   replicas had (the wait fails only when *no* replica acknowledged).
 //!
 //! # Wake-ups
 //!
@@ -91,6 +94,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
@@ -98,6 +102,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::permit::{Grantor, Permit};
 use crate::pool::Pool;
 use crate::registry::PermitState;
+use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
 };
@@ -145,6 +150,11 @@ struct Common {
     keys: RedissonKeys,
     publish: PublishCommand,
     recheck: Duration,
+    /// Redisson's replica wait: `WAIT` after each write, for at most this long.
+    replica_wait: Option<Duration>,
+    /// The primary's connected replicas at the last look (`INFO`); -1 before the first.
+    /// Shared by the clones, refreshed when `WAIT`'s answer differs, as in Redisson.
+    replicas_seen: Arc<AtomicI64>,
 }
 
 impl Common {
@@ -160,7 +170,122 @@ impl Common {
             keys: RedissonKeys::new(name),
             publish: PublishCommand::Publish,
             recheck: RECHECK,
+            replica_wait: None,
+            replicas_seen: Arc::new(AtomicI64::new(-1)),
         })
+    }
+
+    /// The same settings with Redisson's replica wait of `timeout` (see
+    /// [`RSemaphore::with_replica_wait`]).
+    fn with_replica_wait(mut self, timeout: Duration) -> Result<Common> {
+        let op = self.shared().op_timeout;
+        if timeout < Duration::from_millis(1) || timeout >= op {
+            return Err(Error::InvalidArgument(format!(
+                "replica wait must be at least 1 ms and shorter than the client's operation \
+                 timeout ({op:?}), got {timeout:?}"
+            )));
+        }
+        self.replica_wait = Some(timeout);
+        self.replicas_seen = Arc::new(AtomicI64::new(-1));
+        Ok(self)
+    }
+
+    fn named(&self, e: Error) -> Error {
+        Counters::bump(&self.shared().stats.errors);
+        match e {
+            Error::Redis(e) => Error::redis(&self.name, e, self.shared().op_timeout),
+            other => other,
+        }
+    }
+
+    /// A write, Redisson's `syncedEval` way: the call, then (with a replica wait) `WAIT`
+    /// for the primary's connected replicas on the same connection. When some replicas
+    /// are connected and none acknowledged in time (Redisson's
+    /// `NoSyncedSlavesException`), `undo` runs on the call's result (an acquire gives
+    /// its permits back; `true`: it did) and the call fails.
+    fn run_write<T>(
+        &self,
+        operation: &'static str,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
+        let Some(timeout) = self.replica_wait else {
+            return self.run(call);
+        };
+        let mut conn = self.shared().pool.get(None)?;
+        let value = call(&mut conn, &self.keys).map_err(|e| self.named(e))?;
+        let synced = self.sync(&mut conn, timeout);
+        drop(conn);
+        match synced {
+            Ok(None) => Ok(value),
+            Ok(Some(connected)) => {
+                let given_back = undo(&value);
+                Err(if given_back {
+                    Error::ReplicasNotAcked {
+                        name: self.name.clone(),
+                        acked: 0,
+                        wanted: connected,
+                    }
+                } else {
+                    Error::NoSyncedReplicas {
+                        name: self.name.clone(),
+                        operation,
+                        connected,
+                    }
+                })
+            }
+            Err(e) => {
+                // Unknown whether a replica has it: an acquire gives its permits back
+                // rather than hold them unconfirmed (ownerless ones would be lost).
+                undo(&value);
+                Err(self.named(e))
+            }
+        }
+    }
+
+    /// `WAIT <connected replicas> <timeout>` after a write on `conn`. `Some(connected)`
+    /// when replicas are connected and none acknowledged.
+    fn sync(&self, conn: &mut crate::pool::Conn, timeout: Duration) -> Result<Option<u32>> {
+        let timeout_ms = timeout.as_millis() as u64;
+        let key = self.keys.counter.as_str();
+        let op = self.shared().op_timeout;
+        let seen = self.replicas_seen.load(Ordering::Relaxed);
+        let (acked, connected) = match conn.cluster() {
+            Some(cluster) => {
+                let known = match u32::try_from(seen) {
+                    Ok(n) => n,
+                    Err(_) => calls::connected_replicas_at(cluster, key)?,
+                };
+                // the cluster connection's read timeout is a share of the operation's:
+                // WAIT may block for its own
+                let _ = cluster.set_read_timeout(Some(timeout + crate::pool::per_attempt(op)));
+                let acked = leased::wait_replicas_at(cluster, key, known, timeout_ms);
+                let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                let acked = acked?;
+                let connected = if acked == known {
+                    known
+                } else {
+                    calls::connected_replicas_at(cluster, key)?
+                };
+                (acked, connected)
+            }
+            None => {
+                let known = match u32::try_from(seen) {
+                    Ok(n) => n,
+                    Err(_) => calls::connected_replicas(&mut *conn)?,
+                };
+                let acked = leased::wait_replicas(&mut *conn, known, timeout_ms)?;
+                let connected = if acked == known {
+                    known
+                } else {
+                    calls::connected_replicas(&mut *conn)?
+                };
+                (acked, connected)
+            }
+        };
+        self.replicas_seen
+            .store(i64::from(connected), Ordering::Relaxed);
+        Ok((acked == 0 && connected > 0).then_some(connected))
     }
 
     fn shared(&self) -> &Shared {
@@ -429,6 +554,28 @@ impl RSemaphore {
         self
     }
 
+    /// The same semaphore with Redisson's replica wait (Redisson 3.21+ on a
+    /// master/replica, Sentinel or Cluster setup): after each write (acquire, release,
+    /// `add_permits`, `try_set_permits`, `drain_permits`), `WAIT <connected replicas> <timeout>` on the same connection, the replica
+    /// count read from `INFO replication` (`connected_slaves`) and read again when
+    /// `WAIT`'s answer differs from it. When replicas are connected and none
+    /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
+    /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
+    /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
+    /// stands on the primary. A primary
+    /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
+    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a timeout under 1 ms, or not shorter than the
+    /// client's operation timeout (the reply to `WAIT` must come within it).
+    pub fn with_replica_wait(self, timeout: Duration) -> Result<Self> {
+        Ok(RSemaphore {
+            common: self.common.with_replica_wait(timeout)?,
+        })
+    }
+
     /// Tests only: how often a waiter tries again without a message.
     #[doc(hidden)]
     pub fn with_recheck(mut self, every: Duration) -> Self {
@@ -450,8 +597,11 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let publish = self.common.publish();
-        self.common
-            .run(|c, k| calls::try_set(c, k, publish, permits, None))
+        self.common.run_write(
+            "try_set_permits",
+            |c, k| calls::try_set(c, k, publish, permits, None),
+            |_| false,
+        )
     }
 
     /// As [`try_set_permits`](Self::try_set_permits), with a TTL on the counter
@@ -466,8 +616,11 @@ impl RSemaphore {
             return Err(Error::InvalidArgument("ttl must be at least 1 ms".into()));
         }
         let publish = self.common.publish();
-        self.common
-            .run(|c, k| calls::try_set(c, k, publish, permits, Some(ms)))
+        self.common.run_write(
+            "try_set_permits",
+            |c, k| calls::try_set(c, k, publish, permits, Some(ms)),
+            |_| false,
+        )
     }
 
     /// Changes the counter by `delta`, up or down (a missing counter counts as 0), and
@@ -481,7 +634,11 @@ impl RSemaphore {
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         check_delta(delta)?;
         let publish = self.common.publish();
-        self.common.run(|c, k| calls::rs_add(c, k, publish, delta))
+        self.common.run_write(
+            "add_permits",
+            |c, k| calls::rs_add(c, k, publish, delta),
+            |_| false,
+        )
     }
 
     /// Takes `permits` if the counter has them now, in one round trip; never waits.
@@ -500,9 +657,25 @@ impl RSemaphore {
     }
 
     fn try_once(&self, permits: u32) -> Result<bool> {
-        let got = self
-            .common
-            .run(|c, k| calls::rs_try_acquire(c, k, permits))?;
+        let publish = self.common.publish();
+        let got = self.common.run_write(
+            "acquire",
+            |c, k| calls::rs_try_acquire(c, k, permits),
+            |got| {
+                // Redisson's handleNoSync: give the permits just taken back
+                *got && self
+                    .common
+                    .run(|c, k| calls::rs_release(c, k, publish, permits, false))
+                    .inspect_err(|e| {
+                        log::warn!(
+                            "redis-semaphore: could not give back {permits} permit(s) of {} \
+                             that no replica acknowledged: {e}",
+                            self.common.name
+                        )
+                    })
+                    .is_ok()
+            },
+        )?;
         if got {
             Counters::bump(&self.common.shared().stats.acquired);
         }
@@ -563,9 +736,11 @@ impl RSemaphore {
     pub fn release(&self, permits: u32) -> Result<i64> {
         check_permits(permits)?;
         let publish = self.common.publish();
-        let after = self
-            .common
-            .run(|c, k| calls::rs_release(c, k, publish, permits, false))?;
+        let after = self.common.run_write(
+            "release",
+            |c, k| calls::rs_release(c, k, publish, permits, false),
+            |_| false,
+        )?;
         after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))
     }
 
@@ -580,7 +755,11 @@ impl RSemaphore {
         let publish = self.common.publish();
         Ok(self
             .common
-            .run(|c, k| calls::rs_release(c, k, publish, permits, true))?
+            .run_write(
+                "release",
+                |c, k| calls::rs_release(c, k, publish, permits, true),
+                |_| false,
+            )?
             .is_some())
     }
 
@@ -602,7 +781,8 @@ impl RSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<i64> {
-        self.common.run(calls::rs_drain)
+        self.common
+            .run_write("drain_permits", calls::rs_drain, |_| false)
     }
 }
 
@@ -611,6 +791,7 @@ impl std::fmt::Debug for RSemaphore {
         f.debug_struct("RSemaphore")
             .field("name", &self.common.name)
             .field("publish", &self.common.publish)
+            .field("replica_wait", &self.common.replica_wait)
             .finish()
     }
 }
@@ -706,13 +887,26 @@ impl PesInner {
         self.common.publish()
     }
 
+    /// A release without the replica wait: the give-back of an acquire that no
+    /// replica acknowledged.
+    fn release_raw_unsynced(&self, hex: &str) -> Result<PesReleased> {
+        let id = decode_id(hex)?;
+        let publish = self.publish();
+        let now = now_ms();
+        self.common
+            .run(|c, k| calls::pes_release(c, k, publish, now, &id, None))
+    }
+
     fn release_raw(&self, hex: &str) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
         let now = now_ms();
-        self.common
-            .run(|c, k| calls::pes_release(c, k, publish, now, &id, legacy))
+        self.common.run_write(
+            "release",
+            |c, k| calls::pes_release(c, k, publish, now, &id, legacy),
+            |_| false,
+        )
     }
 }
 
@@ -757,10 +951,11 @@ impl Grantor for PesGrant {
         let now = now_ms();
         let deadline = lease_deadline(now, self.lease);
         let publish = self.inner.publish();
-        let held = self
-            .inner
-            .common
-            .run(|c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline))?;
+        let held = self.inner.common.run_write(
+            "update_lease_time",
+            |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline),
+            |_| false,
+        )?;
         if held {
             permit.renewed(valid_until(sent, self.lease));
             return Ok(());
@@ -794,6 +989,28 @@ impl RPermitExpirableSemaphore {
         self.with_common(common, on)
     }
 
+    /// The same semaphore with Redisson's replica wait (Redisson 3.21+ on a
+    /// master/replica, Sentinel or Cluster setup): after each write (acquire, release,
+    /// `update_lease_time` and refresh, `set_permits`, `try_set_permits`, `add_permits`; each try of a
+    /// blocking acquire), `WAIT <connected replicas> <timeout>` on the same connection, the replica
+    /// count read from `INFO replication` (`connected_slaves`) and read again when
+    /// `WAIT`'s answer differs from it. When replicas are connected and none
+    /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
+    /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
+    /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
+    /// stands on the primary. A primary
+    /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
+    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a timeout under 1 ms, or not shorter than the
+    /// client's operation timeout (the reply to `WAIT` must come within it).
+    pub fn with_replica_wait(self, timeout: Duration) -> Result<Self> {
+        let common = self.inner.common.clone().with_replica_wait(timeout)?;
+        Ok(self.with_common(common, self.inner.accept_hex_ids))
+    }
+
     /// Tests only: how often a waiter tries again without a message.
     #[doc(hidden)]
     pub fn with_recheck(self, every: Duration) -> Self {
@@ -825,13 +1042,52 @@ impl RPermitExpirableSemaphore {
         self.inner.common.run(|c, k| call(c, k, publish, now))
     }
 
+    /// [`run`](Self::run) for a write: followed by Redisson's replica wait when it is
+    /// on (see [`Common::run_write`]).
+    fn run_write<T>(
+        &self,
+        operation: &'static str,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
+        let publish = self.inner.publish();
+        let now = now_ms();
+        self.inner
+            .common
+            .run_write(operation, |c, k| call(c, k, publish, now), undo)
+    }
+
     /// One run of the acquire script for `n` new ids.
     fn attempt(&self, n: u32, lease: Option<Duration>) -> Result<Attempt<Vec<Permit>>> {
         let ids: Vec<[u8; 16]> = (0..n).map(|_| new_id()).collect();
         let sent = Instant::now();
-        let answer = self.run(|c, k, publish, now| {
-            calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
-        })?;
+        let answer = self.run_write(
+            "acquire",
+            |c, k, publish, now| {
+                calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
+            },
+            |answer| {
+                // Redisson's handleNoSync: give the permits just taken back
+                if !matches!(answer, PesAcquire::Granted) {
+                    return false;
+                }
+                let mut all = true;
+                for id in &ids {
+                    let released =
+                        self.inner
+                            .release_raw_unsynced(&encode_id(id))
+                            .inspect_err(|e| {
+                                log::warn!(
+                                    "redis-semaphore: could not give back a permit of {} that no \
+                                 replica acknowledged: {e}",
+                                    self.inner.common.name
+                                )
+                            });
+                    all &= released.is_ok();
+                }
+                all
+            },
+        )?;
         Ok(match answer {
             PesAcquire::Granted => {
                 let stats = &self.inner.common.shared().stats;
@@ -1022,9 +1278,13 @@ impl RPermitExpirableSemaphore {
     pub fn update_lease_time(&self, id: &str, lease: Option<Duration>) -> Result<bool> {
         check_lease(lease)?;
         let raw = decode_id(id)?;
-        self.run(|c, k, publish, now| {
-            calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease))
-        })
+        self.run_write(
+            "update_lease_time",
+            |c, k, publish, now| {
+                calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease))
+            },
+            |_| false,
+        )
     }
 
     /// The lease left to permit `id` by this client's clock (`None`: no lease), after
@@ -1083,7 +1343,11 @@ impl RPermitExpirableSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn set_permits(&self, permits: u32) -> Result<()> {
-        self.run(|c, k, p, now| calls::pes_set(c, k, p, now, permits))?;
+        self.run_write(
+            "set_permits",
+            |c, k, p, now| calls::pes_set(c, k, p, now, permits),
+            |_| false,
+        )?;
         Ok(())
     }
 
@@ -1094,7 +1358,11 @@ impl RPermitExpirableSemaphore {
     ///
     /// As [`set_permits`](Self::set_permits).
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.run(|c, k, p, _| calls::try_set(c, k, p, permits, None))
+        self.run_write(
+            "try_set_permits",
+            |c, k, p, _| calls::try_set(c, k, p, permits, None),
+            |_| false,
+        )
     }
 
     /// Changes the counter by `delta` (missing = 0), publishing `delta` when it is
@@ -1106,7 +1374,11 @@ impl RPermitExpirableSemaphore {
     /// [`set_permits`](Self::set_permits).
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         check_delta(delta)?;
-        self.run(|c, k, p, now| calls::pes_add(c, k, p, now, delta))
+        self.run_write(
+            "add_permits",
+            |c, k, p, now| calls::pes_add(c, k, p, now, delta),
+            |_| false,
+        )
     }
 }
 
@@ -1116,6 +1388,7 @@ impl std::fmt::Debug for RPermitExpirableSemaphore {
             .field("name", &self.inner.common.name)
             .field("publish", &self.inner.common.publish)
             .field("accept_hex_ids", &self.inner.accept_hex_ids)
+            .field("replica_wait", &self.inner.common.replica_wait)
             .finish()
     }
 }

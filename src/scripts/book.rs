@@ -1,30 +1,62 @@
-//! The commands of the "Redis in Action" semaphores (ch. 6.3, listings 12–17), typed.
-//! The book's protocol is command level, not scripts: `MULTI`/`EXEC` pipelines, a
-//! `SETNX` lock and a `WATCH` release. Each function here sends one of its steps exactly
-//! as the listings do, on the book's keys, and returns a Rust value; `compat::book`
-//! sequences the steps and never builds a command itself.
+//! The commands of the "Redis in Action" semaphores (ch. 6.3, listings 12–17), typed,
+//! and of their Node.js port's fair semaphore (seed 004). The book's protocol is command
+//! level, not scripts: `MULTI`/`EXEC` pipelines, a `SETNX` lock and a `WATCH` release.
+//! Each function here sends one of its steps exactly as the listings do, on the keys of
+//! [`BookKeys`], and returns a Rust value; `compat::book` sequences the steps and never
+//! builds a command itself.
+//!
+//! The Node port's fair semaphore sends the same commands as listing 14 in the same
+//! order and in the same two batches, on its own keys (`name:time`, `name:count`, the
+//! global `semaphore:count`): [`fair_purge_and_count`] is its first pipeline (steps
+//! 1–3), [`fair_enter`] its second (steps 4–6), [`fair_remove`] its clean-up on failure
+//! and its release. The port sends each batch as a plain pipeline; here each is a
+//! `MULTI`/`EXEC` transaction, which allows a subset of the port's interleavings (the
+//! same commands, never split), so a Node client sees nothing it could not see from
+//! another Node client.
 //!
 //! Errors are [`redis::RedisError`] as `redis` gave them; the caller names the semaphore.
 
 use redis::{ConnectionLike, RedisResult};
 
-/// The book's keys of semaphore `name`: the time zset `name`, and for the fair
-/// variants the owner zset `name:owner`, the counter `name:counter` and the lock
-/// `lock:name`.
+/// The keys of one semaphore: the time zset (id → acquire time, for expiry), and for
+/// the fair variants the ticket zset (id → ticket, for ranking), the ticket counter and
+/// the book's lock.
+///
+/// The book's layout ([`BookKeys::new`]) is `name`, `name:owner`, `name:counter` and
+/// `lock:name`; the Node port's fair layout ([`BookKeys::node_fair`]) is `name:time`,
+/// `name:count` and the one global counter `semaphore:count` (no lock). The basic
+/// semaphore of both uses the time zset `name` alone.
 #[derive(Debug, Clone)]
 pub(crate) struct BookKeys {
-    pub(crate) name: String,
+    pub(crate) time: String,
     pub(crate) owner: String,
     pub(crate) counter: String,
     pub(crate) lock: String,
 }
 
+/// The ticket counter of the Node port's fair semaphore: one literal key shared by
+/// every semaphore of every Node client (seed 004), not one per name.
+pub(crate) const NODE_GLOBAL_COUNTER: &str = "semaphore:count";
+
 impl BookKeys {
+    /// The book's keys (listings 12–17) of semaphore `name`.
     pub(crate) fn new(name: &str) -> BookKeys {
         BookKeys {
-            name: name.to_owned(),
+            time: name.to_owned(),
             owner: format!("{name}:owner"),
             counter: format!("{name}:counter"),
+            lock: format!("lock:{name}"),
+        }
+    }
+
+    /// The Node port's fair keys of semaphore `name` (seed 004): `name:time`,
+    /// `name:count`, the global `semaphore:count`. The lock key is unused (the port has
+    /// no lock-guarded variant).
+    pub(crate) fn node_fair(name: &str) -> BookKeys {
+        BookKeys {
+            time: format!("{name}:time"),
+            owner: format!("{name}:count"),
+            counter: NODE_GLOBAL_COUNTER.to_owned(),
             lock: format!("lock:{name}"),
         }
     }
@@ -42,17 +74,17 @@ pub(crate) fn basic_enter(
     let (rank,): (Option<i64>,) = redis::pipe()
         .atomic()
         .cmd("ZREMRANGEBYSCORE")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg("-inf")
         .arg(cutoff)
         .ignore()
         .cmd("ZADD")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(now)
         .arg(id)
         .ignore()
         .cmd("ZRANK")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(id)
         .query(conn)?;
     Ok(rank)
@@ -64,7 +96,7 @@ pub(crate) fn basic_remove(
     keys: &BookKeys,
     id: &str,
 ) -> RedisResult<bool> {
-    let removed: i64 = redis::cmd("ZREM").arg(&keys.name).arg(id).query(conn)?;
+    let removed: i64 = redis::cmd("ZREM").arg(&keys.time).arg(id).query(conn)?;
     Ok(removed == 1)
 }
 
@@ -79,7 +111,7 @@ pub(crate) fn fair_purge_and_count(
     let (counter,): (i64,) = redis::pipe()
         .atomic()
         .cmd("ZREMRANGEBYSCORE")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg("-inf")
         .arg(cutoff)
         .ignore()
@@ -87,7 +119,7 @@ pub(crate) fn fair_purge_and_count(
         .arg(&keys.owner)
         .arg(2)
         .arg(&keys.owner)
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg("WEIGHTS")
         .arg(1)
         .arg(0)
@@ -110,7 +142,7 @@ pub(crate) fn fair_enter(
     let (rank,): (Option<i64>,) = redis::pipe()
         .atomic()
         .cmd("ZADD")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(now)
         .arg(id)
         .ignore()
@@ -136,7 +168,7 @@ pub(crate) fn fair_remove(
     let (timeout_zset, _owner): (i64, i64) = redis::pipe()
         .atomic()
         .cmd("ZREM")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(id)
         .cmd("ZREM")
         .arg(&keys.owner)
@@ -154,7 +186,7 @@ pub(crate) fn rescore(
     id: &str,
 ) -> RedisResult<bool> {
     let added: i64 = redis::cmd("ZADD")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(now)
         .arg(id)
         .query(conn)?;
@@ -168,7 +200,7 @@ pub(crate) fn count_younger(
     cutoff: &str,
 ) -> RedisResult<u64> {
     redis::cmd("ZCOUNT")
-        .arg(&keys.name)
+        .arg(&keys.time)
         .arg(format!("({cutoff}"))
         .arg("+inf")
         .query(conn)

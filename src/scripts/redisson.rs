@@ -389,6 +389,42 @@ pub(crate) fn pes_lease_time(
     }
 }
 
+/// Redisson's replica wait, step 1: `INFO replication` on the primary this connection
+/// talks to, and its `connected_slaves` (Redisson's cached replica count).
+pub(crate) fn connected_replicas(conn: &mut dyn ConnectionLike) -> Result<u32> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(conn)
+        .map_err(Error::Redis)?;
+    parse_connected_replicas(&info)
+}
+
+/// [`connected_replicas`] on a cluster: `INFO replication` on the primary of `key`'s
+/// slot.
+pub(crate) fn connected_replicas_at(
+    conn: &mut redis::cluster::ClusterConnection,
+    key: &str,
+) -> Result<u32> {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("replication");
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_slot(
+        Slot::for_key(key),
+        SlotAddr::Master,
+    )));
+    let reply = conn.route_command(&cmd, routing).map_err(Error::Redis)?;
+    let info: String =
+        redis::from_redis_value(reply).map_err(|e| Error::reply("info", e.to_string()))?;
+    parse_connected_replicas(&info)
+}
+
+fn parse_connected_replicas(info: &str) -> Result<u32> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| Error::reply("info", "no connected_slaves in INFO replication"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +439,13 @@ mod tests {
         assert_eq!(k.counter, "{acct}:jobs");
         assert_eq!(k.timeout, "{acct}:jobs:timeout");
         assert_eq!(k.channel, "redisson_sc:{acct}:jobs");
+    }
+
+    #[test]
+    fn replica_counts_parse() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=...\r\n";
+        assert_eq!(parse_connected_replicas(info).unwrap(), 2);
+        assert!(parse_connected_replicas("role:master\r\n").is_err());
     }
 
     #[test]
