@@ -33,7 +33,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::clock::shrink;
 use crate::error::LostReason;
-use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE};
+use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE, Renew};
 use crate::scripts::Keys;
 use crate::scripts::leased;
 pub(crate) use crate::scripts::leased::Renewal;
@@ -157,6 +157,9 @@ fn renew(
     wait: Duration,
 ) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
     let sent = Instant::now();
+    if let Some(renewer) = &batch.renewer {
+        return renew_custom(renewer.as_ref(), batch, sent);
+    }
     let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
     let result = ids
         .chunks(REFRESH_CHUNK)
@@ -197,6 +200,42 @@ fn renew(
             log::warn!(
                 "redis-semaphore: refresh of {} permits failed: {e}",
                 ids.len()
+            );
+            let lost = batch
+                .permits
+                .iter()
+                .filter(|p| p.valid_until() <= now)
+                .map(|p| (p.expiry_reason(), Arc::clone(p)));
+            (lost.collect(), true)
+        }
+    }
+}
+
+/// Renews a batch of a compat layout through its renewer (sent at `sent`).
+fn renew_custom(
+    renewer: &dyn Renew,
+    batch: &Batch,
+    sent: Instant,
+) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
+    let result = renewer.renew(&batch.permits);
+    let now = Instant::now();
+    match result {
+        Ok(gone) => {
+            let mut lost = Vec::new();
+            for p in &batch.permits {
+                if gone.iter().any(|g| g == &p.id) {
+                    lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
+                } else {
+                    p.renewed(sent + shrink(batch.lease));
+                }
+            }
+            (lost, false)
+        }
+        Err(e) => {
+            log::warn!(
+                "redis-semaphore: renewal of {} permits of {} failed: {e}",
+                batch.permits.len(),
+                batch.key.name
             );
             let lost = batch
                 .permits

@@ -140,13 +140,34 @@ pub(crate) struct GroupKey {
     pub(crate) auto: bool,
 }
 
-#[derive(Debug)]
+/// Renews permits of another layout than the leased semaphore's (a compat type's),
+/// for the refresher: one call per due group, in the background thread.
+pub(crate) trait Renew: Send + Sync {
+    /// Renews each permit for another lease; returns the ids found gone. An error
+    /// means nothing is known (the permits stay, their deadlines unchanged).
+    fn renew(&self, permits: &[Arc<PermitState>]) -> crate::Result<Vec<String>>;
+}
+
 struct Group {
     keys: Arc<Keys>,
     lease: Duration,
     period: Duration,
     next_due: Instant,
     permits: HashMap<String, Arc<PermitState>>,
+    /// `None`: the leased semaphore's refresh script on `keys`.
+    renewer: Option<Arc<dyn Renew>>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("keys", &self.keys)
+            .field("lease", &self.lease)
+            .field("period", &self.period)
+            .field("permits", &self.permits.len())
+            .field("custom", &self.renewer.is_some())
+            .finish()
+    }
 }
 
 /// Every permit of one client that is still held.
@@ -177,6 +198,21 @@ impl Registry {
         period: Duration,
         state: Arc<PermitState>,
     ) -> bool {
+        self.register_with(key, keys, lease, period, state, None)
+    }
+
+    /// [`register`](Self::register) with the renewer of a compat layout (`None`: the
+    /// leased semaphore's refresh script). Groups of different renewers must have
+    /// different keys (the compat types prefix the name).
+    pub(crate) fn register_with(
+        &mut self,
+        key: GroupKey,
+        keys: &Arc<Keys>,
+        lease: Duration,
+        period: Duration,
+        state: Arc<PermitState>,
+        renewer: Option<Arc<dyn Renew>>,
+    ) -> bool {
         let now = Instant::now();
         let first_due = if key.auto {
             // a grant with little left (a permit pushed to a waiter lasts a heartbeat
@@ -195,6 +231,7 @@ impl Registry {
                 period,
                 next_due: first_due,
                 permits: HashMap::new(),
+                renewer,
             }
         });
         if period < group.period {
@@ -298,6 +335,7 @@ impl Registry {
                         keys: Arc::clone(&g.keys),
                         lease: g.lease,
                         permits,
+                        renewer: g.renewer.clone(),
                     });
                 }
             } else {
@@ -344,6 +382,8 @@ pub(crate) struct Batch {
     pub(crate) keys: Arc<Keys>,
     pub(crate) lease: Duration,
     pub(crate) permits: Vec<Arc<PermitState>>,
+    /// A compat layout's renewer, else the leased semaphore's refresh script.
+    pub(crate) renewer: Option<Arc<dyn Renew>>,
 }
 
 #[cfg(test)]

@@ -582,3 +582,44 @@ fn together_they_never_exceed_the_permits() {
         }
     }
 }
+
+#[test]
+fn permit_expirable_permits_are_kept_alive_with_auto_refresh_and_their_loss_is_seen() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client).with_auto_refresh(true);
+    let mut py = Py::repl(&server.url());
+    assert!(sem.try_set_permits(1).unwrap());
+    let permit = sem
+        .try_acquire(Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    // held for several of its leases: the background thread renews it with
+    // updateLeaseTime, so the Java side (here the Python peer) finds no permit free
+    std::thread::sleep(Duration::from_millis(1_200));
+    assert!(!permit.is_lost());
+    assert!(
+        py.ids("pes-try 1 60000").is_none(),
+        "the permit is still held"
+    );
+    let left = sem.lease_time(permit.id()).unwrap().unwrap();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_millis(300),
+        "{left:?}"
+    );
+    // the other side releases it: the next renewal finds it gone
+    assert_eq!(py.cmd(&format!("pes-release {}", permit.id())), "OK True");
+    let reason = permit
+        .lost()
+        .recv_timeout(REPLY)
+        .expect("lost fires once a renewal finds the permit gone");
+    assert_eq!(reason, redis_semaphore::LostReason::Released);
+    // without auto refresh (the default), a lease simply runs out
+    let plain = pes(&client)
+        .try_acquire(Some(Duration::from_millis(200)))
+        .unwrap()
+        .unwrap();
+    wait_until(REPLY, "the plain permit's lease to run out", || {
+        sem.lease_time(plain.id()).is_err() || plain.is_lost()
+    });
+}

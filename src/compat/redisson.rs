@@ -101,7 +101,8 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::permit::{Grantor, Permit};
 use crate::pool::Pool;
-use crate::registry::PermitState;
+use crate::registry::{GroupKey, PermitState, Renew};
+use crate::scripts::Keys;
 use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
@@ -526,6 +527,7 @@ impl Client {
             inner: Arc::new(PesInner {
                 common: Common::new(self, name)?,
                 accept_hex_ids: false,
+                auto_refresh: false,
             }),
         })
     }
@@ -815,12 +817,43 @@ pub struct RPermitExpirableSemaphore {
 struct PesInner {
     common: Common,
     accept_hex_ids: bool,
+    /// Whether the client's background thread renews the leases of its permits.
+    auto_refresh: bool,
 }
 
-/// One grant's view of the semaphore, for its [`Permit`]: the lease to renew with.
+/// One grant's view of the semaphore, for its [`Permit`]: the lease to renew with, and
+/// the refresher group its permits are in when renewed in the background.
 struct PesGrant {
     inner: Arc<PesInner>,
     lease: Option<Duration>,
+    group: Option<GroupKey>,
+}
+
+/// The background renewal of a grant's permits: `updateLeaseTime(id, lease)` for each.
+struct PesRenewer {
+    inner: Arc<PesInner>,
+    lease: Duration,
+}
+
+impl Renew for PesRenewer {
+    fn renew(&self, permits: &[Arc<PermitState>]) -> Result<Vec<String>> {
+        let publish = self.inner.publish();
+        let mut gone = Vec::new();
+        for p in permits {
+            let id = decode_id(&p.id)?;
+            let now = now_ms();
+            let deadline = lease_deadline(now, Some(self.lease));
+            let held = self.inner.common.run_write(
+                "update_lease_time",
+                |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline),
+                |_| false,
+            )?;
+            if !held {
+                gone.push(p.id.clone());
+            }
+        }
+        Ok(gone)
+    }
 }
 
 fn check_lease(lease: Option<Duration>) -> Result<()> {
@@ -915,8 +948,16 @@ impl Grantor for PesGrant {
         &self.inner.common.name
     }
 
+    fn detach(&self, permit: &PermitState) {
+        if let Some(key) = &self.group {
+            let shared = self.inner.common.shared();
+            shared.registry.lock().deregister(key, &permit.id);
+        }
+    }
+
     fn release(&self, permit: &PermitState) -> Result<()> {
         let stats = &self.inner.common.shared().stats;
+        self.detach(permit);
         match self.inner.release_raw(&permit.id) {
             Ok(PesReleased::Live) => {
                 Counters::bump(&stats.released);
@@ -1024,6 +1065,24 @@ impl RPermitExpirableSemaphore {
             inner: Arc::new(PesInner {
                 common,
                 accept_hex_ids,
+                auto_refresh: self.inner.auto_refresh,
+            }),
+        }
+    }
+
+    /// The same semaphore, whose permits granted with a lease are renewed by the
+    /// client's background thread (`updateLeaseTime`'s steps with the permit's own
+    /// lease, every third of it) until they are released or dropped, like the
+    /// crate's own semaphore does. Off by default: Redisson has no keepalive, and a
+    /// Java client sees nothing odd either way (the lease simply keeps moving). A
+    /// renewal that finds the permit gone (reclaimed after it expired, released by
+    /// another client) fires [`Permit::lost`].
+    pub fn with_auto_refresh(self, on: bool) -> Self {
+        RPermitExpirableSemaphore {
+            inner: Arc::new(PesInner {
+                common: self.inner.common.clone(),
+                accept_hex_ids: self.inner.accept_hex_ids,
+                auto_refresh: on,
             }),
         }
     }
@@ -1091,16 +1150,45 @@ impl RPermitExpirableSemaphore {
         Ok(match answer {
             PesAcquire::Granted => {
                 let stats = &self.inner.common.shared().stats;
+                // renewed in the background: a group of its own per name and lease
+                let renewed = lease.filter(|_| self.inner.auto_refresh);
+                let group = renewed.map(|l| GroupKey {
+                    name: Arc::from(format!("redisson-pes:{}", self.inner.common.name)),
+                    lease_ms: l.as_millis() as u64,
+                    auto: true,
+                });
                 let grant: Arc<dyn Grantor> = Arc::new(PesGrant {
                     inner: Arc::clone(&self.inner),
                     lease,
+                    group: group.clone(),
                 });
+                let client = &self.inner.common.client.inner;
+                let renewer: Option<Arc<dyn Renew>> = renewed.map(|l| {
+                    Arc::new(PesRenewer {
+                        inner: Arc::clone(&self.inner),
+                        lease: l,
+                    }) as Arc<dyn Renew>
+                });
+                let keys = Arc::new(Keys::new(&self.inner.common.name));
                 let permits = ids
                     .iter()
                     .map(|id| {
                         Counters::bump(&stats.acquired);
                         let (state, lost_rx) =
                             PermitState::new(encode_id(id), valid_until(sent, lease));
+                        if let (Some(key), Some(l)) = (&group, renewed) {
+                            let nudge = client.shared.registry.lock().register_with(
+                                key.clone(),
+                                &keys,
+                                l,
+                                (l / 3).max(Duration::from_millis(1)),
+                                Arc::clone(&state),
+                                renewer.clone(),
+                            );
+                            if nudge {
+                                client.nudge();
+                            }
+                        }
                         Permit {
                             grantor: Arc::clone(&grant),
                             state,
