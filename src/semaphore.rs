@@ -267,6 +267,11 @@ pub struct Status {
     pub stored_limit: Option<u32>,
     /// The limit the last acquiring client passed, if known.
     pub client_limit: Option<u32>,
+    /// Another limit a client passed since the semaphore's keys were made, when it
+    /// differs from [`client_limit`](Self::client_limit): clients disagree on the
+    /// limit (each acquire obeys its caller's, unless one is stored with
+    /// [`Semaphore::set_limit`]). [`Semaphore::status`] logs a warning when it sees it.
+    pub other_client_limit: Option<u32>,
     /// Permits held by unexpired holders.
     pub held: u32,
     /// Permits free now (0 while a lowered limit is still exceeded).
@@ -801,7 +806,17 @@ impl Semaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
-        Ok(status_of(&self.inspect(Inspect::Counts)?))
+        let status = status_of(&self.inspect(Inspect::Counts)?);
+        if status.stored_limit.is_none()
+            && let (Some(a), Some(b)) = (status.client_limit, status.other_client_limit)
+        {
+            log::warn!(
+                "redis-semaphore: clients of semaphore {:?} pass different limits ({a} and \
+                 {b}): each acquire obeys its own; store one with set_limit",
+                self.inner.name
+            );
+        }
+        Ok(status)
     }
 
     /// How many acquires are queued, waiting, across all clients.
@@ -1497,6 +1512,7 @@ fn status_of(i: &Inspected) -> Status {
         limit: i.limit,
         stored_limit: i.stored,
         client_limit: i.client,
+        other_client_limit: i.other.filter(|o| Some(*o) != i.client),
         held: i.used,
         available: i.limit.saturating_sub(i.used),
         queued: i.queued,

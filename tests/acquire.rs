@@ -922,3 +922,29 @@ fn a_client_opens_from_a_connection_info_built_by_hand() {
     // a String works as well as a &str
     assert!(Client::open(server.url()).is_ok());
 }
+
+#[test]
+fn clients_that_pass_different_limits_are_reported() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let two = client.semaphore("disagree", 2).unwrap();
+    let four = client.semaphore("disagree", 4).unwrap();
+    drop(two.acquire().unwrap());
+    let p = two.acquire().unwrap(); // keeps the keys while the other client acquires
+    assert_eq!(
+        two.status().unwrap().other_client_limit,
+        None,
+        "one limit so far"
+    );
+    let q = four.acquire().unwrap();
+    let s = four.status().unwrap();
+    assert_eq!(s.client_limit, Some(4));
+    assert_eq!(s.other_client_limit, Some(2));
+    drop((p, q));
+    // clients that agree are not reported
+    let agree = client.semaphore("agree", 3).unwrap();
+    let again = client.semaphore("agree", 3).unwrap();
+    let (a, b) = (agree.acquire().unwrap(), again.acquire().unwrap());
+    assert_eq!(agree.status().unwrap().other_client_limit, None);
+    drop((a, b));
+}

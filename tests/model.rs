@@ -705,7 +705,9 @@ fn parse_holder(rec: &str) -> (u32, u64, Vec<u32>) {
     (num(f[0], "permits"), num(f[1], "token"), slots)
 }
 
-const STATE_FIELDS: [&str; 8] = ["used", "ctr", "limit", "exp", "mind", "qn", "qseq", "cl"];
+const STATE_FIELDS: [&str; 9] = [
+    "used", "ctr", "limit", "exp", "mind", "qn", "qseq", "cl", "cdl",
+];
 const TYPES: [&str; 4] = ["zset", "hash", "string", "zset"];
 
 /// An acquire script's reply as an [`Acq`].

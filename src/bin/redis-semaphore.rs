@@ -367,6 +367,12 @@ fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
         show(available),
         s.queued
     );
+    if let (Some(a), Some(b)) = (s.client_limit, s.other_client_limit) {
+        out.push_str(&format!(
+            "  warning    clients pass different limits ({a} and {b}): each acquire obeys its \
+             own; store one with set-limit\n"
+        ));
+    }
     if holders.is_empty() {
         out.push_str("  no holders\n");
         return out;
@@ -399,6 +405,7 @@ fn status_json(name: &str, s: &Status, holders: &[Holder]) -> Value {
         "limit": limit,
         "stored_limit": s.stored_limit,
         "client_limit": s.client_limit,
+        "other_client_limit": s.other_client_limit,
         "held": s.held,
         "available": limit.map(|l| l.saturating_sub(s.held)),
         "queued": s.queued,

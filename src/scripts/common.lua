@@ -252,6 +252,13 @@ local function save(st, final)
     if #hdel > 0 then redis.call('HDEL', I, unpack(hdel)) end
     if not st.dirty and #hset == 0 then return end
     if st.climit then
+        -- a read of the hash whose type check_keys proved: cannot fail
+        local old = redis.call('HGET', I, 'cl')
+        if old and old ~= st.climit then
+            -- clients disagree on the limit: keep the other one for operators
+            hset[#hset + 1] = 'cdl'
+            hset[#hset + 1] = old
+        end
         hset[#hset + 1] = 'cl'
         hset[#hset + 1] = st.climit
     end

@@ -94,6 +94,11 @@ local function fast_acquire(id, n, climit, lease, pad, mode, origin, cutoff)
     if v[7] ~= climit then
         f[#f + 1] = 'cl'
         f[#f + 1] = climit
+        if v[7] then
+            -- clients disagree on the limit: keep the other one for operators
+            f[#f + 1] = 'cdl'
+            f[#f + 1] = v[7]
+        end
     end
     if (tonumber(v[1]) or 0) < deadline then
         local e = int(deadline + pad)

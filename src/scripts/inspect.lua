@@ -1,10 +1,12 @@
 -- inspect: read the state of a semaphore, after purging expired holders and waiters.
 --
 -- ARGV: 1 caller's limit, 2 what: 'count' or 'holders'
--- Reply: {limit, used, queued, stored, client, exists}        for 'count'
---        the same, then {now, id, record, deadline, ...}       for 'holders'
+-- Reply: {limit, used, queued, stored, client, exists, other}   for 'count'
+--        the same, then {now, id, record, deadline, ...}          for 'holders'
 --        (stored: the limit set_limit stored, client: the limit the last acquiring
---        client passed, -1 when absent; exists: 1 when the semaphore has keys)
+--        client passed, other: another limit a client passed since the keys were
+--        made (clients disagree), -1 when absent; exists: 1 when the semaphore has
+--        keys)
 -- Errors: none after open(); 'holders' lists at most 10,000 holders (the most a
 -- semaphore can have, K9) and reads waiters' members only to skip them, 1000 at a time.
 --
@@ -13,11 +15,13 @@
 
 local st = load()
 local client_limit = tonumber(redis.call('HGET', I, 'cl') or '-1')
+local other_limit = tonumber(redis.call('HGET', I, 'cdl') or '-1')
 purge(st)
 if st.qn > 0 then serve(st) end
 if st.exists then save(st) end
 local limit = st.limit or tonumber(ARGV[1])
-local out = {limit, st.used, st.qn, st.limit or -1, client_limit, st.exists and 1 or 0}
+local out = {limit, st.used, st.qn, st.limit or -1, client_limit, st.exists and 1 or 0,
+    other_limit}
 if ARGV[2] ~= 'holders' then return out end
 out[#out + 1] = now
 if not st.exists then return out end

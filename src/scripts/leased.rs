@@ -383,6 +383,8 @@ pub(crate) struct Inspected {
     pub(crate) stored: Option<u32>,
     pub(crate) client: Option<u32>,
     pub(crate) exists: bool,
+    /// Another limit a client passed since the keys were made, when clients disagree.
+    pub(crate) other: Option<u32>,
     /// With [`Inspect::Holders`]: the server's time and the holders, soonest deadline
     /// first.
     pub(crate) holders: Option<(i64, Vec<HolderRecord>)>,
@@ -405,7 +407,17 @@ pub(crate) fn inspect(
         .invoke(conn)
         .map_err(Error::Redis)?;
     let bad = |detail: &str| Error::reply("inspect", detail);
-    let [limit, used, queued, stored, client, exists, rest @ ..] = reply.as_slice() else {
+    let [
+        limit,
+        used,
+        queued,
+        stored,
+        client,
+        exists,
+        other,
+        rest @ ..,
+    ] = reply.as_slice()
+    else {
         return Err(bad("short reply"));
     };
     let count = |v: &Value, what: &str| -> Result<u32> {
@@ -441,6 +453,7 @@ pub(crate) fn inspect(
         stored: optional(stored)?,
         client: optional(client)?,
         exists: int(exists)? == 1,
+        other: optional(other)?,
         holders,
     })
 }
