@@ -384,3 +384,59 @@ fn list_shows_counting_semaphores_and_a_broken_one_without_failing_the_rest() {
     assert!(text.contains("counting semaphore tokens"), "{text}");
     assert!(text.contains("count      4"), "{text}");
 }
+
+#[test]
+fn no_error_path_prints_the_password() {
+    const SECRET: &str = "pw-SeCrEt-42";
+    let server = RedisServer::start();
+    let free = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let urls = [
+        // a server that refuses the password
+        format!("redis://someone:{SECRET}@127.0.0.1:{}/", server.port()),
+        // nothing listens
+        format!("redis://someone:{SECRET}@127.0.0.1:{free}/"),
+        // not a URL we take
+        format!("redis://someone:{SECRET}@127.0.0.1:notaport/"),
+        format!("ftp://someone:{SECRET}@127.0.0.1/"),
+        // sentinels and cluster nodes that are not there
+        format!("redis+sentinel://someone:{SECRET}@127.0.0.1:{free}/svc"),
+        format!("redis+cluster://someone:{SECRET}@127.0.0.1:{free}"),
+    ];
+    let commands: [&[&str]; 5] = [
+        &["status", "x"],
+        &["list"],
+        &["set-limit", "x", "3"],
+        &["release", "x", "0f8fad5b-d9cb-469f-a165-70867728950e"],
+        &["watch", "x", "--count", "1"],
+    ];
+    for url in &urls {
+        for args in commands {
+            let out = bare_cli(&[&["--url", url.as_str()], args].concat(), &[]);
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_ne!(out.status.code(), Some(0), "{url} {args:?}: {text}");
+            assert!(
+                !text.contains(SECRET),
+                "{url} {args:?} printed the password: {text}"
+            );
+        }
+    }
+    // the password from the environment, on a refused connection
+    let out = bare_cli(
+        &[
+            "--url",
+            &format!("redis://127.0.0.1:{free}/"),
+            "status",
+            "x",
+        ],
+        &[("REDIS_PASSWORD", SECRET)],
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains(SECRET), "{text}");
+}
