@@ -37,9 +37,11 @@
 //! - **No fencing token.** Nothing in this layout increases per grant: [`Permit::token`]
 //!   is 0 and [`Permit::slots`] is empty. A holder whose lease ran out cannot be fenced
 //!   off downstream.
-//! - **No keepalive.** Redisson has none (a permit is renewed by `updateLeaseTime`);
-//!   these permits are not renewed in the background either: call
-//!   [`Permit::refresh`] (the same steps as `updateLeaseTime`) or
+//! - **No keepalive by default.** Redisson has none (a permit is renewed by
+//!   `updateLeaseTime`); these permits are renewed in the background only with
+//!   [`with_auto_refresh(true)`](RPermitExpirableSemaphore::with_auto_refresh) (the
+//!   client's background thread runs `updateLeaseTime`'s steps every third of the
+//!   lease). Otherwise call [`Permit::refresh`] (the same steps) or
 //!   [`update_lease_time`](RPermitExpirableSemaphore::update_lease_time) before the
 //!   lease runs out.
 //! - **Not fair.** Woken waiters race, and a `try_acquire` may take what a waiter was
