@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Counts the redis-server instructions one acquire or release script call costs, with
+# Counts the redis-server instructions one script call of the hot path costs, with
 # valgrind's callgrind (instructions, not seconds: the same figure on a busy or an idle
-# machine). Starts a private redis-server under callgrind on a free port, runs N
-# acquire+release pairs of this checkout's scripts (src/scripts), and prints
-#   instructions per script call = (total - total of an empty run) / (2 N).
+# machine). Starts a private redis-server under callgrind on a free port, runs N calls
+# of this checkout's scripts (src/scripts, assembled as src/scripts/sources.rs says) on a
+# semaphore that a long-lived holder keeps in use, and prints
+#   instructions per script call = (total - total of an empty run) / calls.
 #
-# Usage: scripts/server-instructions.sh [N=1000]   (needs valgrind, redis-server, redis-cli)
+# Workloads:
+#   pair  acquire+release pairs on a limit-5 semaphore (fast grant, fast release)
+#   no    tries on a limit-1 semaphore the keeper holds (the fast "no")
+#
+# Usage: scripts/server-instructions.sh [N=1000] [pair|no] [OUT]
+#   OUT: keep the callgrind file of the N-call run there (callgrind_annotate OUT).
+# Needs valgrind, redis-server, redis-cli, python3.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-1000}
+WORKLOAD=${2:-pair}
+OUT=${3:-}
 S=src/scripts
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -17,34 +26,53 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# run PAIRS: prints the total instructions of a server that ran PAIRS pairs
+# the text of script $1 (ACQUIRE, RELEASE), its parts listed in src/scripts/sources.rs
+source_of() {
+    local part
+    for part in $(sed -n "/const $1: /,/);/p" $S/sources.rs | grep -o '"[a-z_]*\.lua"' | tr -d '"'); do
+        cat "$S/$part"
+    done
+}
+
+# uuid-shaped permit id number $1
+id() { printf '00000000-0000-4000-8000-%012d' "$1"; }
+
+# run CALLS: prints the total instructions of a server that ran the workload's CALLS calls
 run() {
-    local pairs=$1 port pid
+    local calls=$1 port pid
     port=$(free_port)
-    valgrind --tool=callgrind --callgrind-out-file="$work/out.$pairs" \
+    valgrind --tool=callgrind --callgrind-out-file="$work/out.$calls" \
         redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        >"$work/vg.$pairs.log" 2>&1 &
+        >"$work/vg.$calls.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 300); do
         redis-cli -p "$port" ping >/dev/null 2>&1 && break
         sleep 0.1
     done
     local r="redis-cli -p $port" keys='redsem:{ins}:h redsem:{ins}:i redsem:{ins}:s redsem:{ins}:q'
-    local acq rel
-    acq=$($r script load "$(cat $S/common.lua $S/ops.lua $S/acquire.lua)")
-    rel=$($r script load "$(cat $S/common.lua $S/ops.lua $S/release.lua)")
+    local acq rel limit=5
+    acq=$($r script load "$(source_of ACQUIRE)")
+    rel=$($r script load "$(source_of RELEASE)")
+    [ "$WORKLOAD" = no ] && limit=1
     # a long-lived holder keeps the keys, as in a semaphore in use
-    $r evalsha "$acq" 4 $keys keeper 1 5 100000 1000 '1|h|' t 1 '' >/dev/null
-    for j in $(seq 1 "$pairs"); do
-        echo "EVALSHA $acq 4 $keys id$j 1 5 10000 1000 1|h| t 1 x"
-        echo "EVALSHA $rel 4 $keys id$j"
-    done | $r >/dev/null
+    $r evalsha "$acq" 4 $keys "$(id 0)" 1 $limit 100000 1000 1000 '1|h|' t 1 '' 0 >/dev/null
+    if [ "$WORKLOAD" = no ]; then
+        for j in $(seq 1 "$calls"); do
+            echo "EVALSHA $acq 4 $keys $(id "$j") 1 $limit 10000 1000 1000 1|h| t 1 x 0"
+        done | $r >/dev/null
+    else
+        for j in $(seq 1 $((calls / 2))); do
+            echo "EVALSHA $acq 4 $keys $(id "$j") 1 $limit 10000 1000 1000 1|h| t 1 x 0"
+            echo "EVALSHA $rel 4 $keys $(id "$j")"
+        done | $r >/dev/null
+    fi
     $r shutdown nosave >/dev/null 2>&1 || true
     wait "$pid" || true
-    grep -h '^summary:' "$work/out.$pairs" | awk '{print $2}'
+    [ -n "$OUT" ] && [ "$calls" -gt 0 ] && cp "$work/out.$calls" "$OUT"
+    grep -h '^summary:' "$work/out.$calls" | awk '{print $2}'
 }
 
 base=$(run 0)
 total=$(run "$N")
-echo "redis-server instructions per script call (acquire and release alternating, $N pairs):"
-echo "  $(( (total - base) / (2 * N) ))"
+echo "redis-server instructions per script call ($WORKLOAD, $N calls):"
+echo "  $(( (total - base) / N ))"

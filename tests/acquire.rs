@@ -617,6 +617,92 @@ fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
     assert_eq!(holders[0].id, id(3));
 }
 
+/// A try in the short form 'A' (id and cutoff; the rest from the last full 'a') acts
+/// exactly as its full form: the same replies, slots and holders, with releases of
+/// the same batch in between; the fast releases' pending 'used' is written before the
+/// call returns. An 'A' with no 'a' before it is refused before anything is written.
+#[test]
+fn a_batch_short_acquire_acts_as_its_full_form() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let script = batch_script();
+    let id = |k: u32| format!("bbbbbbbb-0000-4000-8000-00000000000{k}");
+    let short = |inv: &mut redis::ScriptInvocation<'_>, k: u32| {
+        inv.arg("A").arg(id(k)).arg("0");
+    };
+    // limit 2: 1 and 2 granted, 3 refused, 1 released, 4 granted on slot 0, 2 released,
+    // 5 granted on slot 1
+    let run = |conn: &mut redis::Connection, name: &str, full: bool| -> Vec<redis::Value> {
+        let mut inv = call_on(&script, name);
+        batch_try(&mut inv, &id(1), 2, 10_000);
+        for k in 2..=5 {
+            if k == 4 {
+                inv.arg("r").arg(id(1));
+            }
+            if k == 5 {
+                inv.arg("r").arg(id(2));
+            }
+            if full {
+                batch_try(&mut inv, &id(k), 2, 10_000);
+            } else {
+                short(&mut inv, k);
+            }
+        }
+        inv.invoke(conn).unwrap()
+    };
+    let shape = |replies: &[redis::Value]| -> Vec<Vec<i64>> {
+        replies
+            .iter()
+            .map(|v| match v {
+                redis::Value::Int(i) => vec![*i],
+                v => {
+                    // granted: status and slots; refused: status (time and tokens differ)
+                    let r: Vec<i64> = redis::from_redis_value_ref(v).unwrap();
+                    if r[0] == 1 {
+                        [&r[..1], &r[4..]].concat()
+                    } else {
+                        vec![r[0]]
+                    }
+                }
+            })
+            .collect()
+    };
+    let full = shape(&run(&mut conn, "full", true));
+    let short_form = shape(&run(&mut conn, "short", false));
+    assert_eq!(
+        full,
+        vec![
+            vec![1, 0],
+            vec![1, 1],
+            vec![0],
+            vec![1],
+            vec![1, 0],
+            vec![1],
+            vec![1, 1]
+        ]
+    );
+    assert_eq!(short_form, full);
+    for name in ["full", "short"] {
+        let sem = client(&server).semaphore(name, 2).unwrap();
+        let status = sem.status().unwrap();
+        assert_eq!(status.held, 2, "{name}: 'used' as the releases left it");
+        let mut held: Vec<String> = sem.holders().unwrap().into_iter().map(|h| h.id).collect();
+        held.sort();
+        assert_eq!(held, vec![id(4), id(5)], "{name}");
+    }
+
+    let mut inv = call_on(&script, "orphan");
+    short(&mut inv, 1);
+    let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+    let e = r.expect_err("an 'A' without an 'a' before it");
+    assert!(e.to_string().contains("unknown operation"), "{e}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redsem:{orphan}:*")
+        .query(&mut conn)
+        .unwrap();
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+}
+
 /// In a batch, an operation sees what the operations before it did: a holder purged
 /// by an earlier acquire is gone for a later release of the same id, which must not
 /// free the slot the acquire took.

@@ -4,6 +4,9 @@
 -- ARGV: a sequence of operations, each a tag followed by its arguments:
 --   'a' and acquire.lua's 11 arguments     an acquire (the client sends only tries,
 --                                          mode 't', so a batch never queues anyone)
+--   'A', id, cutoff                        an acquire with the other arguments of the
+--                                          last 'a' before it (the tries of one
+--                                          semaphore handle share them)
 --   'r' and release.lua's argument (id)    a release
 -- Reply: one entry per operation, in order: op_acquire's or op_release's reply.
 -- Errors: an unknown tag, a bad id or a bad number anywhere in the batch, found by the
@@ -11,34 +14,31 @@
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the
 -- operations run one after the other exactly as separate calls would at the same
--- instant: the plain ones on the fast path (batch_fast.lua), each writing at once; the
+-- instant: the plain ones on the fast path (batch_entry.lua), each writing at once but
+-- for the 'used' of releases, written once before the full logic reads the hash; the
 -- rest share one state, loaded once (after the fast ones wrote) with every record they
 -- will need and written once at the end, and read it through their predecessors'
 -- pending writes.
 -- A batch sent twice (a resent command) is as safe as each of its operations sent
 -- twice.
 
--- batch_fast.lua ran the plain operations up to position k of ARGV (their replies
--- are in `out`); the full logic runs the rest, in order, its state loaded after the
--- fast operations wrote theirs.
+-- batch_entry.lua ran the plain operations before operation bat_next (their replies
+-- are in `out`) and wrote what they left pending; the full logic runs the rest, in
+-- order, its state loaded after the fast operations wrote theirs.
 
 local ids = {}
-local j = k
-while j <= #ARGV do
-    ids[#ids + 1] = ARGV[j + 1]
-    if ARGV[j] == 'a' then j = j + 12 else j = j + 2 end
-end
+for j = bat_next, #bat_id do ids[#ids + 1] = ARGV[bat_id[j]] end
 begin_batch(ids)
-while k <= #ARGV do
-    if ARGV[k] == 'a' then
-        out[#out + 1] = op_acquire(ARGV[k + 1], tonumber(ARGV[k + 2]), ARGV[k + 3],
-            tonumber(ARGV[k + 4]), tonumber(ARGV[k + 5]), tonumber(ARGV[k + 6]), ARGV[k + 7],
-            ARGV[k + 8], ARGV[k + 9] == '1', ARGV[k + 10], tonumber(ARGV[k + 11]) or 0)
-        k = k + 12
+while bat_next <= #bat_id do
+    local j, id = bat_par[bat_next], ARGV[bat_id[bat_next]]
+    if j then
+        out[bat_next] = op_acquire(id, bat_n[bat_next], ARGV[j + 1], tonumber(ARGV[j + 2]),
+            tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), ARGV[j + 5], ARGV[j + 6],
+            ARGV[j + 7] == '1', ARGV[j + 8], bat_cut[bat_next])
     else
-        out[#out + 1] = op_release(ARGV[k + 1])
-        k = k + 2
+        out[bat_next] = op_release(id)
     end
+    bat_next = bat_next + 1
 end
 save(batch, true)
 return out

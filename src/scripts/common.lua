@@ -37,7 +37,7 @@
 --   K1  The four keys exist together and expire together at 'exp'; 'exp' is at or
 --       after every deadline in h (no key without a TTL, none outlives its use by
 --       more than the padding). A holder's release that leaves the semaphore idle
---       deletes all four at once (fast_release, fast.lua).
+--       deletes all four at once (fast_release, fast_release.lua).
 --   K2  'used' = sum of the permits of the holders in h = number of 1 bits in s.
 --   K3  'mind' <= the earliest deadline in h; a purge makes it exact.
 --   K4  'qn' = number of waiters in q = number of waiter records = number of 'w:'

@@ -43,6 +43,20 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) cutoff_ms: i64,
 }
 
+impl AcquireArgs<'_> {
+    /// Whether `other` has the same arguments but for its id and cutoff (batch.lua's
+    /// 'A' form).
+    fn same_but_id(&self, other: &AcquireArgs<'_>) -> bool {
+        self.n == other.n
+            && self.limit == other.limit
+            && self.lease_ms == other.lease_ms
+            && self.origin == other.origin
+            && self.mode == other.mode
+            && self.fair == other.fair
+            && self.channel == other.channel
+    }
+}
+
 /// A grant, as the acquire and cancel scripts report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
@@ -198,11 +212,18 @@ pub(crate) fn hot(
         return Ok(vec![parse(op, reply)?]);
     }
     let mut inv = keys.invoke(&BATCH);
+    // an acquire whose arguments, but for its id and cutoff, are those of the last
+    // full one goes as 'A' (the tries of one semaphore handle share them)
+    let mut shared: Option<&AcquireArgs<'_>> = None;
     for op in ops {
         match op {
+            HotOp::Acquire(a) if shared.is_some_and(|s| s.same_but_id(a)) => {
+                inv.arg("A").arg(a.id).arg(a.cutoff_ms.max(1));
+            }
             HotOp::Acquire(a) => {
                 inv.arg("a");
                 push_acquire(&mut inv, a);
+                shared = Some(a);
             }
             HotOp::Release { id } => {
                 inv.arg("r").arg(*id);

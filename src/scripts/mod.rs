@@ -4,9 +4,10 @@
 //! Every script is `head.lua` (key names, the server's time), `common.lua` (key layout,
 //! invariants K1–K9, helpers), for the hot path then `ops.lua` (acquire and release as
 //! functions), followed by its own body; the invariants each part keeps are written at
-//! its top. The hot-path scripts (acquire, release, batch) carry the fast paths of
-//! `fast.lua` between `head.lua` and `common.lua`: a plain grant, "no" or release
-//! returns before the full logic is even set up.
+//! its top. The hot-path scripts (acquire, release, batch) carry the fast paths
+//! (`fast.lua` and the fast operations they call) and an entry part between `head.lua`
+//! and `common.lua`: a plain grant, "no" or release returns before the full logic is
+//! even set up. `sources.rs` lists each script's parts.
 //!
 //! This is the protocol layer: [`leased`] and [`counting`] have one typed function per
 //! script call (arguments in, a typed reply out), and [`book`] one per step of the
@@ -18,58 +19,26 @@ pub(crate) mod book;
 pub(crate) mod counting;
 pub(crate) mod leased;
 pub(crate) mod redisson;
+mod sources;
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-macro_rules! script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("head.lua"),
-                include_str!("common.lua"),
-                include_str!($file)
-            ))
-        })
-    };
-}
-
-/// A script of the hot path: the fast paths (`fast.lua`), then `first` (which returns
-/// when its fast path answers), then the full logic of `common.lua` and `ops.lua` and
-/// the script's own body.
-macro_rules! script_with_ops {
-    ($first:expr, $file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("head.lua"),
-                include_str!("fast.lua"),
-                $first,
-                include_str!("common.lua"),
-                include_str!("ops.lua"),
-                include_str!($file)
-            ))
-        })
-    };
-}
-
 /// Grants permits to a permit id, or answers when to try again.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    script_with_ops!(include_str!("acquire_fast.lua"), "acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ACQUIRE));
 /// Frees the permits of a permit id.
-pub(crate) static RELEASE: LazyLock<Script> =
-    script_with_ops!(include_str!("release_fast.lua"), "release.lua");
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE));
 /// Several try-acquires and releases in one call (see `combine.rs`).
-pub(crate) static BATCH: LazyLock<Script> =
-    script_with_ops!(include_str!("batch_fast.lua"), "batch.lua");
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(sources::BATCH));
 /// Renews the leases of a batch of permit ids.
-pub(crate) static REFRESH: LazyLock<Script> = script!("refresh.lua");
+pub(crate) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(sources::REFRESH));
 /// Reads limit, permits in use and holders.
-pub(crate) static INSPECT: LazyLock<Script> = script!("inspect.lua");
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 /// Takes a waiter out of the queue.
-pub(crate) static CANCEL: LazyLock<Script> = script!("cancel.lua");
+pub(crate) static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(sources::CANCEL));
 /// Stores a limit for every client.
-pub(crate) static SET_LIMIT: LazyLock<Script> = script!("set_limit.lua");
+pub(crate) static SET_LIMIT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SET_LIMIT));
 
 macro_rules! counting_script {
     ($file:literal) => {

@@ -11,6 +11,10 @@
 
 pub mod sentinel;
 
+/// The scripts' texts, as the crate assembles them.
+#[path = "../../src/scripts/sources.rs"]
+mod sources;
+
 use std::collections::{HashMap, HashSet};
 use std::env;
 use std::ffi::OsString;
@@ -465,30 +469,14 @@ pub fn keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
     found
 }
 
-/// The acquire script as the client sends it (head, fast paths, common prelude,
-/// operations, acquire.lua).
+/// The acquire script as the client sends it (src/scripts/sources.rs).
 pub fn acquire_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/head.lua"),
-        include_str!("../../src/scripts/fast.lua"),
-        include_str!("../../src/scripts/acquire_fast.lua"),
-        include_str!("../../src/scripts/common.lua"),
-        include_str!("../../src/scripts/ops.lua"),
-        include_str!("../../src/scripts/acquire.lua")
-    ))
+    redis::Script::new(sources::ACQUIRE)
 }
 
-/// The batch script as the client sends it (head, fast paths, common prelude,
-/// operations, batch.lua).
+/// The batch script as the client sends it (src/scripts/sources.rs).
 pub fn batch_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/head.lua"),
-        include_str!("../../src/scripts/fast.lua"),
-        include_str!("../../src/scripts/batch_fast.lua"),
-        include_str!("../../src/scripts/common.lua"),
-        include_str!("../../src/scripts/ops.lua"),
-        include_str!("../../src/scripts/batch.lua")
-    ))
+    redis::Script::new(sources::BATCH)
 }
 
 /// A call of `script` on the four keys of semaphore `name`.
@@ -500,26 +488,14 @@ pub fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvoca
     inv
 }
 
-/// The release script as the client sends it (head, fast paths, common prelude,
-/// operations, release.lua).
+/// The release script as the client sends it (src/scripts/sources.rs).
 pub fn release_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/head.lua"),
-        include_str!("../../src/scripts/fast.lua"),
-        include_str!("../../src/scripts/release_fast.lua"),
-        include_str!("../../src/scripts/common.lua"),
-        include_str!("../../src/scripts/ops.lua"),
-        include_str!("../../src/scripts/release.lua")
-    ))
+    redis::Script::new(sources::RELEASE)
 }
 
-/// The cancel script as the client sends it (head, common prelude, cancel.lua).
+/// The cancel script as the client sends it (src/scripts/sources.rs).
 pub fn cancel_script() -> redis::Script {
-    redis::Script::new(concat!(
-        include_str!("../../src/scripts/head.lua"),
-        include_str!("../../src/scripts/common.lua"),
-        include_str!("../../src/scripts/cancel.lua")
-    ))
+    redis::Script::new(sources::CANCEL)
 }
 
 /// A TCP proxy on a free loopback port in front of a server, for network faults: it

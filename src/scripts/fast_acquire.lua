@@ -1,0 +1,121 @@
+-- The fast grant and "no" (see fast.lua, whose state it uses).
+
+-- An acquire's arguments are ARGV[j] on (acquire.lua's ARGV 2-10: permits, the
+-- caller's limit, lease, pad, heartbeat, origin, mode, fair, channel); the acquires of
+-- a batch may share them (batch.lua's 'A'). fast_numbers(j, all) parses the caller's
+-- limit and, with `all`, the lease and the pad, once for consecutive calls with the
+-- same j; nil for what is not a number.
+local pn_j, pn_all, pn_limit, pn_lease, pn_pad = 0, false, nil, nil, nil
+local function fast_numbers(j, all)
+    if pn_j ~= j then
+        pn_j, pn_all, pn_limit = j, false, tonumber(ARGV[j + 1])
+    end
+    if all and not pn_all then
+        pn_all, pn_lease, pn_pad = true, tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+    end
+    return pn_limit, pn_lease, pn_pad
+end
+
+-- Grant one permit to `id`, or say "no" to a try; nil when not plain. The other
+-- arguments are ARGV[j] on (see fast_numbers), `n` is ARGV[j] parsed, `cutoff` server
+-- ms (0: none).
+-- Plain: the four keys exist with their types and agree (anything else: the full
+-- logic repairs, also before a "no"), the hash has no record for `id`, nobody is queued
+-- ('qn' 0), and no deadline has passed ('mind' ahead, so nothing needs a purge); or
+-- no key exists at all (the create branch).
+-- Reply: op_acquire's {1, now, token, deadline, slot} or {0, now, retry, 0}.
+local function fast_acquire(id, n, j, cutoff)
+    if n ~= 1 or (cutoff > 0 and now >= cutoff) then return nil end
+    local rec = fast_state(id)
+    if rec == nil then return nil end
+    local v = fv
+    if not v[1] then
+        -- Create: a semaphore without keys (the hash has none of its fields and no
+        -- record for `id`); not plain when some key exists (the full logic repairs)
+        -- or the caller's limit is below 1. Creates the four keys as create() and
+        -- grant() would: slot 0, token now_us (max(ctr + 1, now_us) with ctr gone;
+        -- see fast_release for why it is above every token granted before), K1-K4
+        -- hold for one holder.
+        if rec or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] then return nil end
+        local limit, lease, pad = fast_numbers(j, true)
+        if not limit or limit < 1 or not lease or not pad then return nil end
+        if redis.call('EXISTS', H, I, S, Q) ~= 0 then return nil end
+        local deadline = now + lease
+        local e = int(deadline + pad)
+        local d = int(deadline)
+        local token = int(now_us)
+        redis.call('ZADD', H, int(END_OF_TIME), '~', d, id)
+        redis.call('ZADD', Q, int(END_OF_TIME), '~')
+        redis.call('SETBIT', S, 0, 1)
+        redis.call('HSET', I, 'used', 1, 'ctr', token, 'mind', d, 'exp', e, 'qn', 0, 'qseq', 0,
+            'cl', ARGV[j + 1], id, '1|' .. token .. '|0|' .. int(now) .. '|' .. ARGV[j + 5])
+        redis.call('PEXPIREAT', H, e)
+        redis.call('PEXPIREAT', I, e)
+        redis.call('PEXPIREAT', S, e)
+        redis.call('PEXPIREAT', Q, e)
+        keys_agree = true
+        v[1], v[2], v[3], v[4] = deadline + pad, 1, deadline, now_us
+        v[5], v[6], v[7], v[8] = false, 0, ARGV[j + 1], false
+        return {1, now, now_us, deadline, 0}
+    end
+    if rec or v[6] ~= 0 then return nil end
+    local used, limit = v[2], v[5]
+    if not limit then limit = fast_numbers(j) end
+    if now >= v[3] or not used or not limit or limit < 1 then return nil end
+    -- the other three keys exist with their types (h and q hold the sentinel '~', s
+    -- is never empty) and agree (s has exactly `used` bits set, K2), else the full
+    -- logic repairs; after these reads no command below can meet a key of another type
+    if not keys_agree then
+        local hs, qs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('BITCOUNT', S)
+        if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
+        if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
+        keys_agree = true
+    end
+    if used + 1 > limit then
+        if ARGV[j + 6] ~= 't' then return nil end
+        local retry = -1
+        if v[3] < END_OF_TIME then retry = v[3] - now end
+        return {0, now, retry, 0}
+    end
+    local _, lease, pad = fast_numbers(j, true)
+    if not lease or not pad then return nil end
+    -- exactly `used` bits are set (K2) and used < limit, so the lowest clear bit is a
+    -- slot below the limit (past the string's end when every bit in it is set)
+    local b = redis.call('BITPOS', S, '0')
+    local deadline = now + lease
+    redis.call('ZADD', H, int(deadline), id)
+    local slot = int(b)
+    redis.call('SETBIT', S, slot, '1')
+    local token = math.max((tonumber(v[4]) or 0) + 1, now_us)
+    local climit = ARGV[j + 1]
+    local f = {'used', int(used + 1), 'ctr', int(token),
+        id, '1|' .. int(token) .. '|' .. slot .. '|' .. int(now) .. '|' .. ARGV[j + 5]}
+    if deadline < v[3] then
+        v[3] = deadline
+        f[#f + 1] = 'mind'
+        f[#f + 1] = int(deadline)
+    end
+    if v[7] ~= climit then
+        f[#f + 1] = 'cl'
+        f[#f + 1] = climit
+        if v[7] then
+            -- clients disagree on the limit: keep the other one for operators
+            f[#f + 1] = 'cdl'
+            f[#f + 1] = v[7]
+        end
+        v[7] = climit
+    end
+    if (tonumber(v[1]) or 0) < deadline then
+        v[1] = deadline + pad
+        local e = int(v[1])
+        f[#f + 1] = 'exp'
+        f[#f + 1] = e
+        redis.call('PEXPIREAT', H, e)
+        redis.call('PEXPIREAT', I, e)
+        redis.call('PEXPIREAT', S, e)
+        redis.call('PEXPIREAT', Q, e)
+    end
+    redis.call('HSET', I, unpack(f))
+    v[2], v[4], v[8] = used + 1, token, false
+    return {1, now, token, deadline, b}
+end
