@@ -159,9 +159,9 @@
 //! sends its own script at once. In a batch the fast path reads the state fields once
 //! and then only each operation's own record, writes the `used` count its releases
 //! lowered once at the end, and the tries that share their handle's arguments send
-//! only their id and cutoff: a refused try in a batch costs the server about half of
-//! what it cost alone. Under contention this cuts the server's work per operation (see
-//! `BENCHMARKS.md`); blocking waits and refreshes are not combined.
+//! only their id and cutoff: a refused try that joins a batch costs the server about a
+//! quarter of a call of its own. Under contention this cuts the server's work per
+//! operation (see `BENCHMARKS.md`); blocking waits and refreshes are not combined.
 //!
 //! # Feature flags
 //!
