@@ -703,6 +703,70 @@ fn a_batch_short_acquire_acts_as_its_full_form() {
     assert!(keys.is_empty(), "nothing written: {keys:?}");
 }
 
+/// A fast release leaves its lowered `used` pending until the call ends; when a later
+/// operation of the same batch needs the full logic, the count is written first, so
+/// the full logic finds the keys agreeing (no repair that would drop the other
+/// holders) and grants from the freed permit.
+#[test]
+fn a_batch_writes_its_fast_releases_before_the_full_logic_runs() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let script = batch_script();
+    let id = |k: u32| format!("cccccccc-0000-4000-8000-00000000000{k}");
+    let mut inv = call_on(&script, "pending");
+    batch_try(&mut inv, &id(1), 3, 10_000);
+    batch_try(&mut inv, &id(2), 3, 10_000);
+    batch_try(&mut inv, &id(3), 3, 10_000);
+    let _: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    // release 1 (fast), then take two permits at once (not plain: the full logic)
+    let mut inv = call_on(&script, "pending");
+    inv.arg("r").arg(id(1));
+    inv.arg("a")
+        .arg(id(4))
+        .arg(2)
+        .arg(3)
+        .arg(10_000)
+        .arg(1000)
+        .arg(1000)
+        .arg("1|test|")
+        .arg("t")
+        .arg("1")
+        .arg("")
+        .arg("0");
+    let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    assert_eq!(replies[0], redis::Value::Int(1), "{replies:?}");
+    let busy: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
+    assert_eq!(busy[0], 0, "one permit free, two asked: {replies:?}");
+    let sem = client(&server).semaphore("pending", 3).unwrap();
+    let status = sem.status().unwrap();
+    assert_eq!(status.held, 2, "'used' written before the full logic");
+    let mut held: Vec<String> = sem.holders().unwrap().into_iter().map(|h| h.id).collect();
+    held.sort();
+    assert_eq!(held, vec![id(2), id(3)], "nobody dropped by a repair");
+    // the same, with the freed permits enough for the full-logic acquire
+    let mut inv = call_on(&script, "pending");
+    inv.arg("r").arg(id(2));
+    inv.arg("a")
+        .arg(id(4))
+        .arg(2)
+        .arg(3)
+        .arg(10_000)
+        .arg(1000)
+        .arg(1000)
+        .arg("1|test|")
+        .arg("t")
+        .arg("1")
+        .arg("")
+        .arg("0");
+    let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    let granted: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
+    assert_eq!(granted[0], 1, "{replies:?}");
+    let mut slots = granted[4..].to_vec();
+    slots.sort();
+    assert_eq!(slots, vec![0, 1], "the freed slots");
+    assert_eq!(sem.status().unwrap().held, 3);
+}
+
 /// In a batch, an operation sees what the operations before it did: a holder purged
 /// by an earlier acquire is gone for a later release of the same id, which must not
 /// free the slot the acquire took.
