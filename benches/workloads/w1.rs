@@ -67,12 +67,14 @@ pub(crate) fn w1(ctx: &mut Ctx, label: &str) -> R<()> {
     };
     ctx.row(label, "pairs/s", format!("{rate:.0}"), "", None);
     if let Some(r) = ratio {
+        // issue #5 asked 0.8 of the ceiling; issue #12 asks 0.9 with the CPUs kept awake
+        let target = if label == "w1" { 0.8 } else { 0.9 };
         ctx.row(
             label,
             "pairs/s ÷ ceiling pairs/s (EVALSHA/2, interleaved)",
             format!("{r:.2}"),
-            "≥ 0.8",
-            Some(r >= 0.8),
+            &format!("≥ {target}"),
+            Some(r >= target),
         );
     }
     ctx.row(
