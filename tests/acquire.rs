@@ -543,9 +543,20 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
 
 /// Appends a one-permit try-acquire of `id` to a batch call.
 fn batch_try(inv: &mut redis::ScriptInvocation<'_>, id: &str, limit: u32, lease_ms: u64) {
+    batch_try_many(inv, id, 1, limit, lease_ms);
+}
+
+/// Appends a try-acquire of `n` permits for `id` to a batch call.
+fn batch_try_many(
+    inv: &mut redis::ScriptInvocation<'_>,
+    id: &str,
+    n: u32,
+    limit: u32,
+    lease_ms: u64,
+) {
     inv.arg("a")
         .arg(id)
-        .arg(1)
+        .arg(n)
         .arg(limit)
         .arg(lease_ms)
         .arg(1000)
@@ -721,18 +732,7 @@ fn a_batch_writes_its_fast_releases_before_the_full_logic_runs() {
     // release 1 (fast), then take two permits at once (not plain: the full logic)
     let mut inv = call_on(&script, "pending");
     inv.arg("r").arg(id(1));
-    inv.arg("a")
-        .arg(id(4))
-        .arg(2)
-        .arg(3)
-        .arg(10_000)
-        .arg(1000)
-        .arg(1000)
-        .arg("1|test|")
-        .arg("t")
-        .arg("1")
-        .arg("")
-        .arg("0");
+    batch_try_many(&mut inv, &id(4), 2, 3, 10_000);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
     assert_eq!(replies[0], redis::Value::Int(1), "{replies:?}");
     let busy: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
@@ -746,18 +746,7 @@ fn a_batch_writes_its_fast_releases_before_the_full_logic_runs() {
     // the same, with the freed permits enough for the full-logic acquire
     let mut inv = call_on(&script, "pending");
     inv.arg("r").arg(id(2));
-    inv.arg("a")
-        .arg(id(4))
-        .arg(2)
-        .arg(3)
-        .arg(10_000)
-        .arg(1000)
-        .arg(1000)
-        .arg("1|test|")
-        .arg("t")
-        .arg("1")
-        .arg("")
-        .arg("0");
+    batch_try_many(&mut inv, &id(4), 2, 3, 10_000);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
     let granted: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
     assert_eq!(granted[0], 1, "{replies:?}");

@@ -6,19 +6,15 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_semaphore::compat::book::{BookSemaphore, BookVariant, TimeUnit};
 use redis_semaphore::{Client, Error, Permit};
 use support::RedisServer;
+use support::python::PythonPeer;
 
-/// How long a Python reply may take (interpreter start included).
-const REPLY: Duration = Duration::from_secs(20);
 const NAME: &str = "market:acct:42";
 
 const VARIANTS: [(BookVariant, &str); 3] = [
@@ -27,54 +23,10 @@ const VARIANTS: [(BookVariant, &str); 3] = [
     (BookVariant::FairWithLock, "lock"),
 ];
 
-/// One running `book_semaphore.py`; killed when dropped.
-struct Py {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
+/// A running `book_semaphore.py`.
+type Py = PythonPeer;
 
-impl Py {
-    /// Starts the script with `args` and waits for its READY line.
-    fn start(args: &[&str]) -> Py {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/book_semaphore.py"
-        );
-        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python} {script}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut py = Py {
-            child,
-            stdin,
-            lines,
-        };
-        let ready = py.line();
-        assert_eq!(
-            ready, "READY",
-            "the Python client did not start (is redis-py installed? \
-             python3 -m pip install -r tests/python/requirements.txt)"
-        );
-        py
-    }
-
+impl PythonPeer {
     /// A `repl` client of `variant` on the seconds unit, with extra options.
     fn repl(url: &str, variant: &str, limit: u32, extra: &[&str]) -> Py {
         let limit = limit.to_string();
@@ -90,30 +42,7 @@ impl Py {
         ];
         args.extend_from_slice(extra);
         args.push("repl");
-        Py::start(&args)
-    }
-
-    fn line(&mut self) -> String {
-        match self.lines.recv_timeout(REPLY) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => {
-                panic!("no reply from the Python client in {REPLY:?}")
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("the Python client exited: {:?}", self.child.wait())
-            }
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        self.send(line);
-        self.line()
+        Py::start("book_semaphore.py", &args)
     }
 
     /// `acquire`: the id when granted.
@@ -126,13 +55,6 @@ impl Py {
                 None
             }
         }
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -269,21 +191,24 @@ fn contend(
     let mut pys: Vec<Py> = py_clock_offsets
         .iter()
         .map(|offset| {
-            Py::start(&[
-                "--url",
-                &url,
-                "--variant",
-                py_variant,
-                "--name",
-                NAME,
-                "--limit",
-                &limit_s,
-                "--clock-offset",
-                offset,
-                "contend",
-                "--inside",
-                INSIDE,
-            ])
+            Py::start(
+                "book_semaphore.py",
+                &[
+                    "--url",
+                    &url,
+                    "--variant",
+                    py_variant,
+                    "--name",
+                    NAME,
+                    "--limit",
+                    &limit_s,
+                    "--clock-offset",
+                    offset,
+                    "contend",
+                    "--inside",
+                    INSIDE,
+                ],
+            )
         })
         .collect();
 

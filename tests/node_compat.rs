@@ -8,28 +8,20 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_semaphore::compat::book::{BookSemaphore, BookVariant, TimeUnit};
 use redis_semaphore::{Client, Error, Permit};
 use support::RedisServer;
+use support::python::PythonPeer;
 
-/// How long a Python reply may take (interpreter start included).
-const REPLY: Duration = Duration::from_secs(20);
 const NAME: &str = "market:acct:42";
 const GLOBAL: &str = "semaphore:count";
 
-/// One running `node_fair_peer.py`; killed when dropped.
-struct Peer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
+/// A running `node_fair_peer.py`.
+type Peer = PythonPeer;
 
 /// A grant of the Python peer: the id and the ticket (0 for basic).
 #[derive(Debug)]
@@ -38,82 +30,24 @@ struct Got {
     ticket: i64,
 }
 
-impl Peer {
-    /// Starts the peer with `args` and waits for its READY line.
-    fn start(args: &[&str]) -> Peer {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/node_fair_peer.py"
-        );
-        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python} {script}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut peer = Peer {
-            child,
-            stdin,
-            lines,
-        };
-        let ready = peer.line();
-        assert_eq!(
-            ready, "READY",
-            "the Python peer did not start (is redis-py installed? \
-             python3 -m pip install -r tests/python/requirements.txt)"
-        );
-        peer
-    }
-
+impl PythonPeer {
     /// A `repl` peer of `variant` (`basic` or `fair`) on semaphore `name`.
     fn repl(url: &str, variant: &str, name: &str, limit: u32) -> Peer {
         let limit = limit.to_string();
-        Peer::start(&[
-            "--url",
-            url,
-            "--variant",
-            variant,
-            "--name",
-            name,
-            "--limit",
-            &limit,
-            "repl",
-        ])
-    }
-
-    fn line(&mut self) -> String {
-        match self.lines.recv_timeout(REPLY) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => panic!("no reply from the Python peer in {REPLY:?}"),
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("the Python peer exited: {:?}", self.child.wait())
-            }
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        self.send(line);
-        self.line()
+        Peer::start(
+            "node_fair_peer.py",
+            &[
+                "--url",
+                url,
+                "--variant",
+                variant,
+                "--name",
+                name,
+                "--limit",
+                &limit,
+                "repl",
+            ],
+        )
     }
 
     fn parse_got(reply: &str) -> Option<Got> {
@@ -139,13 +73,6 @@ impl Peer {
             "RELEASED False" => false,
             other => panic!("release: {other}"),
         }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -367,19 +294,22 @@ fn contend(server: &RedisServer, limit: u32, run: Duration) -> Contention {
     let limit_s = limit.to_string();
     let mut peers: Vec<Peer> = (0..2)
         .map(|_| {
-            Peer::start(&[
-                "--url",
-                &url,
-                "--variant",
-                "fair",
-                "--name",
-                NAME,
-                "--limit",
-                &limit_s,
-                "contend",
-                "--inside",
-                INSIDE,
-            ])
+            Peer::start(
+                "node_fair_peer.py",
+                &[
+                    "--url",
+                    &url,
+                    "--variant",
+                    "fair",
+                    "--name",
+                    NAME,
+                    "--limit",
+                    &limit_s,
+                    "contend",
+                    "--inside",
+                    INSIDE,
+                ],
+            )
         })
         .collect();
     let client = Client::open(&url).unwrap();

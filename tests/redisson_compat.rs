@@ -6,92 +6,33 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::redisson::{PublishCommand, RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error, Permit};
+use support::python::{PythonPeer, REPLY};
 use support::{RedisServer, command_calls, wait_until};
 
-/// How long a Python reply may take (interpreter start included).
-const REPLY: Duration = Duration::from_secs(20);
 const NAME: &str = "reports";
 const CHANNEL: &str = "redisson_sc:{reports}";
 const TIMEOUT_KEY: &str = "{reports}:timeout";
 const LONG: Duration = Duration::from_secs(60);
 
-/// One running `redisson_peer.py`; killed when dropped.
-struct Py {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
+/// A running `redisson_peer.py`.
+type Py = PythonPeer;
 
-impl Py {
-    fn start(url: &str, args: &[&str]) -> Py {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/redisson_peer.py");
-        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(["--url", url, "--name", NAME])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python} {script}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut py = Py {
-            child,
-            stdin,
-            lines,
-        };
-        let ready = py.line();
-        assert_eq!(
-            ready, "READY",
-            "the Python peer did not start (is redis-py installed? \
-             python3 -m pip install -r tests/python/requirements.txt)"
-        );
-        py
+impl PythonPeer {
+    /// The peer on semaphore NAME with `args`.
+    fn on(url: &str, args: &[&str]) -> Py {
+        let mut all = vec!["--url", url, "--name", NAME];
+        all.extend_from_slice(args);
+        Py::start("redisson_peer.py", &all)
     }
 
     fn repl(url: &str) -> Py {
-        Py::start(url, &["repl"])
-    }
-
-    fn line(&mut self) -> String {
-        match self.lines.recv_timeout(REPLY) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => panic!("no reply from the Python peer in {REPLY:?}"),
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("the Python peer exited: {:?}", self.child.wait())
-            }
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        self.send(line);
-        self.line()
+        Py::on(url, &["repl"])
     }
 
     /// A `pes-*` command that answers `GOT <ids>` or `NONE`/`TIMEOUT`.
@@ -104,13 +45,6 @@ impl Py {
         reply
             .strip_prefix("GOT ")
             .map(|ids| ids.split(' ').map(str::to_owned).collect())
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -495,7 +429,7 @@ fn contend(server: &RedisServer, kind: &str, run: Duration) -> Seen {
         assert!(pes.try_set_permits(LIMIT).unwrap());
     }
     let mut pys: Vec<Py> = (0..2)
-        .map(|_| Py::start(&server.url(), &["contend", kind, "inside"]))
+        .map(|_| Py::on(&server.url(), &["contend", kind, "inside"]))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let most = Arc::new(AtomicI64::new(0));

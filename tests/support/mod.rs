@@ -28,6 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod cluster;
+pub mod python;
 pub mod tls_topologies;
 
 /// How long a server may take to answer its first PING.
