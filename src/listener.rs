@@ -223,13 +223,15 @@ fn stopped(stop: &Receiver<()>) -> bool {
 /// A connection for the subscription: a dedicated one to the current primary when the
 /// client built its own pool, else one taken from the user's pool for as long as the
 /// thread needs it.
-enum SubConn {
+/// A connection for a subscription (see [`open_subscriber`]).
+pub(crate) enum SubConn {
     Own(PrimaryConn),
     Pooled(crate::pool::Conn),
 }
 
 impl SubConn {
-    fn get(&mut self) -> Option<&mut redis::Connection> {
+    /// The plain connection to subscribe on (`None`: a pooled cluster connection).
+    pub(crate) fn get(&mut self) -> Option<&mut redis::Connection> {
         match self {
             SubConn::Own(c) => Some(c),
             SubConn::Pooled(c) => c.plain(),
@@ -246,7 +248,10 @@ impl SubConn {
     }
 }
 
-fn connect(shared: &Shared) -> crate::Result<SubConn> {
+/// A connection to subscribe on: a new one to the current primary when the client
+/// built its own pool, else one from the user's pool (redis-rs unsubscribes when the
+/// subscription is dropped, before the connection goes back).
+pub(crate) fn open_subscriber(shared: &Shared) -> crate::Result<SubConn> {
     match &shared.pool {
         // the pool's manager: the current primary, with the same credentials, TLS and
         // error sorting
@@ -265,7 +270,7 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
         if stopped(stop) {
             return;
         }
-        let mut conn = match connect(shared) {
+        let mut conn = match open_subscriber(shared) {
             Ok(c) => c,
             Err(e) => {
                 failed_before = true;

@@ -185,30 +185,44 @@ fn renew(
                 .map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
             (lost.collect(), false)
         }
-        Ok(Renewal::Lost(gone)) => {
-            let mut lost = Vec::new();
-            for p in &batch.permits {
-                if gone.iter().any(|g| g == &p.id) {
-                    lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
-                } else {
-                    p.renewed(sent + shrink(batch.lease));
-                }
-            }
-            (lost, false)
-        }
+        Ok(Renewal::Lost(gone)) => (renewed_but(batch, &gone, sent, now), false),
         Err(e) => {
             log::warn!(
                 "redis-semaphore: refresh of {} permits failed: {e}",
                 ids.len()
             );
-            let lost = batch
-                .permits
-                .iter()
-                .filter(|p| p.valid_until() <= now)
-                .map(|p| (p.expiry_reason(), Arc::clone(p)));
-            (lost.collect(), true)
+            (expired(batch, now), true)
         }
     }
+}
+
+/// After a renewal sent at `sent` that found the ids `gone` missing: those are lost,
+/// the others renewed.
+fn renewed_but(
+    batch: &Batch,
+    gone: &[String],
+    sent: Instant,
+    now: Instant,
+) -> Vec<(LostReason, Arc<PermitState>)> {
+    let mut lost = Vec::new();
+    for p in &batch.permits {
+        if gone.iter().any(|g| g == &p.id) {
+            lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
+        } else {
+            p.renewed(sent + shrink(batch.lease));
+        }
+    }
+    lost
+}
+
+/// After a failed renewal: the permits whose deadline has passed are lost.
+fn expired(batch: &Batch, now: Instant) -> Vec<(LostReason, Arc<PermitState>)> {
+    batch
+        .permits
+        .iter()
+        .filter(|p| p.valid_until() <= now)
+        .map(|p| (p.expiry_reason(), Arc::clone(p)))
+        .collect()
 }
 
 /// Renews a batch of a compat layout through its renewer (sent at `sent`).
@@ -220,29 +234,14 @@ fn renew_custom(
     let result = renewer.renew(&batch.permits);
     let now = Instant::now();
     match result {
-        Ok(gone) => {
-            let mut lost = Vec::new();
-            for p in &batch.permits {
-                if gone.iter().any(|g| g == &p.id) {
-                    lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
-                } else {
-                    p.renewed(sent + shrink(batch.lease));
-                }
-            }
-            (lost, false)
-        }
+        Ok(gone) => (renewed_but(batch, &gone, sent, now), false),
         Err(e) => {
             log::warn!(
                 "redis-semaphore: renewal of {} permits of {} failed: {e}",
                 batch.permits.len(),
                 batch.key.name
             );
-            let lost = batch
-                .permits
-                .iter()
-                .filter(|p| p.valid_until() <= now)
-                .map(|p| (p.expiry_reason(), Arc::clone(p)));
-            (lost.collect(), true)
+            (expired(batch, now), true)
         }
     }
 }

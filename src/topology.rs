@@ -358,13 +358,23 @@ impl SentinelTarget {
 
     fn sentinel_conn(
         &self,
+        node: &(String, u16),
+        timeout: Duration,
+    ) -> redis::RedisResult<redis::Connection> {
+        self.node_conn(node, self.sentinel_auth.clone(), timeout)
+    }
+
+    /// A connection to `node` with `settings`, every step bounded by `timeout`.
+    fn node_conn(
+        &self,
         (host, port): &(String, u16),
+        settings: redis::RedisConnectionInfo,
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
         let info = self
             .node_addr(host, *port)
             .into_connection_info()?
-            .set_redis_settings(self.sentinel_auth.clone())
+            .set_redis_settings(settings)
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
         conn.set_read_timeout(Some(timeout))?;
@@ -385,17 +395,11 @@ impl SentinelTarget {
     /// A connection to `addr` if it is a primary now (`ROLE` says `master`).
     fn open_primary(
         &self,
-        (host, port): &(String, u16),
+        node: &(String, u16),
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
-        let info = self
-            .node_addr(host, *port)
-            .into_connection_info()?
-            .set_redis_settings(self.data.clone())
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let mut conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
-        conn.set_read_timeout(Some(timeout))?;
-        conn.set_write_timeout(Some(timeout))?;
+        let mut conn = self.node_conn(node, self.data.clone(), timeout)?;
+        let (host, port) = node;
         let role: redis::Value = redis::cmd("ROLE").query(&mut conn)?;
         let first = match &role {
             redis::Value::Array(items) => items.first(),

@@ -17,6 +17,27 @@ use crate::{Ctx, R};
 pub(crate) const ZSET_SCRIPT: &str =
     "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) return redis.call('ZCARD', KEYS[1])";
 
+/// Loads [`ZSET_SCRIPT`] and returns its SHA and C's operation: one `EVALSHA` of it.
+pub(crate) fn zset_eval(
+    admin: &mut redis::Connection,
+) -> R<(String, impl Fn(&mut redis::Connection, u64) + Sync + use<>)> {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(ZSET_SCRIPT)
+        .query(admin)?;
+    let op_sha = sha.clone();
+    Ok((sha, move |c: &mut redis::Connection, i: u64| {
+        let _: i64 = redis::cmd("EVALSHA")
+            .arg(&op_sha)
+            .arg(1)
+            .arg("bench:zset")
+            .arg(1)
+            .arg(format!("m:{}", i % 5))
+            .query(c)
+            .expect("EVALSHA");
+    }))
+}
+
 /// A pool of the kind the library uses for its connections: r2d2 over
 /// `redis::Connection`, TCP_NODELAY on, no PING on checkout. So C is "one round trip
 /// through the same plumbing", not redis-benchmark's C client.
@@ -69,23 +90,10 @@ pub(crate) fn rate(
 /// C (label "c") or C-awake ("c_awake", sequential only).
 pub(crate) fn ceiling(ctx: &mut Ctx, label: &str) -> R<()> {
     let pool = raw_pool(&ctx.url, 16)?;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(ZSET_SCRIPT)
-        .query(&mut ctx.admin)?;
     let ping = |c: &mut redis::Connection, _i: u64| {
         let _: String = redis::cmd("PING").query(c).expect("PING");
     };
-    let eval = |c: &mut redis::Connection, i: u64| {
-        let _: i64 = redis::cmd("EVALSHA")
-            .arg(&sha)
-            .arg(1)
-            .arg("bench:zset")
-            .arg(1)
-            .arg(format!("m:{}", i % 5))
-            .query(c)
-            .expect("EVALSHA");
-    };
+    let (sha, eval) = zset_eval(&mut ctx.admin)?;
     // warm the pool's 16 connections and the script cache
     rate(&pool, 16, 0, Duration::from_millis(200), &ping);
     let n = ctx.size(500, 5_000, 20_000);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis_semaphore::{Client, Semaphore};
 use serde_json::json;
 
-use crate::ceiling::{ZSET_SCRIPT, rate, raw_pool};
+use crate::ceiling::{rate, raw_pool, zset_eval};
 use crate::measure::{Noise, ServerWork, mark, pct, process_cpu_us, round, sorted, warm_up};
 use crate::{Ctx, R};
 
@@ -180,20 +180,7 @@ fn interleaved_ratios(
         return Ok(Vec::new());
     }
     let pool = raw_pool(&ctx.url, 1)?;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(ZSET_SCRIPT)
-        .query(&mut ctx.admin)?;
-    let eval = |c: &mut redis::Connection, i: u64| {
-        let _: i64 = redis::cmd("EVALSHA")
-            .arg(&sha)
-            .arg(1)
-            .arg("bench:zset")
-            .arg(1)
-            .arg(format!("m:{}", i % 5))
-            .query(c)
-            .expect("EVALSHA");
-    };
+    let (_, eval) = zset_eval(&mut ctx.admin)?;
     rate(&pool, 1, 200, Duration::ZERO, &eval);
     let mut out = Vec::new();
     for _ in 0..rounds {

@@ -101,8 +101,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
+use crate::listener::open_subscriber;
 use crate::permit::{Grantor, Permit};
-use crate::pool::Pool;
 use crate::registry::{GroupKey, PermitState, Renew};
 use crate::scripts::Keys;
 use crate::scripts::leased;
@@ -409,33 +409,6 @@ enum Attempt<T> {
     RetryAt(i64),
     /// Not now; wait for a message.
     Wait,
-}
-
-/// A connection for a waiter's subscription: a new one to the current primary when
-/// the client built its own pool, else one from the user's pool (redis-rs unsubscribes
-/// when the subscription is dropped, before the connection goes back).
-enum SubConn {
-    Own(crate::topology::PrimaryConn),
-    Pooled(crate::pool::Conn),
-}
-
-impl SubConn {
-    fn get(&mut self) -> Option<&mut redis::Connection> {
-        match self {
-            SubConn::Own(c) => Some(&mut c.conn),
-            SubConn::Pooled(c) => c.plain(),
-        }
-    }
-}
-
-fn open_subscriber(shared: &Shared) -> Result<SubConn> {
-    match &shared.pool {
-        Pool::Own(_, m) => m.open_plain().map(SubConn::Own),
-        Pool::User(..) => shared
-            .pool
-            .get(Some(shared.op_timeout))
-            .map(SubConn::Pooled),
-    }
 }
 
 /// Waits until a message with a positive count arrives (`Ok`) or `until` passes
