@@ -527,3 +527,174 @@ fn drops_with_a_hung_server_end_within_the_operation_timeout() {
     });
     assert_ttls(&mut admin, "hung");
 }
+
+/// The keys of semaphore `name` with their types and contents, to compare before and
+/// after a call that must write nothing.
+fn snapshot(conn: &mut redis::Connection, name: &str) -> Vec<(String, String, String)> {
+    ["h", "i", "s", "q"]
+        .iter()
+        .map(|part| {
+            let key = format!("redsem:{{{name}}}:{part}");
+            let ty: String = redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(conn).unwrap();
+            (key, ty, format!("{dump:?}"))
+        })
+        .collect()
+}
+
+/// Review of the scripts: an acquire whose arguments are malformed (a fraction, NaN,
+/// a number out of range, text where a number goes, a missing origin or channel) is
+/// refused before the script's first write, alone and anywhere in a batch, on a new
+/// semaphore and on one in use; so are set_limit's and refresh's.
+#[test]
+fn malformed_script_arguments_are_refused_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let acquire = acquire_script();
+    let batch = support::batch_script();
+    // ARGV 2.. of a valid waiting acquire: n, limit, lease, pad, heartbeat, origin,
+    // mode, fair, channel, cutoff
+    let good = [
+        "1", "2", "10000", "1000", "1000", "1|t|", "w", "1", "ch", "0",
+    ];
+    let bad: Vec<(usize, Option<&str>)> = vec![
+        (0, Some("1.5")),
+        (0, Some("nan")),
+        (0, Some("10001")),
+        (0, Some("0")),
+        (1, Some("xyz")),
+        (1, Some("inf")),
+        (1, Some("0")),
+        (2, Some("abc")),
+        (2, Some("nan")),
+        (3, Some("-1")),
+        (4, Some("x")),
+        (5, None),
+        (8, None),
+    ];
+    let with = |k: usize, v: Option<&str>| -> Vec<String> {
+        let mut args: Vec<String> = good.iter().map(|s| s.to_string()).collect();
+        match v {
+            Some(v) => args[k] = v.to_owned(),
+            // a missing argument: everything from it on is left out
+            None => args.truncate(k),
+        }
+        args
+    };
+    let held = uuid(900);
+    for (case, (k, v)) in bad.iter().enumerate() {
+        for name in ["fresh", "used"] {
+            if name == "used" && case == 0 {
+                // one holder and one queued waiter
+                let mut inv = call_on(&acquire, name);
+                inv.arg(&held);
+                for a in &good {
+                    inv.arg(*a);
+                }
+                let _: Vec<i64> = inv.invoke(&mut conn).unwrap();
+                queue_dead_waiter(&mut conn, name, &uuid(901), 1, 10_000);
+            }
+            let before = snapshot(&mut conn, name);
+            // alone on the fresh semaphore the fast path grants without reading the
+            // heartbeat and the channel (a waiter's arguments), so only the others
+            // are refused there; on the semaphore in use the full logic runs
+            if !(name == "fresh" && (*k == 4 || *k == 8)) {
+                let mut inv = call_on(&acquire, name);
+                inv.arg(uuid(case));
+                for a in with(*k, *v) {
+                    inv.arg(a);
+                }
+                let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+                assert!(r.is_err(), "acquire with ARGV[{}] = {v:?}: {r:?}", k + 2);
+                assert_eq!(snapshot(&mut conn, name), before, "acquire {v:?} wrote");
+            }
+
+            // in a batch, after a try that would be granted and a release
+            let mut inv = call_on(&batch, name);
+            inv.arg("a").arg(uuid(100 + case));
+            for a in ["1", "5", "10000", "1000", "1000", "1|t|", "t", "1", "", "0"] {
+                inv.arg(a);
+            }
+            inv.arg("r").arg(&held);
+            inv.arg("a").arg(uuid(200 + case));
+            let mut args = with(*k, *v);
+            if args.len() > 7 {
+                args[6] = "t".into();
+            }
+            for a in args {
+                inv.arg(a);
+            }
+            let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+            assert!(r.is_err(), "batch with ARGV[{}] = {v:?}: {r:?}", k + 2);
+            assert_eq!(snapshot(&mut conn, name), before, "batch {v:?} wrote");
+        }
+    }
+
+    let before = snapshot(&mut conn, "used");
+    let set_limit = support::set_limit_script();
+    for (limit, retention) in [("nan", "0"), ("1.5", "0"), ("10001", "0"), ("3", "inf")] {
+        let r: redis::RedisResult<i64> = call_on(&set_limit, "used")
+            .arg(limit)
+            .arg(retention)
+            .invoke(&mut conn);
+        assert!(r.is_err(), "set_limit {limit} {retention}: {r:?}");
+    }
+    let refresh = support::refresh_script();
+    for (lease, pad) in [
+        ("nan", "1000"),
+        ("1000", "nan"),
+        ("0", "1000"),
+        ("1e300", "1"),
+    ] {
+        let r: redis::RedisResult<redis::Value> = call_on(&refresh, "used")
+            .arg(lease)
+            .arg(pad)
+            .arg(&held)
+            .invoke(&mut conn);
+        assert!(r.is_err(), "refresh {lease} {pad}: {r:?}");
+    }
+    assert_eq!(snapshot(&mut conn, "used"), before);
+}
+
+/// Review of the scripts (K9): waiters dropped because they ask for more than a
+/// lowered limit count against one call's budget like waiters served, so one call
+/// does bounded work however long the queue; the next calls drop the rest.
+#[test]
+fn dropping_waiters_above_a_lowered_limit_is_bounded_per_call() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("drops", 2).unwrap();
+    let _held = sem.try_acquire_many(2).unwrap().unwrap();
+    let script = acquire_script();
+    for k in 0..100 {
+        let reply: Vec<i64> = call_on(&script, "drops")
+            .arg(uuid(k))
+            .arg(2)
+            .arg(2)
+            .arg(60_000)
+            .arg(1000)
+            .arg(60_000)
+            .arg("1|t|")
+            .arg("w")
+            .arg("1")
+            .arg("")
+            .arg("0")
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(reply[0], 0, "queued: {reply:?}");
+    }
+    assert_eq!(sem.queue_len().unwrap(), 100);
+    sem.set_limit(1).unwrap();
+    // read without a script (any script call serves and drops too); q holds '~' as well
+    let queued = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("ZCARD")
+            .arg("redsem:{drops}:q")
+            .query::<i64>(conn)
+            .unwrap()
+            - 1
+    };
+    assert_eq!(queued(&mut conn), 36, "one call drops at most 64 waiters");
+    assert_eq!(sem.queue_len().unwrap(), 0, "the next call drops the rest");
+    assert_eq!(queued(&mut conn), 0);
+}

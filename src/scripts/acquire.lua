@@ -4,10 +4,14 @@
 --       7 "pid|host|label", 8 mode ('t' or 'w'), 9 fair ('1' or '0'),
 --       10 the caller's wake-up channel, 11 cutoff (server ms, '0': none)
 -- Reply: op_acquire's.
--- Errors: a bad id or number, before anything is written.
+-- Errors: a bad id, a count or limit that is no integer from 1 to MAX_LIMIT, a lease,
+-- pad or heartbeat that is no integer from 1 to MAX_MS, a missing origin or channel:
+-- all before anything is written (check_acquire). The fast path (acquire_entry.lua)
+-- answers a plain call before these run; it writes only with the arguments it uses
+-- shown valid, and a "no" writes nothing.
 
-local n = tonumber(ARGV[2])
 if not valid_id(ARGV[1]) then return refuse('not a permit id') end
-if not n or n < 1 then return refuse('bad permit count') end
-return op_acquire(ARGV[1], n, ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
-    ARGV[7], ARGV[8], ARGV[9] == '1', ARGV[10], tonumber(ARGV[11]) or 0)
+local bad = check_acquire(2)
+if bad then return refuse(bad) end
+return op_acquire(ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]),
+    tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9] == '1', ARGV[10], tonumber(ARGV[11]) or 0)

@@ -20,9 +20,9 @@ do
         if i > 64 then return redis.error_reply('ERR redis-semaphore: batch: more than 64 operations') end
         bat_id[i] = k + 1
         if tag == 'a' then
-            shared, shared_n = k + 2, 1
-            if ARGV[k + 2] ~= '1' then shared_n = tonumber(ARGV[k + 2]) end
-            if not shared_n or shared_n < 1 then return redis.error_reply('ERR redis-semaphore: bad permit count') end
+            local bad = check_acquire(k + 2)
+            if bad then return redis.error_reply('ERR redis-semaphore: ' .. bad) end
+            shared, shared_n = k + 2, tonumber(ARGV[k + 2])
             bat_par[i], bat_n[i], bat_cut[i] = shared, shared_n, tonumber(ARGV[k + 11]) or 0
             k = k + 12
         elseif tag == 'A' then

@@ -51,9 +51,10 @@
 --       int() formats with '%d' (a 64-bit integer, exact below 2^53 like every number
 --       here), which costs the server far less than printing a float ('%.0f' or the
 --       implicit '%.14g'); constant arguments are passed as strings for the same reason.
---   K9  Bounded work: one call serves at most MAX_SERVE waiters, purges at most
---       MAX_PURGE expired entries, and touches at most 2 * limit slot bits (the limit
---       is at most 10,000, checked by the client); what is left is done by the next
+--   K9  Bounded work: one call serves or drops at most MAX_SERVE waiters, purges at
+--       most MAX_PURGE expired entries, and touches at most 2 * limit slot bits (the
+--       limit and a permit count are at most MAX_LIMIT, 10,000, checked by the client
+--       and by the scripts before their first write); what is left is done by the next
 --       call, and a head that could be served at once is told to look again.
 --
 -- Failure points. Redis does not undo a script's writes, so every script either fails
@@ -62,7 +63,9 @@
 --   - a key of the wrong type: open() reads the TYPE of all four keys before anything
 --     else and repairs (a write, after which nothing can fail for a type, since every
 --     key then has the type the commands expect);
---   - a bad argument (an id of another shape, a non-number): checked before open();
+--   - a bad argument (an id of another shape, a non-number, a fraction, a number out
+--     of range, a missing one): checked before load() (int_arg; check_acquire in
+--     fast_acquire.lua; a batch checks every operation first);
 --   - out of memory: without a shebang flag, Redis refuses only a script's *first*
 --     write when maxmemory is reached, never a later one;
 --   - PUBLISH refused by ACL (a user without the channel): sent with redis.pcall, its
@@ -416,6 +419,9 @@ local function serve(st)
         end
         local wrec = field(st, 'w:' .. head)
         if not wrec then
+            -- a queue entry without its record: dropped, and counted against K9
+            if st.budget <= 0 then break end
+            st.budget = st.budget - 1
             dequeue(st, head)
         else
             local n, wlimit, lease, pad, hb, chan =
@@ -427,6 +433,7 @@ local function serve(st)
                 tell(chan, 'H ' .. head .. ' 0')
                 break
             elseif n > limit then
+                st.budget = st.budget - 1
                 dequeue(st, head)
                 tell(chan, 'F ' .. head .. ' ' .. limit)
             elseif st.used + n > limit then

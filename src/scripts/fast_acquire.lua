@@ -1,17 +1,33 @@
--- The fast grant and "no" (see fast.lua, whose state it uses).
+-- The fast grant and "no" (see fast.lua, whose state it uses), and the check of an
+-- acquire's arguments that every acquiring script runs before its first write.
+
+-- What is wrong with an acquire's arguments from ARGV[j] on (acquire.lua's ARGV 2-10:
+-- permits, the caller's limit, lease, pad, heartbeat, origin, mode, fair, channel), or
+-- nil when nothing is; run before the first write of every script that acquires.
+local function check_acquire(j)
+    if not int_arg(ARGV[j], 1, MAX_LIMIT) then return 'bad permit count' end
+    if not int_arg(ARGV[j + 1], 1, MAX_LIMIT) then return 'bad limit' end
+    if not (int_arg(ARGV[j + 2], 1, MAX_MS) and int_arg(ARGV[j + 3], 1, MAX_MS)
+        and int_arg(ARGV[j + 4], 1, MAX_MS)) then
+        return 'bad lease, pad or heartbeat'
+    end
+    if not ARGV[j + 5] or not ARGV[j + 8] then return 'missing origin or channel' end
+    return nil
+end
 
 -- An acquire's arguments are ARGV[j] on (acquire.lua's ARGV 2-10: permits, the
 -- caller's limit, lease, pad, heartbeat, origin, mode, fair, channel); the acquires of
 -- a batch may share them (batch.lua's 'A'). fast_numbers(j, all) parses the caller's
 -- limit and, with `all`, the lease and the pad, once for consecutive calls with the
--- same j; nil for what is not a number.
+-- same j; nil for what is not a valid one (int_arg), which makes the call not plain:
+-- the full logic refuses it before its first write (acquire.lua, batch_entry.lua).
 local pn_j, pn_all, pn_limit, pn_lease, pn_pad = 0, false, nil, nil, nil
 local function fast_numbers(j, all)
     if pn_j ~= j then
-        pn_j, pn_all, pn_limit = j, false, tonumber(ARGV[j + 1])
+        pn_j, pn_all, pn_limit = j, false, int_arg(ARGV[j + 1], 1, MAX_LIMIT)
     end
     if all and not pn_all then
-        pn_all, pn_lease, pn_pad = true, tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+        pn_all, pn_lease, pn_pad = true, int_arg(ARGV[j + 2], 1, MAX_MS), int_arg(ARGV[j + 3], 1, MAX_MS)
     end
     return pn_limit, pn_lease, pn_pad
 end
@@ -38,7 +54,7 @@ local function fast_acquire(id, n, j, cutoff)
         -- hold for one holder.
         if rec or v[2] or v[3] or v[4] or v[5] or v[6] or v[7] then return nil end
         local limit, lease, pad = fast_numbers(j, true)
-        if not limit or limit < 1 or not lease or not pad then return nil end
+        if not limit or not lease or not pad or not ARGV[j + 5] then return nil end
         if redis.call('EXISTS', H, I, S, Q) ~= 0 then return nil end
         local deadline = now + lease
         local e = int(deadline + pad)
@@ -78,7 +94,7 @@ local function fast_acquire(id, n, j, cutoff)
         return {0, now, retry, 0}
     end
     local _, lease, pad = fast_numbers(j, true)
-    if not lease or not pad then return nil end
+    if not lease or not pad or not ARGV[j + 5] then return nil end
     -- exactly `used` bits are set (K2) and used < limit, so the lowest clear bit is a
     -- slot below the limit (past the string's end when every bit in it is set)
     local b = redis.call('BITPOS', S, '0')

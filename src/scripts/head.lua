@@ -7,6 +7,10 @@ local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local END_OF_TIME = 9000000000000000
 local MAX_SERVE = 64
 local MAX_PURGE = 512
+-- The largest limit and permit count (the client's MAX_LIMIT), and the longest span
+-- of milliseconds (lease, pad, heartbeat, retention: 300 years) an argument may give.
+local MAX_LIMIT = 10000
+local MAX_MS = 10000000000000
 local t = redis.call('TIME')
 local t_s, t_us = tonumber(t[1]), tonumber(t[2])
 local now = t_s * 1000 + math.floor(t_us / 1000)
@@ -14,6 +18,14 @@ local now_us = t_s * 1000000 + t_us
 
 local function int(x)
     return string.format('%d', x)
+end
+
+-- `x` (an argument) as an integer from lo to hi, or nil: text that is no number, a
+-- fraction, NaN, an infinity or a number out of range.
+local function int_arg(x, lo, hi)
+    local v = tonumber(x)
+    if v and v == math.floor(v) and v >= lo and v <= hi then return v end
+    return nil
 end
 
 -- Whether `id` has the shape of a permit id (see Namespaces in common.lua). (An

@@ -14,8 +14,8 @@
 -- purged), so a refresh racing a release cannot resurrect a permit; what the purge
 -- frees goes to the queue (K6); K1 for the new deadlines.
 
-local lease, pad = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not lease or lease < 1 or not pad then return refuse('bad lease') end
+local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
+if not lease or not pad then return refuse('bad lease') end
 if #ARGV > 1002 then return refuse('refresh: more than 1000 ids') end
 local st = load()
 if not st.exists then return {-1} end

@@ -2,8 +2,8 @@
 --
 -- ARGV: 1 new limit, 2 retention ms
 -- Reply: the previous stored limit, or -1 when none was stored
--- Errors: a limit or retention that is not a positive number, before anything is
--- written.
+-- Errors: a limit that is no integer from 1 to MAX_LIMIT, or a retention that is no
+-- integer from 0 to MAX_MS, before anything is written.
 --
 -- Keeps: K1 (the keys are created with a TTL, and kept for at least the retention
 -- so that the stored limit outlives idle moments); holders above a lowered limit
@@ -11,8 +11,8 @@
 -- a raised limit serves the queue at once, up to MAX_SERVE waiters, the rest from the
 -- next calls (K6, K9).
 
-local new_limit, retention = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not new_limit or new_limit < 1 or not retention or retention < 0 then
+local new_limit, retention = int_arg(ARGV[1], 1, MAX_LIMIT), int_arg(ARGV[2], 0, MAX_MS)
+if not new_limit or not retention then
     return refuse('bad limit')
 end
 local st = load()

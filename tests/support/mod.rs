@@ -494,6 +494,16 @@ pub fn release_script() -> redis::Script {
     redis::Script::new(sources::RELEASE)
 }
 
+/// The set_limit script as the client sends it (src/scripts/sources.rs).
+pub fn set_limit_script() -> redis::Script {
+    redis::Script::new(sources::SET_LIMIT)
+}
+
+/// The refresh script as the client sends it (src/scripts/sources.rs).
+pub fn refresh_script() -> redis::Script {
+    redis::Script::new(sources::REFRESH)
+}
+
 /// The cancel script as the client sends it (src/scripts/sources.rs).
 pub fn cancel_script() -> redis::Script {
     redis::Script::new(sources::CANCEL)
