@@ -827,6 +827,14 @@ mod tests {
     }
 
     #[test]
+    fn a_target_debugs_without_its_password() {
+        let t = "redis://app:s3cretPW@127.0.0.1:1/".into_redis_target();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains("s3cretPW"), "{shown}");
+        assert!(shown.contains("127.0.0.1"), "{shown}");
+    }
+
+    #[test]
     fn redact_hides_passwords() {
         let cases = [
             ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
@@ -874,12 +882,21 @@ pub trait IntoRedisTarget: sealed::Sealed {
 
 /// What an [`IntoRedisTarget`] gives; not a public API.
 #[doc(hidden)]
-#[derive(Debug)]
 pub enum RedisTarget {
     /// A URL, parsed by [`Target::parse`].
     Url(String),
     /// One server's connection info, as built by the caller.
     Info(Box<redis::ConnectionInfo>),
+}
+
+/// Shows a URL without its password (`ConnectionInfo`'s own `Debug` hides it too).
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Url(url) => f.debug_tuple("Url").field(&redact(url)).finish(),
+            RedisTarget::Info(info) => f.debug_tuple("Info").field(info).finish(),
+        }
+    }
 }
 
 mod sealed {

@@ -222,8 +222,15 @@ fn credentials_from_options_and_environment_and_never_printed() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("authentication failed"), "{err}");
     assert!(!err.contains("cli-wrong-Pw"), "{err}");
-    // help shows the options, not the password in the environment
-    let help = bare_cli(&["--help"], &[("REDIS_PASSWORD", "cli-ops-Pw")]);
+    // help shows the options, not the password in the environment, nor the one in a
+    // REDIS_URL
+    let help = bare_cli(
+        &["--help"],
+        &[
+            ("REDIS_PASSWORD", "cli-ops-Pw"),
+            ("REDIS_URL", "redis://ops:cli-url-Pw@127.0.0.1:1/"),
+        ],
+    );
     let text = String::from_utf8_lossy(&help.stdout);
     for option in [
         "--user",
@@ -235,6 +242,7 @@ fn credentials_from_options_and_environment_and_never_printed() {
         assert!(text.contains(option), "{text}");
     }
     assert!(!text.contains("cli-ops-Pw"), "{text}");
+    assert!(!text.contains("cli-url-Pw"), "{text}");
 }
 
 #[cfg(feature = "tls-rustls")]

@@ -32,6 +32,7 @@ struct Cli {
     #[arg(
         long,
         env = "REDIS_URL",
+        hide_env_values = true,
         default_value = "redis://127.0.0.1:6379/",
         global = true
     )]
