@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::combine::Combiner;
+use crate::clock::Clock;
 use crate::connect::{
     Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
 };
@@ -58,8 +58,27 @@ pub(crate) struct ClientInner {
     /// One combiner per semaphore name, shared by every handle of this client, so that
     /// concurrent try-acquires and releases of one semaphore share script calls.
     combiners: parking_lot::Mutex<HashMap<String, Weak<SemCombiner>>>,
+    /// On a cluster, one view of the clock per semaphore name (of the node that holds
+    /// it), shared by every handle of this client, so that a new handle needs no
+    /// `TIME` of its own.
+    clocks: parking_lot::Mutex<HashMap<String, Weak<Clock>>>,
     /// The `+switch-master` watcher of a Sentinel target; stopped and joined on drop.
     watcher: Option<Watcher>,
+}
+
+/// The `T` of `name` in `map`, made when no live handle holds one.
+fn per_name<T: Default>(map: &parking_lot::Mutex<HashMap<String, Weak<T>>>, name: &str) -> Arc<T> {
+    let mut map = map.lock();
+    if let Some(c) = map.get(name).and_then(Weak::upgrade) {
+        return c;
+    }
+    // forget dropped semaphores now and then (amortised: at powers of two)
+    if map.len() >= 64 && map.len().is_power_of_two() {
+        map.retain(|_, c| c.strong_count() > 0);
+    }
+    let c = Arc::new(T::default());
+    map.insert(name.to_owned(), Arc::downgrade(&c));
+    c
 }
 
 impl ClientInner {
@@ -103,6 +122,7 @@ impl ClientInner {
                 thread: Some(thread),
                 listener: parking_lot::Mutex::new(None),
                 combiners: parking_lot::Mutex::new(HashMap::new()),
+                clocks: parking_lot::Mutex::new(HashMap::new()),
                 watcher,
             }),
         })
@@ -122,22 +142,17 @@ impl ClientInner {
         Ok(hub)
     }
 
-    /// Tells the refresher that its schedule changed.
     /// The combiner of semaphore `name`, shared with every live handle of it.
     pub(crate) fn combiner(&self, name: &str) -> Arc<SemCombiner> {
-        let mut map = self.combiners.lock();
-        if let Some(c) = map.get(name).and_then(Weak::upgrade) {
-            return c;
-        }
-        // forget dropped semaphores now and then (amortised: at powers of two)
-        if map.len() >= 64 && map.len().is_power_of_two() {
-            map.retain(|_, c| c.strong_count() > 0);
-        }
-        let c = Arc::new(Combiner::default());
-        map.insert(name.to_owned(), Arc::downgrade(&c));
-        c
+        per_name(&self.combiners, name)
     }
 
+    /// The cluster clock of semaphore `name`, shared with every live handle of it.
+    pub(crate) fn cluster_clock(&self, name: &str) -> Arc<Clock> {
+        per_name(&self.clocks, name)
+    }
+
+    /// Tells the refresher that its schedule changed.
     pub(crate) fn nudge(&self) {
         if let Some(w) = &self.wake {
             let _ = w.send(());

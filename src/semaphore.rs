@@ -78,8 +78,8 @@ pub(crate) struct SemInner {
     /// and how long to wait for them (ms).
     pub(crate) replicas: Option<(u32, u64)>,
     /// The view of the server's clock this handle's deadlines are converted with: the
-    /// client's on one server; on a cluster this handle's own, of the node that holds
-    /// the semaphore (nodes' clocks may differ).
+    /// client's on one server; on a cluster the one of the node that holds the
+    /// semaphore (nodes' clocks may differ), shared by the client's handles of it.
     pub(crate) clock: Arc<Clock>,
     /// [`SemaphoreBuilder::max_hold`].
     pub(crate) max_hold: Option<Duration>,
@@ -161,7 +161,7 @@ impl SemInner {
         let clock = &self.clock;
         let anchor = match clock.get() {
             Some(a) => a,
-            None => read_server_time(conn, clock)?,
+            None => read_server_time(conn, &self.keys, clock)?,
         };
         let hot: Vec<HotOp<'_>> = ops
             .iter()
@@ -215,9 +215,13 @@ fn note_anchor(clock: &Clock, sent: Instant, server_ms: Option<i64>) {
 }
 
 /// Reads the server's `TIME` once, for a client's first anchor.
-fn read_server_time(conn: &mut dyn redis::ConnectionLike, clock: &Clock) -> Result<Anchor> {
+fn read_server_time(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: &Keys,
+    clock: &Clock,
+) -> Result<Anchor> {
     let sent = Instant::now();
-    let server_ms = leased::server_time_ms(conn)?;
+    let server_ms = leased::server_time_ms(conn, keys)?;
     let anchor = Anchor {
         sent,
         received: Instant::now(),
@@ -485,7 +489,7 @@ impl SemaphoreBuilder {
         let combiner = self.client.inner.combiner(&self.name);
         let shared = &self.client.inner.shared;
         let clock = if shared.is_cluster() {
-            Arc::new(Clock::default())
+            self.client.inner.cluster_clock(&self.name)
         } else {
             Arc::clone(&shared.clock)
         };
@@ -1295,7 +1299,7 @@ impl Semaphore {
         let mut conn = self.conn()?;
         let anchor = match clock.get() {
             Some(a) => a,
-            None => read_server_time(&mut conn, clock)?,
+            None => read_server_time(&mut conn, &sem.keys, clock)?,
         };
         let args = AcquireArgs {
             id,

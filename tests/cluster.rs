@@ -394,3 +394,53 @@ fn bad_cluster_urls_are_refused_with_the_password_hidden() {
         }
     }
 }
+
+/// The clock anchor of a semaphore on a cluster comes from the node that holds it
+/// (`TIME` in a script on its key, not a bare `TIME` that goes to any node), and the
+/// handles of one client share it: a second handle's first call reads no `TIME` of its
+/// own (every script reads `TIME` once, which the counts include).
+#[test]
+fn the_clock_is_read_on_the_semaphores_node_once_per_client() {
+    let cluster = RedisCluster::start();
+    let client = Client::open(cluster.url()).unwrap();
+    let time_calls = |cluster: &RedisCluster| -> Vec<u64> {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                support::command_calls(&mut n.conn())
+                    .get("time")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let first = client.semaphore("clocked", 2).unwrap();
+    let held = first.try_acquire().unwrap().unwrap();
+    let after_first = time_calls(&cluster);
+    // two TIMEs (the anchor's and the acquire script's), both on the node that holds
+    // the semaphore's keys (a replica answers EXISTS with a redirection, an error here)
+    assert_eq!(after_first.iter().sum::<u64>(), 2, "{after_first:?}");
+    let holder: Vec<bool> = cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            redis::cmd("EXISTS")
+                .arg("redsem:{clocked}:i")
+                .query::<i64>(&mut n.conn())
+                .is_ok_and(|e| e == 1)
+        })
+        .collect();
+    let ran_on: Vec<bool> = after_first.iter().map(|c| *c == 2).collect();
+    assert_eq!(ran_on, holder, "TIME per node {after_first:?}");
+    let second = client.semaphore("clocked", 2).unwrap();
+    second.try_acquire().unwrap().unwrap().release().unwrap();
+    held.release().unwrap();
+    // the second handle's acquire and the two releases: their scripts' TIMEs only
+    let after_second: u64 = time_calls(&cluster).iter().sum();
+    assert_eq!(
+        after_second,
+        2 + 3,
+        "the second handle read no TIME of its own"
+    );
+}

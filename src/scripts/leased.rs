@@ -11,7 +11,7 @@ use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{ConnectionLike, ScriptInvocation, Value};
 
-use super::{ACQUIRE, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SET_LIMIT};
+use super::{ACQUIRE, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT};
 use super::{heartbeat_ms, pad_ms};
 use crate::error::{Error, Result};
 
@@ -516,9 +516,13 @@ fn text(v: &Value) -> Result<String> {
     }
 }
 
-/// `TIME`: the server's clock in ms.
-pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike) -> Result<i64> {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).map_err(Error::Redis)?;
+/// `TIME` of the node that holds the semaphore of `keys`: the server's clock in ms.
+pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike, keys: &Keys) -> Result<i64> {
+    let (secs, micros): (i64, i64) = SERVER_TIME
+        .prepare_invoke()
+        .key(&keys.info)
+        .invoke(conn)
+        .map_err(Error::Redis)?;
     Ok(secs * 1000 + micros / 1000)
 }
 

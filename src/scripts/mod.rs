@@ -37,6 +37,10 @@ pub(crate) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(sourc
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 /// Takes a waiter out of the queue.
 pub(crate) static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(sources::CANCEL));
+/// The server's `TIME`, in a script on the semaphore's info key: on a cluster it runs
+/// on the node that holds the semaphore (a bare `TIME` goes to any node).
+pub(crate) static SERVER_TIME: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call('TIME')"));
 /// Stores a limit for every client.
 pub(crate) static SET_LIMIT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SET_LIMIT));
 
