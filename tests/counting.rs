@@ -780,6 +780,177 @@ fn a_key_of_the_wrong_type_is_an_error() {
     assert_ne!(ty, "string");
 }
 
+/// Counting script `$file` as the library builds it (prelude + body), to send what the
+/// public API never would.
+macro_rules! counting_script {
+    ($file:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../src/scripts/counting_common.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        ))
+    };
+}
+
+/// Runs `script` on the keys of counting semaphore `name` with `args`.
+fn run_counting(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    name: &str,
+    args: &[&str],
+) -> redis::RedisResult<redis::Value> {
+    let mut inv = script.prepare_invoke();
+    for k in ["count", "cq", "ch", "cw"] {
+        inv.key(format!("redsem:{{{name}}}:{k}"));
+    }
+    for a in args {
+        inv.arg(*a);
+    }
+    inv.invoke(conn)
+}
+
+/// The members of `name`'s queue, heartbeat zset and waiter hash.
+fn waiter_keys(conn: &mut redis::Connection, name: &str) -> [Vec<String>; 3] {
+    let zset = |conn: &mut redis::Connection, k: &str| -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(format!("redsem:{{{name}}}:{k}"))
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap()
+    };
+    let hash: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("redsem:{{{name}}}:cw"))
+        .query(conn)
+        .unwrap();
+    [zset(conn, "cq"), zset(conn, "ch"), hash]
+}
+
+#[test]
+fn a_cancel_with_a_bad_count_fails_before_the_queue_is_touched() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let cancel = counting_script!("counting_cancel.lua");
+    for (name, wrong) in [("chash", true), ("cfloat", false)] {
+        let count = format!("redsem:{{{name}}}:count");
+        if wrong {
+            redis::cmd("HSET")
+                .arg(&count)
+                .arg("f")
+                .arg("v")
+                .exec(&mut conn)
+                .unwrap();
+        } else {
+            redis::cmd("SET")
+                .arg(&count)
+                .arg("1.5")
+                .exec(&mut conn)
+                .unwrap();
+        }
+        fake_waiter(&mut conn, name, "w1", 1, LIVE, 1, "ch:w1");
+        let before = waiter_keys(&mut conn, name);
+        assert_eq!(before[0], vec!["w1"]);
+        let err = run_counting(&mut conn, &cancel, name, &["w1"]).unwrap_err();
+        assert!(err.to_string().contains("WRONGTYPE"), "{name}: {err}");
+        // nothing written: the waiter is still in all three keys
+        assert_eq!(waiter_keys(&mut conn, name), before, "{name}");
+    }
+}
+
+#[test]
+fn script_arguments_out_of_their_domain_are_refused_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let try_set = counting_script!("counting_try_set.lua");
+    let release = counting_script!("counting_release.lua");
+    let add = counting_script!("counting_add.lua");
+    let acquire = counting_script!("counting_acquire.lua");
+    let exists = |conn: &mut redis::Connection, key: &str| -> bool {
+        redis::cmd("EXISTS").arg(key).query(conn).unwrap()
+    };
+    let get = |conn: &mut redis::Connection, key: &str| -> Option<String> {
+        redis::cmd("GET").arg(key).query(conn).unwrap()
+    };
+
+    // try_set: '1.5' used to be stored, and every later script failed on it
+    for bad in ["1.5", "nan", "inf", "-inf", "-1", "4294967296", "x", ""] {
+        let err = run_counting(&mut conn, &try_set, "ts", &[bad]).unwrap_err();
+        assert!(err.to_string().contains("invalid argument"), "{bad}: {err}");
+        assert!(!exists(&mut conn, "redsem:{ts}:count"), "{bad} was stored");
+    }
+    // what tonumber reads as an integer is stored as one, not as sent
+    let set = run_counting(&mut conn, &try_set, "ts", &[" 7"]).unwrap();
+    assert_eq!(set, redis::Value::Int(1));
+    assert_eq!(get(&mut conn, "redsem:{ts}:count").as_deref(), Some("7"));
+    let sem = counting(&server, "ts");
+    sem.release(1).unwrap();
+    assert_eq!(sem.balance().unwrap(), Some(8));
+
+    // release and add: refused, the count unchanged
+    for bad in ["1.5", "nan", "0", "-1"] {
+        assert!(
+            run_counting(&mut conn, &release, "ts", &[bad]).is_err(),
+            "{bad}"
+        );
+    }
+    for bad in ["0.5", "nan", "inf", "0"] {
+        assert!(
+            run_counting(&mut conn, &add, "ts", &[bad]).is_err(),
+            "{bad}"
+        );
+    }
+    assert_eq!(get(&mut conn, "redsem:{ts}:count").as_deref(), Some("8"));
+
+    // a waiter's look with a bad heartbeat, pad or channel: the queue is not written
+    // (it used to get the waiter in cq, then fail)
+    redis::cmd("SET")
+        .arg("redsem:{tw}:count")
+        .arg(0)
+        .exec(&mut conn)
+        .unwrap();
+    for args in [
+        &["1", "w", "me", "ch:me", "x", "1000"][..],
+        &["1", "w", "me", "ch:me", "2000", "1.5"],
+        &["1", "w", "me", "ch:me", "nan", "1000"],
+        &["1", "w", "me"],
+        &["1.5", "w", "me", "ch:me", "2000", "1000"],
+    ] {
+        let err = run_counting(&mut conn, &acquire, "tw", args).unwrap_err();
+        assert!(
+            err.to_string().contains("invalid argument"),
+            "{args:?}: {err}"
+        );
+        for k in ["cq", "ch", "cw"] {
+            assert!(
+                !exists(&mut conn, &format!("redsem:{{tw}}:{k}")),
+                "{args:?}: {k}"
+            );
+        }
+    }
+    // the same look, well formed, queues the waiter
+    run_counting(
+        &mut conn,
+        &acquire,
+        "tw",
+        &["1", "w", "me", "ch:me", "2000", "1000"],
+    )
+    .unwrap();
+    assert_eq!(waiter_keys(&mut conn, "tw")[0], vec!["me"]);
+
+    // a bad argument fails even before a waiter key of another type is replaced
+    redis::cmd("SET")
+        .arg("redsem:{tk}:cq")
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    assert!(run_counting(&mut conn, &release, "tk", &["1.5"]).is_err());
+    let ty: String = redis::cmd("TYPE")
+        .arg("redsem:{tk}:cq")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(ty, "string");
+    assert!(!exists(&mut conn, "redsem:{tk}:count"));
+}
+
 #[test]
 fn a_counting_semaphore_and_a_leased_one_of_the_same_name_do_not_meet() {
     let server = RedisServer::start();

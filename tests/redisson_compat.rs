@@ -407,6 +407,124 @@ fn permit_expirable_accepts_pre_3_17_hex_members_on_release_when_asked() {
     assert_eq!(sem.available_permits().unwrap(), 2);
 }
 
+#[test]
+fn permit_expirable_a_counter_of_another_type_fails_release_and_reclaim_before_any_write() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client);
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(3).unwrap());
+    let held = sem.try_acquire(Some(LONG)).unwrap().unwrap();
+    let short = sem
+        .try_acquire(Some(Duration::from_millis(50)))
+        .unwrap()
+        .unwrap();
+    let (held_id, short_id) = (held.id().to_owned(), short.id().to_owned());
+    std::mem::forget(held);
+    std::mem::forget(short);
+    wait_until(REPLY, "the short lease to pass", || {
+        let score: f64 = redis::cmd("ZSCORE")
+            .arg(TIMEOUT_KEY)
+            .arg(decode(&short_id))
+            .query(&mut conn)
+            .unwrap();
+        (score as i64) < now_ms()
+    });
+    let before = members(&mut conn);
+    assert_eq!(before.len(), 2);
+
+    for (wrong, text) in [(true, ""), (false, "1.5")] {
+        redis::cmd("DEL").arg(NAME).exec(&mut conn).unwrap();
+        if wrong {
+            redis::cmd("HSET")
+                .arg(NAME)
+                .arg("f")
+                .arg("v")
+                .exec(&mut conn)
+                .unwrap();
+        } else {
+            redis::cmd("SET")
+                .arg(NAME)
+                .arg(text)
+                .exec(&mut conn)
+                .unwrap();
+        }
+        // release: used to ZREM the permit, then fail in INCRBY (the permit lost)
+        let r = sem.release(&held_id);
+        assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+        assert_eq!(members(&mut conn), before, "release wrote");
+        // reclaim, all expired (a read) and at most n (an acquire): used to ZREM the
+        // expired permit, then fail
+        let r = sem.available_permits();
+        assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+        assert_eq!(members(&mut conn), before, "reclaim(all) wrote");
+        let r = sem.try_acquire(Some(LONG));
+        assert!(
+            matches!(r, Err(Error::WrongType { .. })),
+            "{:?}",
+            r.map(|_| ())
+        );
+        assert_eq!(members(&mut conn), before, "reclaim(n) wrote");
+        let r = sem.lease_time(&held_id);
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(members(&mut conn), before, "reclaim(all) wrote");
+    }
+    // with a counter again, both go through
+    redis::cmd("SET").arg(NAME).arg(1).exec(&mut conn).unwrap();
+    sem.release(&held_id).unwrap();
+    assert_eq!(counter(&mut conn), Some(2));
+    assert_eq!(
+        sem.available_permits().unwrap(),
+        3,
+        "the expired one reclaimed"
+    );
+    assert!(members(&mut conn).is_empty());
+}
+
+#[test]
+fn a_publish_refused_by_acl_does_not_fail_a_write_that_was_made() {
+    // the scripts publish after their writes: with redis.call, a refused PUBLISH
+    // failed the call although the write stood
+    let server = support::AclServer::start("admin-pw");
+    server.add_user(
+        "nopub",
+        "user-pw",
+        &["~*", "&*", "+@all", "-publish", "-spublish"],
+    );
+    let client = Client::open(server.url_as("nopub", "user-pw")).unwrap();
+    let rs = client.redisson_semaphore(NAME).unwrap();
+    assert!(rs.try_set_permits(1).unwrap());
+    assert_eq!(rs.release(2).unwrap(), 3);
+    assert_eq!(rs.add_permits(1).unwrap(), 4);
+    let sem = client
+        .redisson_permit_expirable_semaphore("pes-nopub")
+        .unwrap();
+    assert!(sem.try_set_permits(1).unwrap());
+    let p = sem
+        .try_acquire(Some(Duration::from_millis(50)))
+        .unwrap()
+        .unwrap();
+    let id = p.id().to_owned();
+    std::mem::forget(p);
+    std::thread::sleep(Duration::from_millis(100));
+    // reclaims the expired permit and publishes the counter
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    let p = sem.try_acquire(Some(LONG)).unwrap().unwrap();
+    p.release().unwrap();
+    assert!(matches!(sem.release(&id), Err(Error::PermitLost { .. })));
+    sem.set_permits(3).unwrap();
+    assert_eq!(sem.add_permits(1).unwrap(), 4);
+    // the publishes were refused all the same
+    let log: Vec<redis::Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.admin_conn())
+        .unwrap();
+    assert!(
+        format!("{log:?}").contains("publish"),
+        "no PUBLISH refusal logged: {log:?}"
+    );
+}
+
 /// What a contention run saw.
 #[derive(Debug)]
 struct Seen {

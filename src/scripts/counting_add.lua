@@ -8,11 +8,13 @@
 -- Keeps: C1 (refused when the result would leave the range); C2 (an acquire never
 -- succeeds while the count is <= 0: a debt only comes from here); C5 (a positive
 -- delta tells the waiters that fit). An unset semaphore is created, as Redisson's
--- addPermits does.
+-- addPermits does. delta is checked, and written back by int(), before any write.
 
-local delta = tonumber(ARGV[1])
+local delta = arg_int(ARGV[1], -MAX, 'delta')
+if delta == 0 then error('invalid argument: delta must not be 0', 0) end
+fix_waiter_keys()
 local c = count() or 0
 check_range(c, delta)
-local after = redis.call('INCRBY', C, ARGV[1])
+local after = redis.call('INCRBY', C, int(delta))
 if delta > 0 then wake(after) end
 return after

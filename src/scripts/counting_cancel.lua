@@ -6,8 +6,13 @@
 --
 -- Keeps: C3 (no queue entry is left behind); C5 (if permits are free, the waiters
 -- that fit are told now: the wake-up may have been meant for the one leaving).
+-- The count is read before leave() writes, so a bad count key fails with the queue
+-- untouched.
 
-leave(ARGV[1])
+local id = ARGV[1]
+if id == nil then error('invalid argument: cancel needs a waiter id', 0) end
+fix_waiter_keys()
 local c = count() or 0
+leave(id)
 wake(c)
 return 1

@@ -35,7 +35,11 @@
 
 --
 -- Failure points. Redis does not undo a script's writes, so every script fails before
--- its first write or runs to its end:
+-- its first write or runs to its end. Each body first checks its arguments, then
+-- calls fix_waiter_keys(), then reads the count, and only then writes:
+--   - an argument missing, not an integer (1.5, nan, inf) or out of its range: the
+--     body's checks (arg_int) fail first, before fix_waiter_keys() could delete
+--     anything; a number is written back formatted by int(), never as sent;
 --   - the count key of another type, or not an integer: count() fails, and every
 --     script reads the count before it writes;
 --   - a waiter key of another type: fix_waiter_keys() deletes it before anything else
@@ -75,8 +79,21 @@ local function count()
     return c
 end
 
+-- An integer argument in lo..=MAX, or a string error (level 0: no position; Redis 6.2
+-- cannot raise a table). Its one tonumber replaces the one the body did before: a
+-- direct caller may send '1.5', 'nan' or 'inf', which tonumber accepts.
+local function arg_int(v, lo, what)
+    local x = tonumber(v)
+    if not x or x ~= math.floor(x) or x < lo or x > MAX then
+        error('invalid argument: ' .. what .. ' must be an integer in ' .. int(lo)
+            .. '..=4294967295, found ' .. string.sub(tostring(v), 1, 40), 0)
+    end
+    return x
+end
+
 -- A waiter key of another type is deleted before anything else is written; the count
--- is read first, so a bad count fails the script before that write.
+-- is read first, so a bad count fails the script before that write. Each body calls
+-- it once its arguments are checked (a bad argument then fails before this DEL).
 local function fix_waiter_keys()
     local bad = {}
     for _, kt in ipairs({{Q, 'zset'}, {HB, 'zset'}, {W, 'hash'}}) do
@@ -88,7 +105,6 @@ local function fix_waiter_keys()
         redis.call('DEL', unpack(bad))
     end
 end
-fix_waiter_keys()
 
 -- C1: refuses a change that would take the count out of range.
 local function check_range(c, delta)

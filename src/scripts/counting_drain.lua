@@ -7,6 +7,7 @@
 -- Keeps: C2 (what it takes is exactly what was free); C4 (KEEPTTL: the value changes,
 -- nothing else).
 
+fix_waiter_keys()
 local c = count()
 if c == nil or c == 0 then return 0 end
 redis.call('SET', C, 0, 'KEEPTTL')

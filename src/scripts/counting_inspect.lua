@@ -5,6 +5,7 @@
 --
 -- Keeps: every invariant, by changing nothing.
 
+fix_waiter_keys()
 local c = count()
 local queued = redis.call('ZCOUNT', HB, '(' .. int(now), '+inf')
 if c == nil then return {0, 0, queued} end

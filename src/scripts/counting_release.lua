@@ -8,10 +8,12 @@
 -- in the new count are told, in arrival order, in this same script). An unset
 -- semaphore is created with count n, as Redisson's release does. Not idempotent, and
 -- cannot be: there is no owner to check, so a release sent twice gives twice.
+-- n is checked, and written back by int(), before any write.
 
-local n = tonumber(ARGV[1])
+local n = arg_int(ARGV[1], 1, 'n')
+fix_waiter_keys()
 local c = count() or 0
 check_range(c, n)
-local after = redis.call('INCRBY', C, ARGV[1])
+local after = redis.call('INCRBY', C, int(n))
 wake(after)
 return after

@@ -1,15 +1,17 @@
 -- counting try_set: set the count to ARGV[1] only when the semaphore is unset
 -- (Redisson's trySetPermits: it initialises once and never resets).
 --
--- ARGV: 1 n (>= 0)
+-- ARGV: 1 n (an integer in 0..=MAX)
 -- Reply: 1 set, 0 already set (left unchanged)
 --
--- Keeps: C1 (n <= MAX, checked by the caller and again here); C4 (the count key is
--- written without a TTL); C5 (waiters that queued on the unset semaphore are told).
+-- Keeps: C1 (n is an integer <= MAX, checked by the caller and again here, before
+-- any write: '1.5', 'nan' or 'inf' is refused; the count is stored as int(n), never
+-- as sent); C4 (the count key is written without a TTL); C5 (waiters that queued on
+-- the unset semaphore are told).
 
-local n = tonumber(ARGV[1])
+local n = arg_int(ARGV[1], 0, 'n')
+fix_waiter_keys()
 if count() ~= nil then return 0 end
-check_range(0, n)
-redis.call('SET', C, ARGV[1])
+redis.call('SET', C, int(n))
 wake(n)
 return 1

@@ -3,7 +3,15 @@
 -- Reply: 'OK' granted (the ids are in the lease zset with the deadline);
 --        ':<ms>' not now, the nearest lease deadline (a timed retry);
 --        nil not now, and no lease will end (wait for a message).
-reclaim(ARGV[3])
+-- Errors (see the prelude): the deadline is checked to be integer text first (a
+-- pattern, cheaper than tonumber), so the ZADDs after DECRBY cannot fail; n is
+-- parsed by Redis in reclaim's LIMIT before anything is written; a bad counter fails
+-- reclaim's INCRBY, or the GET, or DECRBY, each with nothing written yet.
+if not string.find(ARGV[4], '^%-?%d+$') then
+    return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[4], 1, 40))
+end
+local bad = reclaim(ARGV[3])
+if bad then return bad end
 local value = redis.call('GET', KEYS[1])
 if value ~= false and tonumber(value) >= tonumber(ARGV[3]) then
     redis.call('DECRBY', KEYS[1], ARGV[3])

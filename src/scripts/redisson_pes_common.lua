@@ -6,28 +6,62 @@
 -- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 now (client epoch ms), then the
 --       script's own arguments.
 -- No TIME call: deadlines and "now" are the clients' clocks, as in Redisson.
+--
+-- Failure points. Redis does not undo a script's writes, so each script fails before
+-- its first write or runs to its end:
+--   - the lease zset of another type: its first read (ZRANGEBYSCORE, ZCOUNT, ZSCORE)
+--     fails, and every script reads it before it writes;
+--   - the counter of another type, or not an integer (it may be absent, as in
+--     Redisson): where a script changes it after other writes, the INCRBY is moved
+--     first (incr(), through redis.pcall: the same keys and reply as Redisson's order,
+--     as nothing else runs between), and a refused one returns a WRONGTYPE
+--     error_reply with nothing written; elsewhere its GET fails before any write;
+--   - an argument Redis refuses (NOW in reclaim's first read; a deadline, which the
+--     bodies check first): before any write. The Rust side sends only integers;
+--   - out of memory: Redis refuses only a script's first write;
+--   - PUBLISH/SPUBLISH refused (ACL, cluster): sent with redis.pcall, its error
+--     ignored (a waiter also polls, see src/compat/redisson.rs).
 
 local PUB, NOW = ARGV[1], ARGV[2]
 local NO_LEASE = '922337203685477'
 
+-- INCRBY n on the counter through redis.pcall: its new value, or nil and a WRONGTYPE
+-- error reply (the INCRBY wrote nothing) when the counter is of another type or not
+-- an integer. Called before any other write of the script.
+local function incr(n)
+    local value = redis.pcall('INCRBY', KEYS[1], n)
+    if type(value) == 'table' then
+        return nil, redis.error_reply('WRONGTYPE the counter of a Redisson semaphore must be an integer: '
+            .. tostring(value.err))
+    end
+    return value
+end
+
 -- Redisson's reclaim: the members of the lease zset scored in [0, now] (expired) are
 -- removed, the counter goes up by their number, and the new counter is published
 -- when it is positive. `limit`: at most that many (the acquire's LIMIT 0 n); nil: all.
+-- The expired members are counted by a read, so the INCRBY is the first write.
+-- Returns nil, or an error reply (nothing written) the caller returns.
 local function reclaim(limit)
-    local n
+    local ids, n
     if limit then
-        local ids = redis.call('ZRANGEBYSCORE', KEYS[2], 0, NOW, 'LIMIT', 0, limit)
+        ids = redis.call('ZRANGEBYSCORE', KEYS[2], 0, NOW, 'LIMIT', 0, limit)
+        n = #ids
+    else
+        n = redis.call('ZCOUNT', KEYS[2], 0, NOW)
+    end
+    if n == 0 then return nil end
+    local value, bad = incr(n)
+    if bad then return bad end
+    if ids then
         for _, id in ipairs(ids) do
             redis.call('ZREM', KEYS[2], id)
         end
-        n = #ids
     else
-        n = redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, NOW)
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, NOW)
     end
-    if n > 0 then
-        local value = redis.call('INCRBY', KEYS[1], n)
-        if value > 0 then
-            redis.call(PUB, KEYS[3], value)
-        end
+    if value > 0 then
+        redis.pcall(PUB, KEYS[3], value)
     end
+    return nil
 end

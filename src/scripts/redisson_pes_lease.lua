@@ -4,7 +4,22 @@
 --       (client ms, or NO_LEASE)
 -- update: 1 when the id is still in the zset (now scored with the new deadline), else 0.
 -- get: {0} absent; {1, -1} no lease; {1, ms left} (deadline - now).
-reclaim(nil)
+-- Errors (see the prelude): the new deadline (update) or now (get) is checked before
+-- reclaim, the only write before the ZADD, so neither the ZADD nor the subtraction
+-- can fail after a write.
+local now
+if ARGV[3] == 'update' then
+    if not string.find(ARGV[5], '^%-?%d+$') then
+        return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[5], 1, 40))
+    end
+else
+    now = tonumber(NOW)
+    if now == nil then
+        return redis.error_reply('ERR now must be a number of ms, found ' .. string.sub(NOW, 1, 40))
+    end
+end
+local bad = reclaim(nil)
+if bad then return bad end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if ARGV[3] == 'update' then
     if score == false then
@@ -19,4 +34,4 @@ end
 if tonumber(score) == tonumber(NO_LEASE) then
     return {1, -1}
 end
-return {1, tonumber(score) - tonumber(NOW)}
+return {1, tonumber(score) - now}

@@ -4,7 +4,11 @@
 -- ARGV: 3 'available' | 'permits' | 'acquired'
 -- Reply: available: the counter (missing = 0); permits: counter + ZCOUNT 0 +inf
 -- (missing counter = 0); acquired: ZCOUNT 0 +inf.
-reclaim(nil)
+-- Errors (see the prelude): only reclaim writes, and its INCRBY comes first; once it
+-- succeeded the counter is an integer, so the GET and tonumber below cannot fail
+-- after a write (without a reclaim nothing was written).
+local bad = reclaim(nil)
+if bad then return bad end
 local what = ARGV[3]
 if what == 'acquired' then
     return redis.call('ZCOUNT', KEYS[2], 0, '+inf')

@@ -5,18 +5,26 @@
 --        (Redisson's false: it was expired, not yet reclaimed); 0 not in the zset.
 -- The counter goes up by one and the new value is published (by Redisson's steps,
 -- whatever the deadline).
+-- Errors (see the prelude): the zset's type fails ZSCORE; the deadline comparison is
+-- made before any write; the INCRBY comes before the ZREM (Redisson ZREMs first:
+-- the same effect, as ZSCORE proved the member there), so a counter of another type
+-- is a WRONGTYPE error reply with the zset unchanged. Then only ZREM (of a member just
+-- read) and the publish (pcall) follow.
 local member = ARGV[3]
 local expire = redis.call('ZSCORE', KEYS[2], member)
 if expire == false and ARGV[4] ~= '' then
     member = ARGV[4]
     expire = redis.call('ZSCORE', KEYS[2], member)
 end
-if expire == false or redis.call('ZREM', KEYS[2], member) ~= 1 then
+if expire == false then
     return 0
 end
-local value = redis.call('INCRBY', KEYS[1], 1)
-redis.call(PUB, KEYS[3], value)
-if tonumber(expire) <= tonumber(NOW) then
+local late = tonumber(expire) <= tonumber(NOW)
+local value, bad = incr(1)
+if bad then return bad end
+redis.call('ZREM', KEYS[2], member)
+redis.pcall(PUB, KEYS[3], value)
+if late then
     return 2
 end
 return 1

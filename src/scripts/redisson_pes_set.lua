@@ -5,24 +5,31 @@
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
 -- Reply: the counter after.
+-- Errors (see the prelude): p or d that is not a number is refused first; a counter
+-- of another type fails the GET, one that is not a number the arithmetic, a zset of
+-- another type the ZCOUNT, all before the one write (SET or INCRBY, which writes
+-- nothing when refused); only the publish (pcall) follows it.
 local arg = tonumber(ARGV[4])
+if arg == nil then
+    return redis.error_reply('ERR permits must be a number, found ' .. string.sub(tostring(ARGV[4]), 1, 40))
+end
 local value = redis.call('GET', KEYS[1])
 if ARGV[3] == 'add' then
     local after = (value == false and 0 or tonumber(value)) + arg
     redis.call('SET', KEYS[1], string.format('%d', after))
     if arg > 0 then
-        redis.call(PUB, KEYS[3], ARGV[4])
+        redis.pcall(PUB, KEYS[3], ARGV[4])
     end
     return after
 end
 if value == false then
     redis.call('SET', KEYS[1], ARGV[4])
-    redis.call(PUB, KEYS[3], ARGV[4])
+    redis.pcall(PUB, KEYS[3], ARGV[4])
     return arg
 end
 local total = tonumber(value) + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
 if total ~= arg then
     value = redis.call('INCRBY', KEYS[1], string.format('%d', arg - total))
-    redis.call(PUB, KEYS[3], ARGV[4])
+    redis.pcall(PUB, KEYS[3], ARGV[4])
 end
 return tonumber(value)

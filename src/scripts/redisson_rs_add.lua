@@ -3,11 +3,15 @@
 -- ARGV: 1 publish command, 2 d (signed, non-zero)
 -- Reply: the counter after. The counter (missing = 0) + d is SET (dropping any TTL,
 -- as Redisson's SET does) and the new value published.
+-- Errors (Redis does not undo a script's writes): a counter of another type fails the
+-- GET, one that is not a number (or a bad d) the addition, both before the SET, the
+-- only write; the publish after it is sent with redis.pcall and its error ignored
+-- (a refused PUBLISH/SPUBLISH: waiters also poll).
 local value = redis.call('GET', KEYS[1])
 if value == false then
     value = 0
 end
 local after = tonumber(value) + tonumber(ARGV[2])
 redis.call('SET', KEYS[1], string.format('%d', after))
-redis.call(ARGV[1], KEYS[2], after)
+redis.pcall(ARGV[1], KEYS[2], after)
 return after

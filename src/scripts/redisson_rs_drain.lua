@@ -2,9 +2,17 @@
 -- KEYS: 1 NAME (the counter)
 -- Reply: the counter before (0 when missing; then nothing is written). The counter
 -- becomes 0. No publish.
+-- Errors (Redis does not undo a script's writes): a counter of another type fails the
+-- GET; one that is not a number is a WRONGTYPE error reply; both before the SET, the
+-- only write.
 local value = redis.call('GET', KEYS[1])
 if value == false then
     return 0
 end
+local before = tonumber(value)
+if before == nil then
+    return redis.error_reply('WRONGTYPE the counter of a Redisson semaphore must be an integer, found '
+        .. string.sub(value, 1, 40))
+end
 redis.call('SET', KEYS[1], 0)
-return tonumber(value)
+return before

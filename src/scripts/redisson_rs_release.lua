@@ -5,9 +5,13 @@
 -- Reply: {1, counter after} released (the new value was published);
 --        {0, 0} releaseIfExists on a missing counter: nothing changed.
 -- No owner check and no upper bound, by design (Redisson #5066).
+-- Errors (Redis does not undo a script's writes): the INCRBY is the only write, and
+-- a counter of another type, not an integer, or a bad n makes it fail with nothing
+-- written; the publish after it is sent with redis.pcall and its error ignored (a
+-- refused PUBLISH/SPUBLISH: waiters also poll).
 if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0}
 end
 local value = redis.call('INCRBY', KEYS[1], ARGV[2])
-redis.call(ARGV[1], KEYS[2], value)
+redis.pcall(ARGV[1], KEYS[2], value)
 return {1, value}

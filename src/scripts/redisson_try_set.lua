@@ -4,6 +4,11 @@
 -- ARGV: 1 publish command, 2 p (>= 0), 3 ttl ms ('' for none)
 -- Reply: 1 when the counter was absent (now SET to p, with PX ttl when given, and p
 -- published), else 0 (a counter at 0 counts as existing, as since Redisson 3.16.3).
+-- Errors (Redis does not undo a script's writes): the SET is the only write, and a bad
+-- ttl makes it fail with nothing written (a key of any type counts as existing, as in
+-- Redisson); the publish after it is sent with redis.pcall and its error ignored (a
+-- refused PUBLISH/SPUBLISH: waiters also poll). p is stored as sent, as Redisson
+-- does: the Rust side sends a u32.
 if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
 end
@@ -12,5 +17,5 @@ if ARGV[3] ~= '' then
 else
     redis.call('SET', KEYS[1], ARGV[2])
 end
-redis.call(ARGV[1], KEYS[2], ARGV[2])
+redis.pcall(ARGV[1], KEYS[2], ARGV[2])
 return 1
