@@ -230,9 +230,9 @@ impl Target {
         })
     }
 
-    /// Whether the target speaks TLS.
-    #[allow(dead_code)] // for the Sentinel and Cluster targets, which come next
-    pub(crate) fn is_tls(&self) -> bool {
+    /// Whether the target speaks TLS (the tests' view; the connectors have their own).
+    #[cfg(test)]
+    fn is_tls(&self) -> bool {
         match self {
             Target::Single(info) => is_tls_addr(info.addr()),
             Target::Sentinel { tls, .. } | Target::Cluster { tls, .. } => *tls,

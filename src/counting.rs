@@ -178,16 +178,7 @@ impl Client {
     /// [`Error::InvalidArgument`] for an empty name or a name with `{` or `}` (the
     /// library puts the name in a hash tag).
     pub fn counting_semaphore(&self, name: &str) -> Result<CountingSemaphore> {
-        if name.is_empty() {
-            return Err(Error::InvalidArgument(
-                "semaphore name must not be empty".into(),
-            ));
-        }
-        if name.contains(['{', '}']) {
-            return Err(Error::InvalidArgument(
-                "semaphore name must not contain '{' or '}'".into(),
-            ));
-        }
+        Error::check_name(name, true)?;
         Ok(CountingSemaphore {
             inner: Arc::new(Inner {
                 client: self.clone(),
@@ -251,7 +242,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::InvalidArgument`] for 0; as [`add_permits`](Self::add_permits).
     pub fn reduce_permits(&self, permits: u32) -> Result<()> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         self.add_permits(-i64::from(permits))
     }
 
@@ -266,7 +257,7 @@ impl CountingSemaphore {
     /// [`Error::InvalidArgument`] for 0; [`Error::WrongType`]; Redis and pool errors.
     /// A timeout leaves the acquire in doubt (see the type's docs).
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         let granted = self.look(permits, None)?;
         if granted {
             self.inner.metrics.acquired();
@@ -325,7 +316,7 @@ impl CountingSemaphore {
     /// [`Error::InvalidArgument`] for 0; [`Error::CountOutOfRange`] past
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<()> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         self.run(|c, k| calls::release(c, k, permits))?;
         self.inner.metrics.released();
         Ok(())
@@ -477,7 +468,7 @@ impl CountingSemaphore {
     /// is missed), and looks again each time it is told to, on its re-check timer, and
     /// never after its deadline; on timeout it leaves the queue.
     fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<bool> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         let metrics = &self.inner.metrics;
         if self.look(permits, None)? {
             metrics.acquired();
@@ -563,13 +554,6 @@ impl std::fmt::Debug for CountingSemaphore {
             .field("name", &self.inner.name)
             .finish()
     }
-}
-
-fn check_permits(permits: u32) -> Result<()> {
-    if permits == 0 {
-        return Err(Error::InvalidArgument("permits must be at least 1".into()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

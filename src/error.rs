@@ -176,6 +176,30 @@ pub enum Error {
 }
 
 impl Error {
+    /// Checks a semaphore name: not empty, and, where the library puts it in a hash
+    /// tag (`hash_tag`), without `{` or `}`.
+    pub(crate) fn check_name(name: &str, hash_tag: bool) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not be empty".into(),
+            ));
+        }
+        if hash_tag && name.contains(['{', '}']) {
+            return Err(Error::InvalidArgument(
+                "semaphore name must not contain '{' or '}'".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a permit count: at least 1.
+    pub(crate) fn check_permits(permits: u32) -> Result<()> {
+        if permits == 0 {
+            return Err(Error::InvalidArgument("permits must be at least 1".into()));
+        }
+        Ok(())
+    }
+
     /// Sorts an error from `redis` for semaphore `name`, whose calls are allowed
     /// `allowed` each: a wrong key type, a timeout, or any other Redis error.
     pub(crate) fn redis(name: &str, e: redis::RedisError, allowed: std::time::Duration) -> Error {

@@ -431,12 +431,7 @@ impl SemaphoreBuilder {
     /// shorter than the client's operation timeout, or a `max_hold` under 1 ms.
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
-        if self.name.is_empty() {
-            return invalid("semaphore name must not be empty");
-        }
-        if self.name.contains(['{', '}']) {
-            return invalid("semaphore name must not contain '{' or '}'");
-        }
+        Error::check_name(&self.name, true)?;
         let limit = match self.limit {
             None => return invalid("a limit is required"),
             Some(0) => return invalid("limit must be at least 1"),
@@ -531,9 +526,11 @@ impl SemaphoreBuilder {
 /// What one acquire attempt gave.
 enum Attempt {
     Granted(Permit),
+    /// Not granted; look again after `retry_after` at the latest (the script's answer:
+    /// for the head when the earliest lease ends, for the next few waiters when the
+    /// head's heartbeat would end, so that a dead head is replaced within it).
     Busy {
         retry_after: Option<Duration>,
-        head: bool,
     },
 }
 
@@ -901,9 +898,7 @@ impl Semaphore {
     }
 
     fn check_permits(&self, n: u32) -> Result<()> {
-        if n == 0 {
-            return Err(Error::InvalidArgument("permits must be at least 1".into()));
-        }
+        Error::check_permits(n)?;
         if n > self.inner.limit {
             return Err(self.too_many(n, self.inner.limit));
         }
@@ -1032,14 +1027,13 @@ impl Semaphore {
             .lease
             .clamp(Duration::from_millis(250), Duration::from_secs(5));
         loop {
-            let (retry_after, head) =
-                match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
-                    Attempt::Granted(p) => {
-                        waiter.finish();
-                        return Ok(Some(p));
-                    }
-                    Attempt::Busy { retry_after, head } => (retry_after, head),
-                };
+            let retry_after = match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
+                Attempt::Granted(p) => {
+                    waiter.finish();
+                    return Ok(Some(p));
+                }
+                Attempt::Busy { retry_after } => retry_after,
+            };
             let now = Instant::now();
             let mut look_at = now
                 + if waiter.hub.is_ready() {
@@ -1047,9 +1041,6 @@ impl Semaphore {
                 } else {
                     NO_PUSH_POLL
                 };
-            // the head looks again when the earliest lease ends; the next few waiters
-            // when the head's heartbeat would end (a dead head is gone by then)
-            let _ = head;
             if let Some(r) = retry_after {
                 look_at = look_at.min(now + r + Duration::from_millis(1));
             }
@@ -1221,9 +1212,8 @@ impl Semaphore {
                     valid_until,
                 )))
             }
-            Acquired::Busy { retry_ms, head, .. } => Ok(Attempt::Busy {
+            Acquired::Busy { retry_ms, .. } => Ok(Attempt::Busy {
                 retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
-                head,
             }),
             Acquired::TooMany { limit, .. } => Err(self.too_many(n, limit)),
             Acquired::TooLate { .. } => Err(late_reply(&sem.name)),

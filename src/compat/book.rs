@@ -278,9 +278,7 @@ impl BookSemaphoreBuilder {
             BookVariant::NodeFair => BookKeys::node_fair(&self.name),
             _ => BookKeys::new(&self.name),
         };
-        if self.name.is_empty() {
-            return invalid("semaphore name must not be empty");
-        }
+        Error::check_name(&self.name, false)?;
         if self.limit == 0 {
             return invalid("limit must be at least 1");
         }

@@ -162,11 +162,7 @@ struct Common {
 
 impl Common {
     fn new(client: &Client, name: &str) -> Result<Common> {
-        if name.is_empty() {
-            return Err(Error::InvalidArgument(
-                "semaphore name must not be empty".into(),
-            ));
-        }
+        Error::check_name(name, false)?;
         Ok(Common {
             client: client.clone(),
             name: name.to_owned(),
@@ -453,13 +449,6 @@ fn deadline_of(wait: Duration) -> Instant {
         .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
-fn check_permits(permits: u32) -> Result<()> {
-    if permits == 0 {
-        return Err(Error::InvalidArgument("permits must be at least 1".into()));
-    }
-    Ok(())
-}
-
 fn check_delta(delta: i64) -> Result<()> {
     if delta == 0 {
         return Err(Error::InvalidArgument("delta must not be 0".into()));
@@ -625,7 +614,7 @@ impl RSemaphore {
     /// [`Error::InvalidArgument`] for 0 (Redisson answers `true` without a call);
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         let got = self.try_once(permits)?;
         if !got {
             Counters::bump(&self.common.shared().stats.try_failed);
@@ -672,7 +661,7 @@ impl RSemaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub fn acquire(&self, permits: u32) -> Result<()> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         self.wait_for(permits, None)?;
         Ok(())
     }
@@ -687,7 +676,7 @@ impl RSemaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub fn acquire_timeout(&self, permits: u32, timeout: Duration) -> Result<bool> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         Ok(self
             .wait_for(permits, Some(deadline_of(timeout)))?
             .is_some())
@@ -711,7 +700,7 @@ impl RSemaphore {
     ///
     /// [`Error::InvalidArgument`] for 0; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<i64> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         let publish = self.common.publish();
         let after = self.common.run_write(
             "release",
@@ -728,7 +717,7 @@ impl RSemaphore {
     ///
     /// As [`release`](Self::release).
     pub fn release_if_exists(&self, permits: u32) -> Result<bool> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         let publish = self.common.publish();
         Ok(self
             .common
@@ -1183,7 +1172,7 @@ impl RPermitExpirableSemaphore {
     }
 
     fn check_many(n: u32, lease: Option<Duration>) -> Result<()> {
-        check_permits(n)?;
+        Error::check_permits(n)?;
         if n > MAX_MANY {
             return Err(Error::InvalidArgument(format!(
                 "at most {MAX_MANY} permits per call"
