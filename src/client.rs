@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::connect::{
     Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
+    with_credentials,
 };
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
@@ -652,13 +653,11 @@ impl ClientBuilder {
                 None => redis::ConnectionAddr::Tcp(host.clone(), *port),
             };
             let info = addr.into_connection_info().map_err(bad)?;
-            let mut settings = info.redis_settings().clone();
-            if let Some(u) = &username {
-                settings = settings.set_username(u);
-            }
-            if let Some(p) = &password {
-                settings = settings.set_password(p);
-            }
+            let settings = with_credentials(
+                info.redis_settings().clone(),
+                username.as_deref(),
+                password.as_deref(),
+            );
             infos.push(
                 info.set_redis_settings(settings)
                     .set_tcp_settings(TcpSettings::default().set_nodelay(true)),

@@ -65,6 +65,28 @@ pub(crate) struct Credentials {
     pub(crate) password: Option<String>,
 }
 
+/// `settings` with `username` and `password` set where given (kept where not).
+pub(crate) fn with_credentials(
+    mut settings: redis::RedisConnectionInfo,
+    username: Option<&str>,
+    password: Option<&str>,
+) -> redis::RedisConnectionInfo {
+    if let Some(u) = username {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = password {
+        settings = settings.set_password(p);
+    }
+    settings
+}
+
+impl Credentials {
+    /// `settings` with these credentials where they are set.
+    pub(crate) fn apply(&self, settings: redis::RedisConnectionInfo) -> redis::RedisConnectionInfo {
+        with_credentials(settings, self.username.as_deref(), self.password.as_deref())
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")
@@ -426,13 +448,7 @@ pub(crate) fn endpoint(
     creds: &Credentials,
     tls_files: &TlsFiles,
 ) -> Result<Endpoint> {
-    let mut settings = info.redis_settings().clone();
-    if let Some(u) = &creds.username {
-        settings = settings.set_username(u);
-    }
-    if let Some(p) = &creds.password {
-        settings = settings.set_password(p);
-    }
+    let settings = creds.apply(info.redis_settings().clone());
     let has_password = settings.password().is_some();
     let info = info
         .set_redis_settings(settings)

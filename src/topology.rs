@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use crate::connect::{Endpoint, NodeTls};
+use crate::connect::{Endpoint, NodeTls, with_credentials};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
@@ -274,20 +274,16 @@ impl SentinelTarget {
         sentinel_password: Option<Secret>,
         tls: Option<NodeTls>,
     ) -> SentinelTarget {
-        let mut data = RedisConnectionInfo::default().set_db(url.db);
-        if let Some(u) = &url.username {
-            data = data.set_username(u);
-        }
-        if let Some(p) = &url.password {
-            data = data.set_password(p);
-        }
-        let mut sentinel_auth = RedisConnectionInfo::default();
-        if let Some(u) = &sentinel_username {
-            sentinel_auth = sentinel_auth.set_username(u);
-        }
-        if let Some(Secret(p)) = &sentinel_password {
-            sentinel_auth = sentinel_auth.set_password(p);
-        }
+        let data = with_credentials(
+            RedisConnectionInfo::default().set_db(url.db),
+            url.username.as_deref(),
+            url.password.as_deref(),
+        );
+        let sentinel_auth = with_credentials(
+            RedisConnectionInfo::default(),
+            sentinel_username.as_deref(),
+            sentinel_password.as_ref().map(|Secret(p)| p.as_str()),
+        );
         SentinelTarget {
             service: url.service,
             sentinels: url.sentinels,
