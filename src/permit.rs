@@ -235,10 +235,8 @@ impl Grantor for SemInner {
                 permit.renewed(sent + crate::clock::shrink(self.lease));
                 return Ok(());
             }
-            Renewal::Lost(_) if now >= permit.valid_until() => permit.expiry_reason(),
-            Renewal::Lost(_) => LostReason::Released,
-            Renewal::Reset if now >= permit.valid_until() => permit.expiry_reason(),
-            Renewal::Reset => LostReason::Reset,
+            Renewal::Lost(_) => permit.reason_for_missing(now, false),
+            Renewal::Reset => permit.reason_for_missing(now, true),
         };
         if permit.lost_reason().is_none() {
             Counters::bump(&shared.stats.lost);

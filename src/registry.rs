@@ -158,6 +158,19 @@ struct Group {
     renewer: Option<Arc<dyn Renew>>,
 }
 
+impl Group {
+    /// Moves the permits whose client-side deadline is not after `now` to `expired`.
+    fn take_expired(&mut self, now: Instant, expired: &mut Vec<Arc<PermitState>>) {
+        self.permits.retain(|_, p| {
+            let live = p.valid_until() > now;
+            if !live {
+                expired.push(Arc::clone(p));
+            }
+            live
+        });
+    }
+}
+
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Group")
@@ -297,13 +310,7 @@ impl Registry {
     pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Arc<PermitState>> {
         let mut expired = Vec::new();
         for g in self.groups.values_mut() {
-            g.permits.retain(|_, p| {
-                let live = p.valid_until() > now;
-                if !live {
-                    expired.push(Arc::clone(p));
-                }
-                live
-            });
+            g.take_expired(now, &mut expired);
         }
         expired
     }
@@ -339,13 +346,7 @@ impl Registry {
                     });
                 }
             } else {
-                g.permits.retain(|_, p| {
-                    let live = p.valid_until() > now;
-                    if !live {
-                        expired.push(Arc::clone(p));
-                    }
-                    live
-                });
+                g.take_expired(now, &mut expired);
                 match g.permits.values().map(|p| p.valid_until()).min() {
                     Some(t) => g.next_due = t,
                     None => return false,
