@@ -57,6 +57,7 @@ pub struct Semaphore {
     pub(crate) inner: Arc<SemInner>,
 }
 
+#[derive(Clone)]
 pub(crate) struct SemInner {
     pub(crate) client: Client,
     pub(crate) name: String,
@@ -611,22 +612,8 @@ impl Semaphore {
         let inner = &self.inner;
         Ok(Semaphore {
             inner: Arc::new(SemInner {
-                client: inner.client.clone(),
-                name: inner.name.clone(),
-                keys: Arc::clone(&inner.keys),
-                limit: inner.limit,
-                lease: inner.lease,
-                refresh_every: inner.refresh_every,
-                fair: inner.fair,
-                auto_refresh: inner.auto_refresh,
-                group: inner.group.clone(),
-                wait_group: inner.wait_group.clone(),
                 origin: Arc::from(format!("{}|{label}", inner.client.inner.shared.origin)),
-                combiner: Arc::clone(&inner.combiner),
-                replicas: inner.replicas,
-                clock: Arc::clone(&inner.clock),
-                max_hold: inner.max_hold,
-                metrics: inner.metrics.clone(),
+                ..SemInner::clone(inner)
             }),
         })
     }

@@ -1087,3 +1087,36 @@ fn clients_that_pass_different_limits_are_reported() {
     assert_eq!(agree.status().unwrap().other_client_limit, None);
     drop((a, b));
 }
+
+/// `with_label` gives a handle of the same semaphore (same limit, lease, combiner)
+/// whose permits carry the new label; the original handle keeps its own.
+#[test]
+fn with_label_changes_only_the_label() {
+    let server = RedisServer::start();
+    let sem = client(&server)
+        .semaphore_builder("labelled")
+        .limit(2)
+        .lease(Duration::from_secs(7))
+        .label("first")
+        .build()
+        .unwrap();
+    let other = sem.with_label("second").unwrap();
+    assert_eq!(other.lease(), sem.lease());
+    let a = sem.try_acquire().unwrap().unwrap();
+    let b = other.try_acquire().unwrap().unwrap();
+    assert!(other.try_acquire().unwrap().is_none(), "one limit for both");
+    let mut labels: Vec<(String, Option<String>)> = sem
+        .holders()
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.id, h.label))
+        .collect();
+    labels.sort();
+    let mut want = vec![
+        (a.id().to_owned(), Some("first".to_owned())),
+        (b.id().to_owned(), Some("second".to_owned())),
+    ];
+    want.sort();
+    assert_eq!(labels, want);
+    assert!(sem.with_label("line\nbreak").is_err());
+}
