@@ -5,6 +5,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::combine::SemCombiner;
 use crate::connect::{
     Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
     with_credentials,
@@ -15,7 +16,6 @@ use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased::{self, Kind};
-use crate::semaphore::{SemCombiner, Semaphore, SemaphoreBuilder};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 use crate::topology::{self, ClusterSource, Connector, SentinelTarget, SentinelUrl, Watcher};
@@ -27,7 +27,7 @@ use redis::io::tcp::TcpSettings;
 /// the leases of this client's permits alive.
 ///
 /// `Client` is cheap to clone; clones share the pool and the thread. When the last
-/// handle is dropped, together with every [`Semaphore`] and [`Permit`] made from it,
+/// handle is dropped, together with every [`Semaphore`](crate::Semaphore) and [`Permit`] made from it,
 /// the background thread is stopped and joined.
 ///
 /// # Examples
@@ -280,22 +280,6 @@ impl Client {
             });
         }
         Ok(())
-    }
-
-    /// A semaphore named `name` allowing `limit` permits at once, with the default
-    /// settings of [`SemaphoreBuilder`].
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty name, a name with `{` or `}`, or a
-    /// limit of 0.
-    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore> {
-        self.semaphore_builder(name).limit(limit).build()
-    }
-
-    /// A builder for semaphore `name`, to set its lease, fairness and refresh.
-    pub fn semaphore_builder(&self, name: &str) -> SemaphoreBuilder {
-        SemaphoreBuilder::new(self.clone(), name)
     }
 
     /// A snapshot of this client's counters: acquires, failed tries, waits and their

@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::scripts::leased::HotReply;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// The most operations one batch call carries; the rest wait for the next call.
@@ -55,6 +56,10 @@ const MAX_BATCH: usize = 64;
 /// never wait for one another (measured: fewer in-flight calls cost throughput with 2–4
 /// threads, more made the batches of 16 threads smaller and slower; BENCHMARKS.md).
 const MAX_IN_FLIGHT: usize = 4;
+
+/// The combiner of a leased semaphore's hot path: its replies are the scripts' typed
+/// ones.
+pub(crate) type SemCombiner = Combiner<HotReply>;
 
 /// One operation of the hot path.
 #[derive(Debug)]

@@ -3,13 +3,8 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use crate::combine::Op;
 use crate::error::{Error, LostReason, Result};
-use crate::refresher::{self, Renewal};
 use crate::registry::PermitState;
-use crate::scripts::leased::{HotReply, Released};
-use crate::semaphore::SemInner;
-use crate::stats::Counters;
 
 /// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
 ///
@@ -201,143 +196,6 @@ pub(crate) trait Grantor: Send + Sync + 'static {
     fn detach(&self, _permit: &PermitState) {}
 }
 
-impl Grantor for SemInner {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn detach(&self, permit: &PermitState) {
-        let shared = &self.client.inner.shared;
-        shared.registry.lock().deregister(&self.group, &permit.id);
-    }
-
-    fn refresh(&self, permit: &PermitState) -> Result<()> {
-        let shared = &self.client.inner.shared;
-        let sent = Instant::now();
-        if permit.held_out(sent) {
-            return Err(Error::InvalidArgument(format!(
-                "permit {} of semaphore {:?} has been held for its max_hold: it is not \
-                 renewed any more and ends with its lease",
-                permit.id, self.name
-            )));
-        }
-        let renewal = refresher::call_refresh(
-            shared,
-            &self.keys,
-            self.lease,
-            &[&permit.id],
-            shared.op_timeout,
-        )
-        .map_err(|e| self.sorted(e).during("refresh"))?;
-        let now = Instant::now();
-        let reason = match renewal {
-            Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(sent + crate::clock::shrink(self.lease));
-                return Ok(());
-            }
-            Renewal::Lost(_) => permit.reason_for_missing(now, false),
-            Renewal::Reset => permit.reason_for_missing(now, true),
-        };
-        if permit.lost_reason().is_none() {
-            Counters::bump(&shared.stats.lost);
-        }
-        permit.mark_lost(reason);
-        let reason = permit.lost_reason().unwrap_or(reason);
-        Err(Error::PermitLost {
-            id: permit.id.clone(),
-            reason,
-        })
-    }
-
-    fn release(&self, permit: &PermitState) -> Result<()> {
-        let shared = &self.client.inner.shared;
-        let result = self.give_back(permit).map_err(|e| e.during("release"));
-        match &result {
-            Ok(()) => {
-                Counters::bump(&shared.stats.released);
-                self.metrics.released();
-                log::debug!("redis-semaphore: {} released {}", self.name, permit.id);
-            }
-            Err(Error::PermitLost { .. } | Error::LeaseExpired { .. }) => {
-                Counters::bump(&shared.stats.release_gone);
-                self.metrics.release_gone();
-            }
-            Err(e) => {
-                Counters::bump(&shared.stats.release_failed);
-                self.metrics.release_failed();
-                if matches!(
-                    e,
-                    Error::Redis(_) | Error::Pool(_) | Error::Connect { .. } | Error::Auth { .. }
-                ) {
-                    Counters::bump(&shared.stats.errors);
-                    self.metrics.errors();
-                }
-            }
-        }
-        result
-    }
-}
-
-impl SemInner {
-    /// Sends the release, all of it (pool checkout, a wait for a shared call, the call,
-    /// one retry) ending by one deadline: the operation timeout from now. A release
-    /// that fails on a broken connection is sent once more on a fresh one (the script
-    /// is safe to run twice): after a `CLIENT KILL` or a restart every idle pooled
-    /// connection may be dead, and the slot would otherwise stay taken for a lease.
-    fn give_back(&self, permit: &PermitState) -> Result<()> {
-        let shared = &self.client.inner.shared;
-        shared.registry.lock().deregister(&self.group, &permit.id);
-        let deadline = Instant::now() + shared.op_timeout;
-        let first = self
-            .combiner
-            .run(
-                Op::Release {
-                    id: permit.id.clone(),
-                },
-                &|ops| self.exec_until(ops, deadline),
-                deadline,
-            )
-            .map_err(Error::from);
-        let (status, retried) = match first {
-            Ok(HotReply::Released(status)) => (status, false),
-            Ok(HotReply::Acquired(_)) => {
-                return Err(Error::reply("release", "an acquire's reply"));
-            }
-            Err(Error::Redis(e)) if broken(&e) && Instant::now() < deadline => {
-                log::debug!("redis-semaphore: release of {} again: {e}", permit.id);
-                match self.release_fresh(&permit.id, deadline) {
-                    Ok(status) => (status, true),
-                    Err(Error::Redis(e2)) => return Err(self.error(e2)),
-                    Err(other) => return Err(other),
-                }
-            }
-            Err(Error::Redis(e)) => return Err(self.error(e)),
-            Err(other) => return Err(other),
-        };
-        match status {
-            Released::Live => Ok(()),
-            Released::Late => Err(Error::LeaseExpired {
-                id: permit.id.clone(),
-            }),
-            // the first try may have run before its connection broke: then it released
-            // the permit, and "not held" is its own doing, not a loss
-            Released::NotHeld if retried && permit.lost_reason().is_none() => Ok(()),
-            Released::NotHeld => {
-                let reason = permit.gone_reason();
-                Err(Error::PermitLost {
-                    id: permit.id.clone(),
-                    reason,
-                })
-            }
-        }
-    }
-}
-
-/// Whether a failed command broke its connection (so another connection may work).
-fn broken(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() && !e.is_timeout()
-}
-
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.released {
@@ -447,7 +305,7 @@ impl std::str::FromStr for PermitParts {
         let mut fields = rest.splitn(5, ':');
         let mut next = |what: &str| fields.next().ok_or_else(|| bad(what));
         let id = next("id")?.to_owned();
-        if !crate::semaphore::is_permit_id(&id) {
+        if !is_permit_id(&id) {
             return Err(bad("id"));
         }
         let token = next("token")?.parse().map_err(|_| bad("token"))?;
@@ -472,6 +330,12 @@ impl std::str::FromStr for PermitParts {
             permits,
         })
     }
+}
+
+/// Whether `id` has the shape of a permit id of this crate (uuid text, 36 characters
+/// of hexadecimal digits and '-'), as the scripts require.
+pub(crate) fn is_permit_id(id: &str) -> bool {
+    id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
 }
 
 #[cfg(test)]

@@ -5,13 +5,14 @@ use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
 use crate::clock::{Anchor, Clock, shrink};
-use crate::combine::{Combiner, Failed, Op};
+use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
-use crate::permit::{Permit, PermitParts};
+use crate::permit::{Grantor, Permit, PermitParts, is_permit_id};
 use crate::pool::Pool;
+use crate::refresher;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
     self, AcquireArgs, Acquired, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode, Released,
@@ -87,9 +88,6 @@ pub(crate) struct SemInner {
     /// This handle's per-semaphore metrics (`metrics` feature; empty without it).
     pub(crate) metrics: SemMetrics,
 }
-
-/// The combiner of a semaphore's hot path: its replies are the scripts' typed ones.
-pub(crate) type SemCombiner = Combiner<HotReply>;
 
 impl SemInner {
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
@@ -230,6 +228,24 @@ fn read_server_time(
     };
     clock.update(anchor);
     Ok(anchor)
+}
+
+impl Client {
+    /// A semaphore named `name` allowing `limit` permits at once, with the default
+    /// settings of [`SemaphoreBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a name with `{` or `}`, or a
+    /// limit of 0.
+    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore> {
+        self.semaphore_builder(name).limit(limit).build()
+    }
+
+    /// A builder for semaphore `name`, to set its lease, fairness and refresh.
+    pub fn semaphore_builder(&self, name: &str) -> SemaphoreBuilder {
+        SemaphoreBuilder::new(self.clone(), name)
+    }
 }
 
 /// One holder of a semaphore, as [`Semaphore::holders`] reports it.
@@ -1460,12 +1476,6 @@ fn late_reply(name: &str) -> Error {
     )))
 }
 
-/// Whether `id` has the shape of a permit id of this crate (uuid text, 36 characters
-/// of hexadecimal digits and '-'), as the scripts require.
-pub(crate) fn is_permit_id(id: &str) -> bool {
-    id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
-}
-
 fn check_label(label: &str) -> Result<()> {
     if label.len() > 100 || label.contains(['\n', '\r']) {
         return Err(Error::InvalidArgument(
@@ -1533,6 +1543,143 @@ fn parse_holder(id: String, record: &str, deadline: i64, now: i64) -> Result<Hol
         label: f.get(6).filter(|l| !l.is_empty()).map(|l| (*l).to_owned()),
         lease_left: Duration::from_millis(deadline.saturating_sub(now).max(0) as u64),
     })
+}
+
+impl Grantor for SemInner {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn detach(&self, permit: &PermitState) {
+        let shared = &self.client.inner.shared;
+        shared.registry.lock().deregister(&self.group, &permit.id);
+    }
+
+    fn refresh(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        let sent = Instant::now();
+        if permit.held_out(sent) {
+            return Err(Error::InvalidArgument(format!(
+                "permit {} of semaphore {:?} has been held for its max_hold: it is not \
+                 renewed any more and ends with its lease",
+                permit.id, self.name
+            )));
+        }
+        let renewal = refresher::call_refresh(
+            shared,
+            &self.keys,
+            self.lease,
+            &[&permit.id],
+            shared.op_timeout,
+        )
+        .map_err(|e| self.sorted(e).during("refresh"))?;
+        let now = Instant::now();
+        let reason = match renewal {
+            Renewal::Lost(gone) if gone.is_empty() => {
+                permit.renewed(sent + crate::clock::shrink(self.lease));
+                return Ok(());
+            }
+            Renewal::Lost(_) => permit.reason_for_missing(now, false),
+            Renewal::Reset => permit.reason_for_missing(now, true),
+        };
+        if permit.lost_reason().is_none() {
+            Counters::bump(&shared.stats.lost);
+        }
+        permit.mark_lost(reason);
+        let reason = permit.lost_reason().unwrap_or(reason);
+        Err(Error::PermitLost {
+            id: permit.id.clone(),
+            reason,
+        })
+    }
+
+    fn release(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        let result = self.give_back(permit).map_err(|e| e.during("release"));
+        match &result {
+            Ok(()) => {
+                Counters::bump(&shared.stats.released);
+                self.metrics.released();
+                log::debug!("redis-semaphore: {} released {}", self.name, permit.id);
+            }
+            Err(Error::PermitLost { .. } | Error::LeaseExpired { .. }) => {
+                Counters::bump(&shared.stats.release_gone);
+                self.metrics.release_gone();
+            }
+            Err(e) => {
+                Counters::bump(&shared.stats.release_failed);
+                self.metrics.release_failed();
+                if matches!(
+                    e,
+                    Error::Redis(_) | Error::Pool(_) | Error::Connect { .. } | Error::Auth { .. }
+                ) {
+                    Counters::bump(&shared.stats.errors);
+                    self.metrics.errors();
+                }
+            }
+        }
+        result
+    }
+}
+
+impl SemInner {
+    /// Sends the release, all of it (pool checkout, a wait for a shared call, the call,
+    /// one retry) ending by one deadline: the operation timeout from now. A release
+    /// that fails on a broken connection is sent once more on a fresh one (the script
+    /// is safe to run twice): after a `CLIENT KILL` or a restart every idle pooled
+    /// connection may be dead, and the slot would otherwise stay taken for a lease.
+    fn give_back(&self, permit: &PermitState) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        shared.registry.lock().deregister(&self.group, &permit.id);
+        let deadline = Instant::now() + shared.op_timeout;
+        let first = self
+            .combiner
+            .run(
+                Op::Release {
+                    id: permit.id.clone(),
+                },
+                &|ops| self.exec_until(ops, deadline),
+                deadline,
+            )
+            .map_err(Error::from);
+        let (status, retried) = match first {
+            Ok(HotReply::Released(status)) => (status, false),
+            Ok(HotReply::Acquired(_)) => {
+                return Err(Error::reply("release", "an acquire's reply"));
+            }
+            Err(Error::Redis(e)) if broken(&e) && Instant::now() < deadline => {
+                log::debug!("redis-semaphore: release of {} again: {e}", permit.id);
+                match self.release_fresh(&permit.id, deadline) {
+                    Ok(status) => (status, true),
+                    Err(Error::Redis(e2)) => return Err(self.error(e2)),
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(Error::Redis(e)) => return Err(self.error(e)),
+            Err(other) => return Err(other),
+        };
+        match status {
+            Released::Live => Ok(()),
+            Released::Late => Err(Error::LeaseExpired {
+                id: permit.id.clone(),
+            }),
+            // the first try may have run before its connection broke: then it released
+            // the permit, and "not held" is its own doing, not a loss
+            Released::NotHeld if retried && permit.lost_reason().is_none() => Ok(()),
+            Released::NotHeld => {
+                let reason = permit.gone_reason();
+                Err(Error::PermitLost {
+                    id: permit.id.clone(),
+                    reason,
+                })
+            }
+        }
+    }
+}
+
+/// Whether a failed command broke its connection (so another connection may work).
+fn broken(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() && !e.is_timeout()
 }
 
 #[cfg(test)]
