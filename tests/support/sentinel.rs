@@ -195,7 +195,7 @@ fn sentinel_conn(port: u16, password: Option<&str>) -> redis::Connection {
 }
 
 /// What a sentinel says of the service (`SENTINEL MASTER`), as field/value pairs.
-fn master_fields(conn: &mut redis::Connection) -> Option<Vec<(String, String)>> {
+pub fn master_fields(conn: &mut redis::Connection) -> Option<Vec<(String, String)>> {
     let flat: Vec<String> = redis::cmd("SENTINEL")
         .arg("MASTER")
         .arg(SERVICE)
@@ -208,7 +208,8 @@ fn master_fields(conn: &mut redis::Connection) -> Option<Vec<(String, String)>> 
     )
 }
 
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+/// The value of `name` in [`master_fields`]'s pairs.
+pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields
         .iter()
         .find_map(|(k, v)| (k == name).then_some(v.as_str()))

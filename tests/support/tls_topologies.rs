@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::sentinel::{SERVICE, Sentinel};
+use super::sentinel::{SERVICE, Sentinel, field, master_fields};
 use super::{RedisServer, TlsCerts, info_field, pick_port, wait_until};
 
 /// How long a set may take to settle (replicas in sync, sentinels knowing each other,
@@ -235,26 +235,6 @@ impl TlsSentinelSet {
         }
         (old, new)
     }
-}
-
-/// What a sentinel says of the service (`SENTINEL MASTER`), as field/value pairs.
-fn master_fields(conn: &mut redis::Connection) -> Option<Vec<(String, String)>> {
-    let flat: Vec<String> = redis::cmd("SENTINEL")
-        .arg("MASTER")
-        .arg(SERVICE)
-        .query(conn)
-        .ok()?;
-    Some(
-        flat.chunks(2)
-            .filter_map(|kv| Some((kv.first()?.clone(), kv.get(1)?.clone())))
-            .collect(),
-    )
-}
-
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find_map(|(k, v)| (k == name).then_some(v.as_str()))
 }
 
 /// A 3-primary, 3-replica cluster (`cluster-node-timeout` 1000 ms) whose bus and
