@@ -6,14 +6,12 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_semaphore::compat::book::{BookSemaphore, BookVariant, TimeUnit};
+use redis_semaphore::compat::book::{BookVariant, TimeUnit};
 use redis_semaphore::{Client, Error, Permit};
 use support::RedisServer;
-use support::python::PythonPeer;
+use support::python::{Contention, PythonPeer, contend_with_peers};
 
 const NAME: &str = "market:acct:42";
 
@@ -166,15 +164,6 @@ fn fair_with_lock_python_and_rust_see_each_others_permits() {
     each_sees_the_others_permits(BookVariant::FairWithLock, "lock");
 }
 
-/// What a contention run saw.
-#[derive(Debug)]
-struct Contention {
-    /// The most holders inside the guarded section at once.
-    most: i64,
-    rust_grants: u64,
-    py_grants: u64,
-}
-
 /// Rust threads and Python processes hammer one semaphore for `run`, each holder
 /// raising a Redis counter on entry and lowering it on exit.
 fn contend(
@@ -214,67 +203,7 @@ fn contend(
 
     let client = Client::open(&url).unwrap();
     let sem = book(&client, variant, limit).build().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let most = Arc::new(AtomicI64::new(0));
-    let grants = Arc::new(AtomicU64::new(0));
-    for py in &mut pys {
-        py.send("go");
-    }
-    let threads: Vec<_> = (0..3)
-        .map(|_| {
-            let (sem, stop, most, grants): (BookSemaphore, _, _, _) = (
-                sem.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&most),
-                Arc::clone(&grants),
-            );
-            let mut conn = server.conn();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let Some(p) = sem.try_acquire().unwrap() else {
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    };
-                    grants.fetch_add(1, Ordering::Relaxed);
-                    let inside: i64 = redis::cmd("INCR").arg(INSIDE).query(&mut conn).unwrap();
-                    most.fetch_max(inside, Ordering::Relaxed);
-                    // the work the permit guards: holders must overlap
-                    std::thread::sleep(Duration::from_millis(1));
-                    let _: i64 = redis::cmd("DECR").arg(INSIDE).query(&mut conn).unwrap();
-                    // A permit stolen by a racing acquire may be gone already.
-                    match p.release() {
-                        Ok(()) | Err(Error::PermitLost { .. }) => {}
-                        Err(e) => panic!("release: {e}"),
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(run); // the length of the load, not a synchronisation
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let mut py_grants = 0;
-    let mut py_most = 0;
-    for py in &mut pys {
-        py.send("stop");
-        let line = py.line();
-        let mut words = line.split_whitespace();
-        assert_eq!(words.next(), Some("RESULT"), "{line}");
-        for w in words {
-            if let Some(g) = w.strip_prefix("grants=") {
-                py_grants += g.parse::<u64>().unwrap();
-            } else if let Some(m) = w.strip_prefix("most=") {
-                py_most = py_most.max(m.parse::<i64>().unwrap());
-            }
-        }
-    }
-    Contention {
-        most: most.load(Ordering::Relaxed).max(py_most),
-        rust_grants: grants.load(Ordering::Relaxed),
-        py_grants,
-    }
+    contend_with_peers(server, &mut pys, &sem, INSIDE, run)
 }
 
 /// Listing 17's promise, kept together with Python: under contention, with Python

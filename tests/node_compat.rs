@@ -8,14 +8,12 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_semaphore::compat::book::{BookSemaphore, BookVariant, TimeUnit};
-use redis_semaphore::{Client, Error, Permit};
+use redis_semaphore::{Client, Permit};
 use support::RedisServer;
-use support::python::PythonPeer;
+use support::python::{Contention, PythonPeer, contend_with_peers};
 
 const NAME: &str = "market:acct:42";
 const GLOBAL: &str = "semaphore:count";
@@ -278,14 +276,6 @@ fn racing_node_and_rust_acquires_go_over_the_limit() {
     );
 }
 
-/// What a contention run saw.
-#[derive(Debug)]
-struct Contention {
-    most: i64,
-    rust_grants: u64,
-    py_grants: u64,
-}
-
 /// Three Rust threads and two Node peers hammer one `NodeFair` semaphore, each holder
 /// raising a Redis counter on entry and lowering it on exit.
 fn contend(server: &RedisServer, limit: u32, run: Duration) -> Contention {
@@ -314,65 +304,7 @@ fn contend(server: &RedisServer, limit: u32, run: Duration) -> Contention {
         .collect();
     let client = Client::open(&url).unwrap();
     let sem = node_fair(&client, NAME, limit);
-    let stop = Arc::new(AtomicBool::new(false));
-    let most = Arc::new(AtomicI64::new(0));
-    let grants = Arc::new(AtomicU64::new(0));
-    for p in &mut peers {
-        p.send("go");
-    }
-    let threads: Vec<_> = (0..3)
-        .map(|_| {
-            let (sem, stop, most, grants) = (
-                sem.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&most),
-                Arc::clone(&grants),
-            );
-            let mut conn = server.conn();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let Some(p) = sem.try_acquire().unwrap() else {
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    };
-                    grants.fetch_add(1, Ordering::Relaxed);
-                    let inside: i64 = redis::cmd("INCR").arg(INSIDE).query(&mut conn).unwrap();
-                    most.fetch_max(inside, Ordering::Relaxed);
-                    // the work the permit guards: holders must overlap
-                    std::thread::sleep(Duration::from_millis(1));
-                    let _: i64 = redis::cmd("DECR").arg(INSIDE).query(&mut conn).unwrap();
-                    match p.release() {
-                        Ok(()) | Err(Error::PermitLost { .. }) => {}
-                        Err(e) => panic!("release: {e}"),
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(run); // the length of the load, not a synchronisation
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let (mut py_grants, mut py_most) = (0, 0);
-    for p in &mut peers {
-        p.send("stop");
-        let line = p.line();
-        let mut words = line.split_whitespace();
-        assert_eq!(words.next(), Some("RESULT"), "{line}");
-        for w in words {
-            if let Some(g) = w.strip_prefix("grants=") {
-                py_grants += g.parse::<u64>().unwrap();
-            } else if let Some(m) = w.strip_prefix("most=") {
-                py_most = py_most.max(m.parse::<i64>().unwrap());
-            }
-        }
-    }
-    Contention {
-        most: most.load(Ordering::Relaxed).max(py_most),
-        rust_grants: grants.load(Ordering::Relaxed),
-        py_grants,
-    }
+    contend_with_peers(server, &mut peers, &sem, INSIDE, run)
 }
 
 /// Under load with the Node peers: both sides are served, every acquire of both took

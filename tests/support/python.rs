@@ -5,8 +5,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
+
+use redis_semaphore::Error;
+use redis_semaphore::compat::book::BookSemaphore;
+
+use super::RedisServer;
 
 /// How long a Python reply may take (interpreter start included).
 pub const REPLY: Duration = Duration::from_secs(20);
@@ -85,5 +92,86 @@ impl Drop for PythonPeer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What a contention run saw.
+#[derive(Debug)]
+pub struct Contention {
+    /// The most holders inside the guarded section at once.
+    pub most: i64,
+    pub rust_grants: u64,
+    pub py_grants: u64,
+}
+
+/// Three Rust threads on `sem` and the `peers` (started in their `contend` mode, with
+/// `--inside inside`) hammer one semaphore for `run`, each holder raising the Redis
+/// counter `inside` on entry and lowering it on exit.
+pub fn contend_with_peers(
+    server: &RedisServer,
+    peers: &mut [PythonPeer],
+    sem: &BookSemaphore,
+    inside: &'static str,
+    run: Duration,
+) -> Contention {
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let grants = Arc::new(AtomicU64::new(0));
+    for p in peers.iter_mut() {
+        p.send("go");
+    }
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (sem, stop, most, grants) = (
+                sem.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&most),
+                Arc::clone(&grants),
+            );
+            let mut conn = server.conn();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(p) = sem.try_acquire().unwrap() else {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    grants.fetch_add(1, Ordering::Relaxed);
+                    let now: i64 = redis::cmd("INCR").arg(inside).query(&mut conn).unwrap();
+                    most.fetch_max(now, Ordering::Relaxed);
+                    // the work the permit guards: holders must overlap
+                    std::thread::sleep(Duration::from_millis(1));
+                    let _: i64 = redis::cmd("DECR").arg(inside).query(&mut conn).unwrap();
+                    // a permit stolen by a racing acquire may be gone already
+                    match p.release() {
+                        Ok(()) | Err(Error::PermitLost { .. }) => {}
+                        Err(e) => panic!("release: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(run); // the length of the load, not a synchronisation
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (mut py_grants, mut py_most) = (0, 0);
+    for p in peers.iter_mut() {
+        p.send("stop");
+        let line = p.line();
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("RESULT"), "{line}");
+        for w in words {
+            if let Some(g) = w.strip_prefix("grants=") {
+                py_grants += g.parse::<u64>().unwrap();
+            } else if let Some(m) = w.strip_prefix("most=") {
+                py_most = py_most.max(m.parse::<i64>().unwrap());
+            }
+        }
+    }
+    Contention {
+        most: most.load(Ordering::Relaxed).max(py_most),
+        rust_grants: grants.load(Ordering::Relaxed),
+        py_grants,
     }
 }
