@@ -11,6 +11,12 @@
 //! nothing extra: with a call free it takes it without a lock and sends its own
 //! one-operation script at once.
 //!
+//! How many calls may be in flight adapts to the load (C7): four while tries are
+//! granted, so that up to four threads never wait for one another; while tries are
+//! refused, one per four threads of this client in the combiner. A refused try is
+//! server work that bought nothing, and more calls in flight on a full semaphore only
+//! make more of them: fewer, bigger calls carry the same releases and tries for less.
+//!
 //! What each caller sees is unchanged: its operation runs exactly once, atomically, in
 //! one script, with the reply it would have had alone at that instant (see
 //! `scripts/batch.lua`); it waits for a free call at most until its deadline (C4), a
@@ -19,15 +25,18 @@
 //!
 //! Invariants:
 //! - C1 `leaders` counts the threads sending a call (at most `MAX_IN_FLIGHT`); only
-//!   they send. The queue is empty whenever a call is free (`leaders` below the
-//!   maximum).
+//!   they send. A thread takes a call of its own only while `leaders` is below the
+//!   in-flight limit (C7); whenever the queue is not empty, some leader is in flight
+//!   and will pass the turn on (C3).
 //! - C2 Every queued operation gets exactly one outcome: its reply, a copy of the
 //!   call's Redis error, or "run it yourself" when the call never reached Redis (no
 //!   connection) or the leader unwound. Resending an operation is safe because every
 //!   operation is safe to run twice (same permit id).
 //! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
-//!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty, so
-//!   no operation is left waiting for a leader that will not come.
+//!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty or
+//!   more calls are in flight than the limit allows (C7; then another leader is in
+//!   flight, which will pass the turn on, since the limit is at least one), so no
+//!   operation is left waiting for a leader that will not come.
 //! - C4 A queued operation waits for a call until its caller's deadline (the
 //!   operation timeout from its start); then, if it is still in the queue, it leaves
 //!   it unsent, so that a server that hangs costs a caller about one timeout, not one
@@ -45,6 +54,16 @@
 //!   could have seen; releases first is the one in which the tries find the permits
 //!   just given back free. (Measured: fewer failed tries per success under
 //!   contention, BENCHMARKS.md.)
+//! - C7 The in-flight limit is `MAX_IN_FLIGHT` unless one of the last
+//!   `CONTENDED_CALLS` calls that carried tries had one refused; then it is the
+//!   number of this combiner's callers (queued or sending) divided by
+//!   `THREADS_PER_CALL`, rounded up, from 1 to `MAX_IN_FLIGHT`. It only decides
+//!   whether a thread may start a call (C1) or a finishing leader leaves instead of
+//!   handing over (C3); it never strands a queued operation. (Measured: four
+//!   processes of four threads on one full semaphore made 45-90 % more successful
+//!   tries with one call in flight each than with four; one process of four threads
+//!   on a semaphore with room lost half its throughput with fewer than four;
+//!   BENCHMARKS.md.)
 
 use std::io;
 use std::sync::Arc;
@@ -52,7 +71,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::scripts::leased::HotReply;
+use crate::scripts::leased::{Acquired, HotReply};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// The most operations one batch call carries; the rest wait for the next call.
@@ -62,6 +81,24 @@ const MAX_BATCH: usize = 64;
 /// never wait for one another (measured: fewer in-flight calls cost throughput with 2–4
 /// threads, more made the batches of 16 threads smaller and slower; BENCHMARKS.md).
 const MAX_IN_FLIGHT: usize = 4;
+
+/// For how many calls carrying tries a refused try keeps the in-flight limit low (C7).
+const CONTENDED_CALLS: usize = 8;
+
+/// While tries are refused, one call in flight per this many callers (C7).
+const THREADS_PER_CALL: usize = 4;
+
+/// What the combiner learns from a reply: whether it refused a try (C7).
+pub(crate) trait Reply {
+    /// Whether this is a try-acquire's "no" (the semaphore full, or waiters ahead).
+    fn refused(&self) -> bool;
+}
+
+impl Reply for HotReply {
+    fn refused(&self) -> bool {
+        matches!(self, HotReply::Acquired(Acquired::Busy { .. }))
+    }
+}
 
 /// The combiner of a leased semaphore's hot path: its replies are the scripts' typed
 /// ones.
@@ -132,6 +169,11 @@ pub(crate) struct Combiner<R> {
     /// forgotten (C3).
     leaders: AtomicUsize,
     queue: Mutex<Vec<Arc<Slot<R>>>>,
+    /// Threads inside [`run`](Combiner::run): queued, waiting for a reply or sending.
+    callers: AtomicUsize,
+    /// How many more calls carrying tries keep the limit low (C7): set by a refused
+    /// try, lowered by a call whose tries were all granted.
+    contended: AtomicUsize,
 }
 
 impl<R> Default for Combiner<R> {
@@ -139,6 +181,8 @@ impl<R> Default for Combiner<R> {
         Combiner {
             leaders: AtomicUsize::new(0),
             queue: Mutex::new(Vec::new()),
+            callers: AtomicUsize::new(0),
+            contended: AtomicUsize::new(0),
         }
     }
 }
@@ -168,7 +212,7 @@ impl<R> Slot<R> {
     }
 }
 
-impl<R> Combiner<R> {
+impl<R: Reply> Combiner<R> {
     /// Runs `op`, alone or in a batch with other threads' operations, and returns its
     /// reply. The caller waits until `deadline` at most for a free call (C4), and a
     /// release no longer than that for the reply of a call that carries it (C5).
@@ -179,6 +223,7 @@ impl<R> Combiner<R> {
         deadline: Instant,
     ) -> std::result::Result<R, Failed> {
         let queued_at = Instant::now();
+        let _caller = Caller::enter(&self.callers);
         if self.try_lead() {
             return self.lead(&op, Vec::new(), exec).map_err(Failed::Call);
         }
@@ -267,9 +312,13 @@ impl<R> Combiner<R> {
         order.sort_by_key(|&k| !matches!(op_at(k), Op::Release { .. }));
         let ops: Vec<&Op> = order.iter().map(|&k| op_at(k)).collect();
         let result = exec(&ops);
+        let had_tries = ops.iter().any(|op| matches!(op, Op::Acquire { .. }));
         drop(ops);
         match result {
             Ok(replies) if replies.len() == count => {
+                if had_tries {
+                    self.learn(replies.iter().any(Reply::refused));
+                }
                 let mut placed: Vec<Option<R>> = (0..count).map(|_| None).collect();
                 for (&k, reply) in order.iter().zip(replies) {
                     placed[k] = Some(reply);
@@ -313,11 +362,35 @@ impl<R> Combiner<R> {
 
     /// Takes a free call, if there is one (C1).
     fn try_lead(&self) -> bool {
+        let limit = self.limit();
         self.leaders
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_IN_FLIGHT).then_some(n + 1)
+                (n < limit).then_some(n + 1)
             })
             .is_ok()
+    }
+
+    /// How many calls may be in flight now (C7): from 1 to `MAX_IN_FLIGHT`.
+    fn limit(&self) -> usize {
+        if self.contended.load(Ordering::Relaxed) == 0 {
+            return MAX_IN_FLIGHT;
+        }
+        self.callers
+            .load(Ordering::Relaxed)
+            .div_ceil(THREADS_PER_CALL)
+            .clamp(1, MAX_IN_FLIGHT)
+    }
+
+    /// Updates the contention after a call that carried tries (C7).
+    fn learn(&self, refused: bool) {
+        if refused {
+            self.contended.store(CONTENDED_CALLS, Ordering::Relaxed);
+        } else if self.contended.load(Ordering::Relaxed) > 0 {
+            // (a lost update between two leaders only shifts the count by one)
+            let _ = self
+                .contended
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
+        }
     }
 
     /// Ends a leader's turn (C3).
@@ -337,7 +410,9 @@ impl<R> Combiner<R> {
     /// empty. The lead is handed while the queue is locked, so a caller that holds
     /// the lock and is in no queue is either in a call or already leading (C5).
     fn pass_turn(&self, mut queue: MutexGuard<'_, Vec<Arc<Slot<R>>>>) {
-        if queue.is_empty() {
+        // above the limit, another leader is in flight (the limit is at least one) and
+        // passes the turn on when it ends; under the queue lock `leaders` cannot fall
+        if queue.is_empty() || self.leaders.load(Ordering::Acquire) > self.limit() {
             self.leaders.fetch_sub(1, Ordering::AcqRel);
             return;
         }
@@ -352,14 +427,30 @@ impl<R> Combiner<R> {
     }
 }
 
+/// Counts a thread inside [`Combiner::run`] until it leaves, also by unwinding (C7).
+struct Caller<'a>(&'a AtomicUsize);
+
+impl<'a> Caller<'a> {
+    fn enter(callers: &'a AtomicUsize) -> Self {
+        callers.fetch_add(1, Ordering::Relaxed);
+        Caller(callers)
+    }
+}
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A leader's turn: settles whatever is left unsettled (C2, also when unwinding) and
 /// hands over (C3) when it ends.
-struct Turn<'a, R> {
+struct Turn<'a, R: Reply> {
     combiner: &'a Combiner<R>,
     others: Vec<Arc<Slot<R>>>,
 }
 
-impl<R> Drop for Turn<'_, R> {
+impl<R: Reply> Drop for Turn<'_, R> {
     fn drop(&mut self) {
         for slot in self.others.drain(..) {
             slot.settle(Outcome::Alone);
@@ -372,6 +463,13 @@ impl<R> Drop for Turn<'_, R> {
 mod tests {
     use super::*;
     use redis::Value;
+
+    /// In these tests a reply of "no" is a refused try.
+    impl Reply for Value {
+        fn refused(&self) -> bool {
+            matches!(self, Value::SimpleString(s) if s == "no")
+        }
+    }
 
     fn far() -> Instant {
         Instant::now() + Duration::from_secs(60)
@@ -651,6 +749,79 @@ mod tests {
             assert!(l.join().unwrap());
         }
         assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_limit_is_four_unless_tries_are_refused_then_one_per_four_callers() {
+        let c = Combiner::<Value>::default();
+        c.callers.store(16, Ordering::SeqCst);
+        assert_eq!(c.limit(), MAX_IN_FLIGHT);
+        c.learn(true);
+        for (callers, limit) in [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3), (16, 4), (40, 4)] {
+            c.callers.store(callers, Ordering::SeqCst);
+            assert_eq!(c.limit(), limit, "{callers} callers");
+        }
+        c.callers.store(4, Ordering::SeqCst);
+        for _ in 1..CONTENDED_CALLS {
+            c.learn(false);
+            assert_eq!(c.limit(), 1, "still contended");
+        }
+        c.learn(false);
+        assert_eq!(c.limit(), MAX_IN_FLIGHT, "no refusal in the last calls");
+        c.callers.store(0, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn while_tries_are_refused_four_threads_share_one_call_and_each_gets_its_reply() {
+        let c = Arc::new(Combiner::<Value>::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let in_exec = Arc::new(AtomicUsize::new(0));
+        let most_later = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, calls) = (Arc::clone(&c), Arc::clone(&calls));
+                let (in_exec, most_later) = (Arc::clone(&in_exec), Arc::clone(&most_later));
+                std::thread::spawn(move || {
+                    for k in 0..300 {
+                        let exec = |ops: &[&Op]| {
+                            let call = calls.fetch_add(1, Ordering::SeqCst);
+                            let now_in = in_exec.fetch_add(1, Ordering::SeqCst) + 1;
+                            if call >= 100 {
+                                most_later.fetch_max(now_in, Ordering::SeqCst);
+                            }
+                            std::thread::yield_now();
+                            in_exec.fetch_sub(1, Ordering::SeqCst);
+                            Ok(ops
+                                .iter()
+                                .map(|op| match op {
+                                    Op::Acquire { .. } => Value::SimpleString("no".into()),
+                                    Op::Release { id } => Value::SimpleString(id.clone()),
+                                })
+                                .collect())
+                        };
+                        let id = format!("{t}-{k}");
+                        let (op, want) = if k % 2 == 0 {
+                            (acquire(&id), "no".to_owned())
+                        } else {
+                            (release(&id), id)
+                        };
+                        assert_eq!(c.run(op, &exec, far()).unwrap(), Value::SimpleString(want));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(calls.load(Ordering::SeqCst) > 100, "too few calls to judge");
+        assert_eq!(
+            most_later.load(Ordering::SeqCst),
+            1,
+            "one call in flight once tries are refused"
+        );
+        assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
+        assert_eq!(c.callers.load(Ordering::SeqCst), 0);
+        assert!(c.queue.lock().is_empty());
     }
 
     #[test]
