@@ -153,10 +153,13 @@
 //! the full logic, which decides exactly as it would alone.
 //!
 //! When several threads of one [`Client`] try-acquire or release on the same semaphore
-//! at the same moment, their operations share script calls: a thread that finds four
-//! calls of that semaphore in flight queues its operation, and the queued operations
-//! go together in one script, each run exactly as it would run alone. A thread alone
-//! sends its own script at once. In a batch the fast path reads the state fields once
+//! at the same moment, their operations share script calls: a thread that finds the
+//! most calls of that semaphore in flight queues its operation, and the queued
+//! operations go together in one script, each run exactly as it would run alone, the
+//! releases first (so the tries of the same call find those permits free). The most
+//! is four while tries are granted, and one per four waiting threads while tries are
+//! refused: on a full semaphore more calls would only be more refusals. A thread
+//! alone sends its own script at once. In a batch the fast path reads the state fields once
 //! and then only each operation's own record, writes the `used` count its releases
 //! lowered once at the end, and the tries that share their handle's arguments send
 //! only their id and cutoff: a refused try that joins a batch costs the server about a
