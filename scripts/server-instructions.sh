@@ -9,6 +9,10 @@
 # Workloads:
 #   pair  acquire+release pairs on a limit-5 semaphore (fast grant, fast release)
 #   no    tries on a limit-1 semaphore the keeper holds (the fast "no")
+#   batch combined calls as W2 makes them, on a limit-3 semaphore the keeper holds one
+#         permit of: each call releases the two permits the call before it got, then
+#         makes four tries ('a' and three 'A'), two granted and two refused (6
+#         operations per call; divide by 6 for a figure per operation)
 #
 # Usage: scripts/server-instructions.sh [N=1000] [pair|no] [OUT]
 #   OUT: keep the callgrind file of the N-call run there (callgrind_annotate OUT).
@@ -50,15 +54,25 @@ run() {
         sleep 0.1
     done
     local r="redis-cli -p $port" keys='redsem:{ins}:h redsem:{ins}:i redsem:{ins}:s redsem:{ins}:q'
-    local acq rel limit=5
+    local acq rel bat limit=5
     acq=$($r script load "$(source_of ACQUIRE)")
     rel=$($r script load "$(source_of RELEASE)")
+    bat=$($r script load "$(source_of BATCH)")
     [ "$WORKLOAD" = no ] && limit=1
+    [ "$WORKLOAD" = batch ] && limit=3
     # a long-lived holder keeps the keys, as in a semaphore in use
     $r evalsha "$acq" 4 $keys "$(id 0)" 1 $limit 100000 1000 1000 '1|h|' t 1 '' 0 >/dev/null
     if [ "$WORKLOAD" = no ]; then
         for j in $(seq 1 "$calls"); do
             echo "EVALSHA $acq 4 $keys $(id "$j") 1 $limit 10000 1000 1000 1|h| t 1 x 0"
+        done | $r >/dev/null
+    elif [ "$WORKLOAD" = batch ]; then
+        # call j tries ids 4j+1..4j+4 (the first two granted) and releases 4(j-1)+1, +2
+        for j in $(seq 1 "$calls"); do
+            local b=$((4 * j)) p=$((4 * (j - 1)))
+            local rels=""
+            [ "$j" -gt 1 ] && rels="r $(id $((p + 1))) r $(id $((p + 2)))"
+            echo "EVALSHA $bat 4 $keys $rels a $(id $((b + 1))) 1 $limit 10000 1000 1000 1|h| t 1 x 0 A $(id $((b + 2))) 0 A $(id $((b + 3))) 0 A $(id $((b + 4))) 0"
         done | $r >/dev/null
     else
         for j in $(seq 1 $((calls / 2))); do
