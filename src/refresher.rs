@@ -163,7 +163,7 @@ fn renew(
     let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
     let result = ids
         .chunks(REFRESH_CHUNK)
-        .map(|chunk| call_refresh(shared, &batch.keys, batch.lease, chunk, wait))
+        .map(|chunk| call_refresh(shared, &batch.keys, batch.key.lease(), chunk, wait))
         .try_fold(
             Renewal::Lost(Vec::new()),
             |all, r| -> crate::Result<Renewal> {
@@ -209,7 +209,7 @@ fn renewed_but(
         if gone.iter().any(|g| g == &p.id) {
             lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
         } else {
-            p.renewed(sent + shrink(batch.lease));
+            p.renewed(sent + shrink(batch.key.lease()));
         }
     }
     lost

@@ -140,6 +140,13 @@ pub(crate) struct GroupKey {
     pub(crate) auto: bool,
 }
 
+impl GroupKey {
+    /// The lease the group's permits are renewed for.
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+}
+
 /// Renews permits of another layout than the leased semaphore's (a compat type's),
 /// for the refresher: one call per due group, in the background thread.
 pub(crate) trait Renew: Send + Sync {
@@ -150,7 +157,6 @@ pub(crate) trait Renew: Send + Sync {
 
 struct Group {
     keys: Arc<Keys>,
-    lease: Duration,
     period: Duration,
     next_due: Instant,
     permits: HashMap<String, Arc<PermitState>>,
@@ -175,7 +181,6 @@ impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Group")
             .field("keys", &self.keys)
-            .field("lease", &self.lease)
             .field("period", &self.period)
             .field("permits", &self.permits.len())
             .field("custom", &self.renewer.is_some())
@@ -207,11 +212,10 @@ impl Registry {
         &mut self,
         key: GroupKey,
         keys: &Arc<Keys>,
-        lease: Duration,
         period: Duration,
         state: Arc<PermitState>,
     ) -> bool {
-        self.register_with(key, keys, lease, period, state, None)
+        self.register_with(key, keys, period, state, None)
     }
 
     /// [`register`](Self::register) with the renewer of a compat layout (`None`: the
@@ -221,7 +225,6 @@ impl Registry {
         &mut self,
         key: GroupKey,
         keys: &Arc<Keys>,
-        lease: Duration,
         period: Duration,
         state: Arc<PermitState>,
         renewer: Option<Arc<dyn Renew>>,
@@ -240,7 +243,6 @@ impl Registry {
             nudge = true;
             Group {
                 keys: Arc::clone(keys),
-                lease,
                 period,
                 next_due: first_due,
                 permits: HashMap::new(),
@@ -340,7 +342,6 @@ impl Registry {
                     batches.push(Batch {
                         key: key.clone(),
                         keys: Arc::clone(&g.keys),
-                        lease: g.lease,
                         permits,
                         renewer: g.renewer.clone(),
                     });
@@ -381,7 +382,6 @@ impl Registry {
 pub(crate) struct Batch {
     pub(crate) key: GroupKey,
     pub(crate) keys: Arc<Keys>,
-    pub(crate) lease: Duration,
     pub(crate) permits: Vec<Arc<PermitState>>,
     /// A compat layout's renewer, else the leased semaphore's refresh script.
     pub(crate) renewer: Option<Arc<dyn Renew>>,
@@ -400,7 +400,7 @@ mod tests {
         let keys = Arc::new(Keys::new(name));
         let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
         let period = Duration::from_millis(100);
-        reg.register(key, &keys, Duration::from_millis(300), period, state);
+        reg.register(key, &keys, period, state);
     }
 
     #[test]

@@ -64,7 +64,6 @@ pub(crate) struct SemInner {
     pub(crate) name: String,
     pub(crate) keys: Arc<Keys>,
     pub(crate) limit: u32,
-    pub(crate) lease: Duration,
     pub(crate) refresh_every: Duration,
     pub(crate) fair: bool,
     pub(crate) auto_refresh: bool,
@@ -90,6 +89,11 @@ pub(crate) struct SemInner {
 }
 
 impl SemInner {
+    /// The lease of this handle's permits (kept once, in its refresher group's key).
+    pub(crate) fn lease(&self) -> Duration {
+        self.group.lease()
+    }
+
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
         Error::redis(&self.name, e, self.client.inner.shared.op_timeout)
     }
@@ -523,7 +527,6 @@ impl SemaphoreBuilder {
                 name: self.name,
                 keys,
                 limit,
-                lease: Duration::from_millis(group.lease_ms),
                 refresh_every: refresh_every.max(Duration::from_millis(1)),
                 fair: self.fair,
                 auto_refresh: self.auto_refresh,
@@ -636,7 +639,7 @@ impl Semaphore {
 
     /// The lease of permits granted through this handle.
     pub fn lease(&self) -> Duration {
-        self.inner.lease
+        self.inner.lease()
     }
 
     /// Whether waiters are served in arrival order.
@@ -794,7 +797,7 @@ impl Semaphore {
                 });
             }
         }
-        let valid_until = sent + shrink(sem.lease);
+        let valid_until = sent + shrink(sem.lease());
         Ok(self.permit(
             parts.id().to_owned(),
             parts.token(),
@@ -1027,7 +1030,7 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         let fallback = self
             .inner
-            .lease
+            .lease()
             .clamp(Duration::from_millis(250), Duration::from_secs(5));
         loop {
             let retry_after = match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
@@ -1336,7 +1339,6 @@ impl Semaphore {
         let nudge = client.shared.registry.lock().register(
             sem.group.clone(),
             &sem.keys,
-            sem.lease,
             sem.refresh_every,
             Arc::clone(&state),
         );
@@ -1366,12 +1368,11 @@ impl Semaphore {
     fn register_heartbeat(&self, id: &str) -> (Arc<PermitState>, Receiver<LostReason>) {
         let sem = &self.inner;
         let client = &sem.client.inner;
-        let hb = Duration::from_millis(sem.wait_group.lease_ms);
+        let hb = sem.wait_group.lease();
         let (state, lost) = PermitState::new(format!("w:{id}"), Instant::now() + shrink(hb));
         let nudge = client.shared.registry.lock().register(
             sem.wait_group.clone(),
             &sem.keys,
-            hb,
             (hb / 3).max(Duration::from_millis(1)),
             Arc::clone(&state),
         );
@@ -1402,7 +1403,7 @@ impl Semaphore {
             .shared
             .registry
             .lock()
-            .clean_up(&sem.keys, id, at, at + sem.lease);
+            .clean_up(&sem.keys, id, at, at + sem.lease());
         client.nudge();
     }
 
@@ -1423,7 +1424,7 @@ impl std::fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.inner.name)
             .field("limit", &self.inner.limit)
-            .field("lease", &self.inner.lease)
+            .field("lease", &self.inner.lease())
             .field("fair", &self.inner.fair)
             .field("auto_refresh", &self.inner.auto_refresh)
             .field("wait_replicas", &self.inner.replicas)
@@ -1568,7 +1569,7 @@ impl Grantor for SemInner {
         let renewal = refresher::call_refresh(
             shared,
             &self.keys,
-            self.lease,
+            self.lease(),
             &[&permit.id],
             shared.op_timeout,
         )
@@ -1576,7 +1577,7 @@ impl Grantor for SemInner {
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(sent + crate::clock::shrink(self.lease));
+                permit.renewed(sent + crate::clock::shrink(self.lease()));
                 return Ok(());
             }
             Renewal::Lost(_) => permit.reason_for_missing(now, false),

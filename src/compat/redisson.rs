@@ -1144,7 +1144,6 @@ impl RPermitExpirableSemaphore {
                             let nudge = client.shared.registry.lock().register_with(
                                 key.clone(),
                                 &keys,
-                                l,
                                 (l / 3).max(Duration::from_millis(1)),
                                 Arc::clone(&state),
                                 renewer.clone(),
