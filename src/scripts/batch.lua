@@ -26,10 +26,34 @@
 -- are in `out`) and wrote what they left pending; the full logic runs the rest, in
 -- order, its state loaded after the fast operations wrote theirs.
 
+-- Operation i (from bat_next on): its id at ARGV[bat_id[i]]; for an acquire, its
+-- other arguments at ARGV[bat_par[i]] on, bat_n[i] its permits and bat_cut[i] its
+-- cutoff; bat_par[i] is false for a release. (Walked from the first operation: an
+-- 'A' takes the arguments of the last 'a' before it, wherever that is.)
+local bat_id, bat_par, bat_n, bat_cut = {}, {}, {}, {}
+do
+    local k, j, n = 1, 0, 0
+    for i = 1, bat_count do
+        local tag = ARGV[k]
+        bat_id[i] = k + 1
+        if tag == 'r' then
+            bat_par[i], bat_n[i], bat_cut[i] = false, 0, 0
+            k = k + 2
+        elseif tag == 'a' then
+            j, n = k + 2, tonumber(ARGV[k + 2])
+            bat_par[i], bat_n[i], bat_cut[i] = j, n, tonumber(ARGV[k + 11]) or 0
+            k = k + 12
+        else
+            bat_par[i], bat_n[i], bat_cut[i] = j, n, tonumber(ARGV[k + 2]) or 0
+            k = k + 3
+        end
+    end
+end
+
 local ids = {}
-for j = bat_next, #bat_id do ids[#ids + 1] = ARGV[bat_id[j]] end
+for i = bat_next, bat_count do ids[#ids + 1] = ARGV[bat_id[i]] end
 begin_batch(ids)
-while bat_next <= #bat_id do
+while bat_next <= bat_count do
     local j, id = bat_par[bat_next], ARGV[bat_id[bat_next]]
     if j then
         out[bat_next] = op_acquire(id, bat_n[bat_next], ARGV[j + 1], tonumber(ARGV[j + 2]),

@@ -1,26 +1,13 @@
 -- The fast grant and "no" (see fast.lua, whose state it uses), and the check of an
 -- acquire's arguments that every acquiring script runs before its first write.
 
--- What is wrong with an acquire's arguments from ARGV[j] on (acquire.lua's ARGV 2-10:
--- permits, the caller's limit, lease, pad, heartbeat, origin, mode, fair, channel), or
--- nil when nothing is; run before the first write of every script that acquires.
-local function check_acquire(j)
-    if not int_arg(ARGV[j], 1, MAX_LIMIT) then return 'bad permit count' end
-    if not int_arg(ARGV[j + 1], 1, MAX_LIMIT) then return 'bad limit' end
-    if not (int_arg(ARGV[j + 2], 1, MAX_MS) and int_arg(ARGV[j + 3], 1, MAX_MS)
-        and int_arg(ARGV[j + 4], 1, MAX_MS)) then
-        return 'bad lease, pad or heartbeat'
-    end
-    if not ARGV[j + 5] or not ARGV[j + 8] then return 'missing origin or channel' end
-    return nil
-end
-
 -- An acquire's arguments are ARGV[j] on (acquire.lua's ARGV 2-10: permits, the
 -- caller's limit, lease, pad, heartbeat, origin, mode, fair, channel); the acquires of
 -- a batch may share them (batch.lua's 'A'). fast_numbers(j, all) parses the caller's
 -- limit and, with `all`, the lease and the pad, once for consecutive calls with the
--- same j; nil for what is not a valid one (int_arg), which makes the call not plain:
--- the full logic refuses it before its first write (acquire.lua, batch_entry.lua).
+-- same j (and not at all after check_acquire(j) parsed them); nil for what is not a
+-- valid one (int_arg), which makes the call not plain: the full logic refuses it
+-- before its first write (acquire.lua, batch_entry.lua).
 local pn_j, pn_all, pn_limit, pn_lease, pn_pad = 0, false, nil, nil, nil
 local function fast_numbers(j, all)
     if pn_j ~= j then
@@ -30,6 +17,24 @@ local function fast_numbers(j, all)
         pn_all, pn_lease, pn_pad = true, int_arg(ARGV[j + 2], 1, MAX_MS), int_arg(ARGV[j + 3], 1, MAX_MS)
     end
     return pn_limit, pn_lease, pn_pad
+end
+
+-- What is wrong with an acquire's arguments from ARGV[j] on (acquire.lua's ARGV 2-10:
+-- permits, the caller's limit, lease, pad, heartbeat, origin, mode, fair, channel), or
+-- nil when nothing is; run before the first write of every script that acquires.
+-- What it parses it leaves to fast_numbers (the same int_arg checks, so the same
+-- values).
+local function check_acquire(j)
+    if not int_arg(ARGV[j], 1, MAX_LIMIT) then return 'bad permit count' end
+    local limit = int_arg(ARGV[j + 1], 1, MAX_LIMIT)
+    if not limit then return 'bad limit' end
+    local lease, pad = int_arg(ARGV[j + 2], 1, MAX_MS), int_arg(ARGV[j + 3], 1, MAX_MS)
+    if not (lease and pad and int_arg(ARGV[j + 4], 1, MAX_MS)) then
+        return 'bad lease, pad or heartbeat'
+    end
+    if not ARGV[j + 5] or not ARGV[j + 8] then return 'missing origin or channel' end
+    pn_j, pn_all, pn_limit, pn_lease, pn_pad = j, true, limit, lease, pad
+    return nil
 end
 
 -- Grant one permit to `id`, or say "no" to a try; nil when not plain. The other
