@@ -104,39 +104,48 @@ local function fast_acquire(id, n, j, cutoff)
     -- slot below the limit (past the string's end when every bit in it is set)
     local b = redis.call('BITPOS', S, '0')
     local deadline = now + lease
-    redis.call('ZADD', H, int(deadline), id)
+    local d = int(deadline)
+    redis.call('ZADD', H, d, id)
     local slot = int(b)
     redis.call('SETBIT', S, slot, '1')
     local token = math.max((tonumber(v[4]) or 0) + 1, now_us)
+    local t = int(token)
+    local rec = '1|' .. t .. '|' .. slot .. '|' .. int(now) .. '|' .. ARGV[j + 5]
     local climit = ARGV[j + 1]
-    local f = {'used', int(used + 1), 'ctr', int(token),
-        id, '1|' .. int(token) .. '|' .. slot .. '|' .. int(now) .. '|' .. ARGV[j + 5]}
-    if deadline < v[3] then
-        v[3] = deadline
-        f[#f + 1] = 'mind'
-        f[#f + 1] = int(deadline)
-    end
-    if v[7] ~= climit then
-        f[#f + 1] = 'cl'
-        f[#f + 1] = climit
-        if v[7] then
-            -- clients disagree on the limit: keep the other one for operators
-            f[#f + 1] = 'cdl'
-            f[#f + 1] = v[7]
+    local exp = tonumber(v[1]) or 0
+    v[1] = exp
+    if deadline >= v[3] and v[7] == climit and exp >= deadline then
+        -- (the usual grant: no other field changes, so no list of them to build)
+        redis.call('HSET', I, 'used', int(used + 1), 'ctr', t, id, rec)
+    else
+        local f = {'used', int(used + 1), 'ctr', t, id, rec}
+        if deadline < v[3] then
+            v[3] = deadline
+            f[#f + 1] = 'mind'
+            f[#f + 1] = d
         end
-        v[7] = climit
+        if v[7] ~= climit then
+            f[#f + 1] = 'cl'
+            f[#f + 1] = climit
+            if v[7] then
+                -- clients disagree on the limit: keep the other one for operators
+                f[#f + 1] = 'cdl'
+                f[#f + 1] = v[7]
+            end
+            v[7] = climit
+        end
+        if exp < deadline then
+            v[1] = deadline + pad
+            local e = int(v[1])
+            f[#f + 1] = 'exp'
+            f[#f + 1] = e
+            redis.call('PEXPIREAT', H, e)
+            redis.call('PEXPIREAT', I, e)
+            redis.call('PEXPIREAT', S, e)
+            redis.call('PEXPIREAT', Q, e)
+        end
+        redis.call('HSET', I, unpack(f))
     end
-    if (tonumber(v[1]) or 0) < deadline then
-        v[1] = deadline + pad
-        local e = int(v[1])
-        f[#f + 1] = 'exp'
-        f[#f + 1] = e
-        redis.call('PEXPIREAT', H, e)
-        redis.call('PEXPIREAT', I, e)
-        redis.call('PEXPIREAT', S, e)
-        redis.call('PEXPIREAT', Q, e)
-    end
-    redis.call('HSET', I, unpack(f))
     v[2], v[4], v[8] = used + 1, token, false
     return {1, now, token, deadline, b}
 end
