@@ -2,7 +2,8 @@
 //! this harness (free loopback ports whose bus twin `port + 10000` was free too), joined
 //! with `redis-cli --cluster create`. Killed with its servers when dropped.
 
-use std::process::Command;
+use std::ffi::OsStr;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::{RedisServer, wait_until};
@@ -33,23 +34,8 @@ impl RedisCluster {
                 ])
             })
             .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("run redis-cli --cluster create (install redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
+        create(&ports, &[]);
         let cluster = RedisCluster { nodes };
         cluster.wait_healthy();
         cluster
@@ -57,12 +43,7 @@ impl RedisCluster {
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        seed_url("redis+cluster", self.nodes.iter().map(RedisServer::port))
     }
 
     /// Waits until every running node says `cluster_state:ok` (every slot served) and
@@ -71,22 +52,7 @@ impl RedisCluster {
         wait_until(
             CLUSTER_DEADLINE,
             "the cluster to be ok and its replicas in sync",
-            || {
-                self.running().all(|n| {
-                    let mut c = n.conn();
-                    let ok = redis::cmd("CLUSTER")
-                        .arg("INFO")
-                        .query::<String>(&mut c)
-                        .is_ok_and(|i| i.contains("cluster_state:ok"));
-                    let synced = redis::cmd("INFO")
-                        .arg("replication")
-                        .query::<String>(&mut c)
-                        .is_ok_and(|i| {
-                            i.contains("role:master") || i.contains("master_link_status:up")
-                        });
-                    ok && synced
-                })
-            },
+            || self.running().all(|n| node_healthy(&mut n.conn())),
         );
     }
 
@@ -171,4 +137,45 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Joins the nodes on `ports` (six) into three primaries with a replica each, with
+/// `redis-cli --cluster create`; `cli` goes before it (the TLS options).
+pub(crate) fn create(ports: &[u16], cli: &[&OsStr]) {
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let out = Command::new("redis-cli")
+        .args(cli)
+        .arg("--cluster")
+        .arg("create")
+        .args(&addrs)
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli --cluster create (install redis-tools)");
+    assert!(
+        out.status.success(),
+        "redis-cli {cli:?} --cluster create failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `scheme://127.0.0.1:P1,...` with every port as a seed.
+pub(crate) fn seed_url(scheme: &str, ports: impl Iterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports.map(|p| format!("127.0.0.1:{p}")).collect();
+    format!("{scheme}://{}", hosts.join(","))
+}
+
+/// Whether a node says `cluster_state:ok` and, if it is a replica, its link to its
+/// primary is up.
+pub(crate) fn node_healthy(c: &mut redis::Connection) -> bool {
+    let ok = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query::<String>(c)
+        .is_ok_and(|i| i.contains("cluster_state:ok"));
+    let synced = redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(c)
+        .is_ok_and(|i| i.contains("role:master") || i.contains("master_link_status:up"));
+    ok && synced
 }

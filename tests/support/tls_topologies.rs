@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::cluster;
 use super::sentinel::{SERVICE, Sentinel, field, master_fields};
 use super::{RedisServer, TlsCerts, info_field, pick_port, wait_until};
 
@@ -269,30 +270,18 @@ impl TlsCluster {
             })
             .collect();
         let certs = TlsCerts::get();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.tls_port))
-            .collect();
-        let out = Command::new("redis-cli")
-            .arg("--tls")
-            .arg("--cacert")
-            .arg(&certs.ca)
-            .arg("--cert")
-            .arg(&certs.client_cert)
-            .arg("--key")
-            .arg(&certs.client_key)
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run redis-cli --tls --cluster create (install redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --tls --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let ports: Vec<u16> = nodes.iter().map(|n| n.tls_port).collect();
+        cluster::create(
+            &ports,
+            &[
+                "--tls".as_ref(),
+                "--cacert".as_ref(),
+                certs.ca.as_os_str(),
+                "--cert".as_ref(),
+                certs.client_cert.as_os_str(),
+                "--key".as_ref(),
+                certs.client_key.as_os_str(),
+            ],
         );
         let cluster = TlsCluster { nodes };
         cluster.wait_healthy();
@@ -301,12 +290,7 @@ impl TlsCluster {
 
     /// `rediss+cluster://127.0.0.1:T1,...` with every node's TLS port as a seed.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.tls_port))
-            .collect();
-        format!("rediss+cluster://{}", hosts.join(","))
+        cluster::seed_url("rediss+cluster", self.nodes.iter().map(|n| n.tls_port))
     }
 
     /// Waits until every node says `cluster_state:ok` and every replica's (TLS) link to
@@ -316,20 +300,9 @@ impl TlsCluster {
             SETTLE_DEADLINE,
             "the TLS cluster to be ok and its replicas in sync",
             || {
-                self.nodes.iter().all(|n| {
-                    let mut c = n.server.conn();
-                    let ok = redis::cmd("CLUSTER")
-                        .arg("INFO")
-                        .query::<String>(&mut c)
-                        .is_ok_and(|i| i.contains("cluster_state:ok"));
-                    let synced = redis::cmd("INFO")
-                        .arg("replication")
-                        .query::<String>(&mut c)
-                        .is_ok_and(|i| {
-                            i.contains("role:master") || i.contains("master_link_status:up")
-                        });
-                    ok && synced
-                })
+                self.nodes
+                    .iter()
+                    .all(|n| cluster::node_healthy(&mut n.server.conn()))
             },
         );
     }
