@@ -208,6 +208,20 @@ pub fn master_fields(conn: &mut redis::Connection) -> Option<Vec<(String, String
     )
 }
 
+/// Waits until the sentinel on `c` knows the replica and the two other sentinels.
+pub fn wait_settled(c: &mut redis::Connection, deadline: Duration) {
+    wait_until(
+        deadline,
+        "every sentinel knowing the replica and the other sentinels",
+        || {
+            master_fields(c).is_some_and(|f| {
+                field(&f, "num-slaves").is_some_and(|n| n != "0")
+                    && field(&f, "num-other-sentinels") == Some("2")
+            })
+        },
+    );
+}
+
 /// The value of `name` in [`master_fields`]'s pairs.
 pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields
@@ -292,17 +306,7 @@ impl SentinelSet {
             data_password: password.map(str::to_owned),
         };
         for s in &set.sentinels {
-            let mut c = s.conn();
-            wait_until(
-                SETTLE_DEADLINE,
-                "every sentinel knowing the replica and the other sentinels",
-                || {
-                    master_fields(&mut c).is_some_and(|f| {
-                        field(&f, "num-slaves").is_some_and(|n| n != "0")
-                            && field(&f, "num-other-sentinels") == Some("2")
-                    })
-                },
-            );
+            wait_settled(&mut s.conn(), SETTLE_DEADLINE);
         }
         set
     }

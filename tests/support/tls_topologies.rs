@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster;
-use super::sentinel::{SERVICE, Sentinel, field, master_fields};
+use super::sentinel::{SERVICE, Sentinel, wait_settled};
 use super::{RedisServer, TlsCerts, info_field, pick_port, wait_until};
 
 /// How long a set may take to settle (replicas in sync, sentinels knowing each other,
@@ -139,17 +139,7 @@ impl TlsSentinelSet {
             sentinels,
         };
         for s in &set.sentinels {
-            let mut c = s.sentinel.conn();
-            wait_until(
-                SETTLE_DEADLINE,
-                "every TLS sentinel knowing the replica and the other sentinels",
-                || {
-                    master_fields(&mut c).is_some_and(|f| {
-                        field(&f, "num-slaves").is_some_and(|n| n != "0")
-                            && field(&f, "num-other-sentinels") == Some("2")
-                    })
-                },
-            );
+            wait_settled(&mut s.sentinel.conn(), SETTLE_DEADLINE);
         }
         set
     }
