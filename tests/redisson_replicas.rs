@@ -8,25 +8,9 @@ mod support;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error};
-use support::{RedisServer, info_field, wait_until};
+use support::{RedisServer, primary_and_replica};
 
 const WAIT: Duration = Duration::from_millis(500);
-
-/// A primary and one replica of it, the replica in sync.
-fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut rc = replica.conn();
-    wait_until(Duration::from_secs(10), "the replica's link is up", || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut rc)
-            .unwrap();
-        info_field(&info, "master_link_status") == Some("up")
-    });
-    (primary, replica)
-}
 
 /// The counter `name` as `server` has it, read directly (no WAIT).
 fn counter(server: &RedisServer, name: &str) -> Option<i64> {

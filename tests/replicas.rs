@@ -9,23 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error, Semaphore};
-use support::{RedisServer, info_field, wait_until};
-
-/// A primary and one replica of it, the replica in sync.
-fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut rc = replica.conn();
-    wait_until(Duration::from_secs(10), "the replica's link is up", || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut rc)
-            .unwrap();
-        info_field(&info, "master_link_status") == Some("up")
-    });
-    (primary, replica)
-}
+use support::{RedisServer, primary_and_replica, wait_until};
 
 fn sem(server: &RedisServer, name: &str, limit: u32, replicas: u32, timeout_ms: u64) -> Semaphore {
     Client::open(server.url())

@@ -399,6 +399,22 @@ pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
+/// A primary and one replica of it, the replica in sync.
+pub fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut rc = replica.conn();
+    wait_until(Duration::from_secs(10), "the replica's link is up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rc)
+            .unwrap();
+        info_field(&info, "master_link_status") == Some("up")
+    });
+    (primary, replica)
+}
+
 /// Polls `cond` about every 2 ms until it returns true; panics naming `what` when `timeout`
 /// passes first.
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
