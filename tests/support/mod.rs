@@ -187,24 +187,7 @@ impl RedisServer {
             let _ = fs::remove_file(self.dir.path().join(name));
         }
         let _ = fs::remove_dir_all(self.dir.path().join("appendonlydir"));
-        // Redis binds with SO_REUSEADDR, so the port is normally free at once; retry briefly in
-        // case a short-lived client socket holds it.
-        let deadline = Instant::now() + READY_DEADLINE;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(StartError::PortTrouble(msg)) if Instant::now() < deadline => {
-                    eprintln!(
-                        "redis-server restart on port {} failed, retrying: {msg}",
-                        self.port
-                    );
-                    thread::sleep(Duration::from_millis(50));
-                }
-                Err(StartError::PortTrouble(msg) | StartError::Fatal(msg)) => {
-                    panic!("restart on port {}: {msg}", self.port)
-                }
-            }
-        }
+        self.restart_keeping_data();
     }
 
     /// Crash and start again keeping the data: SIGKILL, wait, then a new server on the
@@ -212,6 +195,8 @@ impl RedisServer {
     /// with `--appendonly yes --appendfsync always` to lose nothing acknowledged).
     pub fn restart_keeping_data(&mut self) {
         self.stop();
+        // Redis binds with SO_REUSEADDR, so the port is normally free at once; retry briefly in
+        // case a short-lived client socket holds it.
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
             match self.spawn() {
