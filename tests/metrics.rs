@@ -153,6 +153,8 @@ fn leased_semaphore_reports_acquires_tries_waits_and_releases() {
     wait_until(Duration::from_secs(5), "queued", || {
         sem.queue_len().unwrap() == 1
     });
+    // the holder keeps the permit 50 ms more (a hold, not a synchronisation): the wait
+    // recorded below must be at least that
     std::thread::sleep(Duration::from_millis(50));
     p.release().unwrap();
     waiter.join().unwrap();
