@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error, Semaphore};
 use support::cluster::RedisCluster;
-use support::{wait_for, wait_until};
+use support::{queued_waiter, wait_for, wait_until};
 
 fn sems(client: &Client, count: usize, limit: u32) -> Vec<Semaphore> {
     (0..count)
@@ -307,16 +307,7 @@ fn a_waiter_is_woken_after_the_node_its_listener_is_on_is_killed() {
         .build()
         .unwrap();
     let held = gate.acquire().unwrap();
-    let waiter = {
-        let gate = gate.clone();
-        thread::spawn(move || {
-            let r = gate.acquire_timeout(Duration::from_secs(60));
-            (r, Instant::now())
-        })
-    };
-    wait_until(Duration::from_secs(10), "the waiter queues", || {
-        gate.queue_len().unwrap() == 1
-    });
+    let waiter = queued_waiter(&gate, Duration::from_secs(10));
 
     let reconnects = client.stats().reconnects;
     let was_primary = redis::cmd("ROLE")

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
 use support::sentinel::{SERVICE, Sentinel, SentinelSet};
-use support::{RedisServer, command_calls, keys, wait_until};
+use support::{RedisServer, command_calls, keys, queued_waiter, wait_until};
 
 /// Script calls a data node ran for clients (`EVALSHA` and `EVAL`). Replication
 /// carries a script's effects, never the script, so a replica's own count stays put.
@@ -226,14 +226,7 @@ fn a_blocked_acquire_is_woken_across_a_failover() {
         .build()
         .unwrap();
     let holder = sem.acquire().unwrap();
-    let sem2 = sem.clone();
-    let waiter = thread::spawn(move || {
-        let r = sem2.acquire_timeout(Duration::from_secs(60));
-        (r, Instant::now())
-    });
-    wait_until(Duration::from_secs(5), "the waiter queued", || {
-        sem.queue_len().unwrap() == 1
-    });
+    let waiter = queued_waiter(&sem, Duration::from_secs(5));
 
     let (_, new) = set.failover();
     let new_node = set.node(new);
@@ -452,16 +445,7 @@ fn a_crashed_primary_is_replaced_and_the_same_client_carries_on() {
         .build()
         .unwrap();
     let held = gate.acquire().unwrap();
-    let waiter = {
-        let gate = gate.clone();
-        thread::spawn(move || {
-            let r = gate.acquire_timeout(Duration::from_secs(60));
-            (r, Instant::now())
-        })
-    };
-    wait_until(Duration::from_secs(5), "the waiter queued", || {
-        gate.queue_len().unwrap() == 1
-    });
+    let waiter = queued_waiter(&gate, Duration::from_secs(5));
     let old = set.primary_port();
     let copies: i64 = redis::cmd("WAIT")
         .arg(1)

@@ -400,6 +400,31 @@ pub fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// What a [`queued_waiter`] thread returns: its acquire's outcome and when it came.
+pub type WaiterOutcome = (
+    redis_semaphore::Result<Option<redis_semaphore::Permit>>,
+    Instant,
+);
+
+/// Starts a thread blocked in `sem.acquire_timeout(60 s)` and returns once it is queued
+/// (`queue_len` 1, within `within`).
+pub fn queued_waiter(
+    sem: &redis_semaphore::Semaphore,
+    within: Duration,
+) -> thread::JoinHandle<WaiterOutcome> {
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || {
+            let r = sem.acquire_timeout(Duration::from_secs(60));
+            (r, Instant::now())
+        })
+    };
+    wait_until(within, "the waiter queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+    waiter
+}
+
 /// Polls `cond` about every 2 ms until it returns true; panics naming `what` when `timeout`
 /// passes first.
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
