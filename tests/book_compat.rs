@@ -6,12 +6,12 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis_semaphore::compat::book::{BookVariant, TimeUnit};
 use redis_semaphore::{Client, Error, Permit};
-use support::RedisServer;
 use support::python::{Contention, PythonPeer, contend_with_peers};
+use support::{RedisServer, now_ms};
 
 const NAME: &str = "market:acct:42";
 
@@ -66,13 +66,6 @@ fn book(
 
 fn zcard(conn: &mut redis::Connection, key: &str) -> u64 {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Rust holds limit−1, Python takes the last one, then neither gets more; and the

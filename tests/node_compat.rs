@@ -8,12 +8,12 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis_semaphore::compat::book::{BookSemaphore, BookVariant, TimeUnit};
 use redis_semaphore::{Client, Permit};
-use support::RedisServer;
 use support::python::{Contention, PythonPeer, contend_with_peers};
+use support::{RedisServer, now_ms};
 
 const NAME: &str = "market:acct:42";
 const GLOBAL: &str = "semaphore:count";
@@ -100,13 +100,6 @@ fn global(conn: &mut redis::Connection) -> i64 {
 
 fn exists(conn: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query(conn).unwrap()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Rust holds limit−1, the Node peer takes the last one, then neither gets more; a

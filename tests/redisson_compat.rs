@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use redis_semaphore::compat::redisson::{PublishCommand, RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error, Permit};
 use support::python::{PythonPeer, REPLY};
-use support::{RedisServer, command_calls, wait_until};
+use support::{RedisServer, command_calls, now_ms, wait_until};
 
 const NAME: &str = "reports";
 const CHANNEL: &str = "redisson_sc:{reports}";
@@ -348,13 +348,6 @@ fn decode(hex: &str) -> Vec<u8> {
     (0..16)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[test]

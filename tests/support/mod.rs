@@ -425,6 +425,14 @@ pub fn queued_waiter(
     waiter
 }
 
+/// This machine's wall clock in Unix milliseconds (what the peers' algorithms read).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// Polls `cond` about every 2 ms until it returns true; panics naming `what` when `timeout`
 /// passes first.
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
