@@ -304,6 +304,20 @@ impl<R: Reply> Combiner<R> {
             combiner: self,
             others,
         };
+        if turn.others.is_empty() {
+            // alone (the uncontended case): nothing to order or hand out
+            let reply = match <[R; 1]>::try_from(exec(&[own])?) {
+                Ok([reply]) => reply,
+                Err(v) => {
+                    let detail = format!("{} replies to 1 operation", v.len());
+                    return Err(Error::reply("batch", detail));
+                }
+            };
+            if matches!(own, Op::Acquire { .. }) {
+                self.learn(reply.refused());
+            }
+            return Ok(reply);
+        }
         // C6: the releases go first; `order[k]` is the position (0: `own`, then
         // `others`) of the k-th operation sent
         let count = 1 + turn.others.len();
