@@ -7,12 +7,31 @@ mod support;
 
 use std::time::Duration;
 
+use redis_semaphore::compat::redisson::{RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error};
 use support::{RedisServer, primary_and_replica};
 
 const WAIT: Duration = Duration::from_millis(500);
 
 /// The counter `name` as `server` has it, read directly (no WAIT).
+/// An `RSemaphore` whose writes wait for one replica ([`WAIT`]).
+fn rs_waiting(client: &Client, name: &str) -> RSemaphore {
+    client
+        .redisson_semaphore(name)
+        .unwrap()
+        .with_replica_wait(WAIT)
+        .unwrap()
+}
+
+/// An `RPermitExpirableSemaphore` whose writes wait for one replica ([`WAIT`]).
+fn pes_waiting(client: &Client, name: &str) -> RPermitExpirableSemaphore {
+    client
+        .redisson_permit_expirable_semaphore(name)
+        .unwrap()
+        .with_replica_wait(WAIT)
+        .unwrap()
+}
+
 fn counter(server: &RedisServer, name: &str) -> Option<i64> {
     redis::cmd("GET")
         .arg(name)
@@ -51,11 +70,7 @@ fn every_write_is_on_the_replica_when_the_call_returns() {
     let (primary, replica) = primary_and_replica();
     let client = Client::open(primary.url()).unwrap();
 
-    let rs = client
-        .redisson_semaphore("rs")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
+    let rs = rs_waiting(&client, "rs");
     assert!(rs.try_set_permits(3).unwrap());
     assert_eq!(counter(&replica, "rs"), Some(3));
     assert!(rs.try_acquire(2).unwrap());
@@ -67,11 +82,7 @@ fn every_write_is_on_the_replica_when_the_call_returns() {
     assert_eq!(rs.drain_permits().unwrap(), 7);
     assert_eq!(counter(&replica, "rs"), Some(0));
 
-    let pes = client
-        .redisson_permit_expirable_semaphore("pes")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
+    let pes = pes_waiting(&client, "pes");
     assert!(pes.try_set_permits(2).unwrap());
     assert_eq!(counter(&replica, "pes"), Some(2));
     let p = pes
@@ -101,16 +112,8 @@ fn every_write_is_on_the_replica_when_the_call_returns() {
 fn with_a_stalled_replica_acquires_give_their_permits_back_and_writes_fail() {
     let (primary, replica) = primary_and_replica();
     let client = Client::open(primary.url()).unwrap();
-    let rs = client
-        .redisson_semaphore("rs")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
-    let pes = client
-        .redisson_permit_expirable_semaphore("pes")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
+    let rs = rs_waiting(&client, "rs");
+    let pes = pes_waiting(&client, "pes");
     assert!(rs.try_set_permits(2).unwrap());
     assert!(pes.try_set_permits(2).unwrap());
 
@@ -155,19 +158,11 @@ fn with_a_stalled_replica_acquires_give_their_permits_back_and_writes_fail() {
 fn without_replicas_it_costs_a_wait_0_and_bad_timeouts_are_refused() {
     let primary = RedisServer::start();
     let client = Client::open(primary.url()).unwrap();
-    let rs = client
-        .redisson_semaphore("alone")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
+    let rs = rs_waiting(&client, "alone");
     assert!(rs.try_set_permits(1).unwrap());
     assert!(rs.try_acquire(1).unwrap());
     assert_eq!(rs.release(1).unwrap(), 1);
-    let pes = client
-        .redisson_permit_expirable_semaphore("alone-pes")
-        .unwrap()
-        .with_replica_wait(WAIT)
-        .unwrap();
+    let pes = pes_waiting(&client, "alone-pes");
     assert!(pes.try_set_permits(1).unwrap());
     pes.try_acquire(None).unwrap().unwrap().release().unwrap();
 
