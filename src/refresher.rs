@@ -231,7 +231,13 @@ fn renew_custom(
     batch: &Batch,
     sent: Instant,
 ) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
-    let result = renewer.renew(&batch.permits);
+    let result = batch.permits.chunks(REFRESH_CHUNK).try_fold(
+        Vec::new(),
+        |mut gone, chunk| -> crate::Result<Vec<String>> {
+            gone.extend(renewer.renew(chunk)?);
+            Ok(gone)
+        },
+    );
     let now = Instant::now();
     match result {
         Ok(gone) => (renewed_but(batch, &gone, sent, now), false),

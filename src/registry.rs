@@ -148,10 +148,12 @@ impl GroupKey {
 }
 
 /// Renews permits of another layout than the leased semaphore's (a compat type's),
-/// for the refresher: one call per due group, in the background thread.
+/// for the refresher: one call per due group and chunk of permits (as the leased
+/// semaphore's refresh), in the background thread.
 pub(crate) trait Renew: Send + Sync {
-    /// Renews each permit for another lease; returns the ids found gone. An error
-    /// means nothing is known (the permits stay, their deadlines unchanged).
+    /// Renews each permit for another lease, with one script call (the refresher
+    /// passes a bounded chunk); returns the ids found gone. An error means nothing is
+    /// known (the permits stay, their deadlines unchanged).
     fn renew(&self, permits: &[Arc<PermitState>]) -> crate::Result<Vec<String>>;
 }
 

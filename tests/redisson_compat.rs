@@ -632,6 +632,35 @@ fn together_they_never_exceed_the_permits() {
     }
 }
 
+/// The background renewal of several permits of one semaphore is one script call per
+/// tick: each call renews all three (three `ZADD`s per run of the lease script, whose
+/// runs its one `ZCOUNT` counts: an `EVALSHA` refused with NOSCRIPT runs nothing),
+/// not one call per permit.
+#[test]
+fn permit_expirable_renewal_of_several_permits_is_one_call_per_tick() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client).with_auto_refresh(true);
+    assert!(sem.try_set_permits(3).unwrap());
+    let held = sem
+        .try_acquire_many(3, Some(Duration::from_millis(300)))
+        .unwrap()
+        .unwrap();
+    let mut conn = server.conn();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec(&mut conn)
+        .unwrap();
+    // only the renewals run now (one every 100 ms, a third of the lease)
+    wait_until(REPLY, "three renewal ticks", || {
+        command_calls(&mut conn).get("zcount").copied().unwrap_or(0) >= 3
+    });
+    let calls = command_calls(&mut conn);
+    let (runs, zadds) = (calls["zcount"], calls["zadd"]);
+    assert_eq!(zadds, 3 * runs, "{calls:?}");
+    assert!(held.iter().all(|p| !p.is_lost()));
+}
+
 #[test]
 fn permit_expirable_permits_are_kept_alive_with_auto_refresh_and_their_loss_is_seen() {
     let server = RedisServer::start();

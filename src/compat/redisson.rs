@@ -41,7 +41,8 @@
 //!   `updateLeaseTime`); these permits are renewed in the background only with
 //!   [`with_auto_refresh(true)`](RPermitExpirableSemaphore::with_auto_refresh) (the
 //!   client's background thread runs `updateLeaseTime`'s steps every third of the
-//!   lease). Otherwise call [`Permit::refresh`] (the same steps) or
+//!   lease, for all the permits of one semaphore and lease in one script call).
+//!   Otherwise call [`Permit::refresh`] (the same steps) or
 //!   [`update_lease_time`](RPermitExpirableSemaphore::update_lease_time) before the
 //!   lease runs out.
 //! - **Not fair.** Woken waiters race, and a `try_acquire` may take what a waiter was
@@ -793,7 +794,8 @@ struct PesGrant {
     group: Option<GroupKey>,
 }
 
-/// The background renewal of a grant's permits: `updateLeaseTime(id, lease)` for each.
+/// The background renewal of a grant's permits: `updateLeaseTime(id, lease)`'s steps
+/// for all of them in one script call.
 struct PesRenewer {
     inner: Arc<PesInner>,
     lease: Duration,
@@ -802,21 +804,29 @@ struct PesRenewer {
 impl Renew for PesRenewer {
     fn renew(&self, permits: &[Arc<PermitState>]) -> Result<Vec<String>> {
         let publish = self.inner.publish();
-        let mut gone = Vec::new();
-        for p in permits {
-            let id = decode_id(&p.id)?;
-            let now = now_ms();
-            let deadline = lease_deadline(now, Some(self.lease));
-            let held = self.inner.common.run_write(
-                "update_lease_time",
-                |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline),
-                |_| false,
-            )?;
-            if !held {
-                gone.push(p.id.clone());
-            }
+        let ids = permits
+            .iter()
+            .map(|p| decode_id(&p.id))
+            .collect::<Result<Vec<_>>>()?;
+        let now = now_ms();
+        let deadline = lease_deadline(now, Some(self.lease));
+        let held = self.inner.common.run_write(
+            "update_lease_time",
+            |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
+            |_| false,
+        )?;
+        if held.len() != permits.len() {
+            return Err(Error::reply(
+                "redisson_pes_lease",
+                format!("{} answers for {} ids", held.len(), permits.len()),
+            ));
         }
-        Ok(gone)
+        Ok(permits
+            .iter()
+            .zip(held)
+            .filter(|(_, held)| !held)
+            .map(|(p, _)| p.id.clone())
+            .collect())
     }
 }
 

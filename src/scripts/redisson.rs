@@ -346,14 +346,41 @@ pub(crate) fn pes_update_lease(
     id: &[u8; 16],
     deadline_ms: i64,
 ) -> Result<bool> {
-    let r: i64 = keys
-        .pes(&PES_LEASE, publish, now_ms)
-        .arg("update")
-        .arg(&id[..])
-        .arg(deadline_ms)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
-    Ok(r == 1)
+    match pes_update_leases(
+        conn,
+        keys,
+        publish,
+        now_ms,
+        std::slice::from_ref(id),
+        deadline_ms,
+    )?
+    .as_slice()
+    {
+        [held] => Ok(*held),
+        other => Err(Error::reply(
+            "redisson_pes_lease",
+            format!("{} answers for 1 id", other.len()),
+        )),
+    }
+}
+
+/// `updateLeaseTime` of several ids to one deadline in one call (a renewal tick of
+/// the background refresher): for each id, whether it was still held.
+pub(crate) fn pes_update_leases(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    publish: &str,
+    now_ms: i64,
+    ids: &[[u8; 16]],
+    deadline_ms: i64,
+) -> Result<Vec<bool>> {
+    let mut inv = keys.pes(&PES_LEASE, publish, now_ms);
+    inv.arg("update").arg(deadline_ms);
+    for id in ids {
+        inv.arg(&id[..]);
+    }
+    let held: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
+    Ok(held.into_iter().map(|h| h == 1).collect())
 }
 
 /// What `getLeaseTime(id)` found.

@@ -1,16 +1,19 @@
 -- RPermitExpirableSemaphore updateLeaseTime(id, lease) (PES 876-897) and
 -- getLeaseTime(id) (905-935): each reclaims every expired permit first.
--- ARGV: 3 'update' | 'get', 4 the id (16 raw bytes), 5 (update) the new deadline
---       (client ms, or NO_LEASE)
--- update: 1 when the id is still in the zset (now scored with the new deadline), else 0.
+-- ARGV: update: 3 'update', 4 the new deadline (client ms, or NO_LEASE), 5.. the ids
+--       (16 raw bytes each; Redisson sends one, the background renewal a chunk of
+--       at most 1,000: src/refresher.rs);
+--       get: 3 'get', 4 the id.
+-- update: for each id, 1 when it is still in the zset (now scored with the new
+-- deadline), else 0.
 -- get: {0} absent; {1, -1} no lease; {1, ms left} (deadline - now).
 -- Errors (see the prelude): the new deadline (update) or now (get) is checked before
--- reclaim, the only write before the ZADD, so neither the ZADD nor the subtraction
--- can fail after a write.
+-- reclaim, whose read proves the zset's type; reclaim is the only write before the
+-- ZADDs, so neither they nor the subtraction can fail after a write.
 local now
 if ARGV[3] == 'update' then
-    if not string.find(ARGV[5], '^%-?%d+$') then
-        return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[5], 1, 40))
+    if not string.find(ARGV[4], '^%-?%d+$') then
+        return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[4], 1, 40))
     end
 else
     now = tonumber(NOW)
@@ -20,14 +23,19 @@ else
 end
 local bad = reclaim(nil)
 if bad then return bad end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if ARGV[3] == 'update' then
-    if score == false then
-        return 0
+    local held = {}
+    for i = 5, #ARGV do
+        if redis.call('ZSCORE', KEYS[2], ARGV[i]) == false then
+            held[i - 4] = 0
+        else
+            redis.call('ZADD', KEYS[2], ARGV[4], ARGV[i])
+            held[i - 4] = 1
+        end
     end
-    redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
-    return 1
+    return held
 end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if score == false then
     return {0}
 end
