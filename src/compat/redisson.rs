@@ -302,13 +302,7 @@ impl Common {
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.shared().pool.get(None)?;
-        call(&mut conn, &self.keys).map_err(|e| {
-            Counters::bump(&self.shared().stats.errors);
-            match e {
-                Error::Redis(e) => Error::redis(&self.name, e, self.shared().op_timeout),
-                other => other,
-            }
-        })
+        call(&mut conn, &self.keys).map_err(|e| self.named(e))
     }
 
     /// Redisson's waiting loop: one try; then subscribe to the channel (a connection of
