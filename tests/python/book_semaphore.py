@@ -36,11 +36,11 @@ Usage:
 import argparse
 import math
 import sys
-import threading
 import time
 import uuid
 
 import redis
+from peer_harness import contend, say
 
 CLOCK_OFFSET = 0.0
 UNIT = "s"
@@ -189,10 +189,6 @@ VARIANTS = {
 }
 
 
-def say(*words):
-    print(*words, flush=True)
-
-
 def repl(conn, args, acquire, release, refresh):
     global PAUSE
     say("READY")
@@ -223,32 +219,6 @@ def repl(conn, args, acquire, release, refresh):
             say("ERROR unknown command", words[0])
 
 
-def contend(conn, args, acquire, release):
-    stop = threading.Event()
-
-    def watch_stdin():
-        for line in sys.stdin:
-            if line.strip() == "stop":
-                break
-        stop.set()
-
-    say("READY")
-    sys.stdin.readline()  # the start signal
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    grants = most = 0
-    while not stop.is_set():
-        ident = acquire(conn, args.name, args.limit, args.timeout)
-        if not ident:
-            time.sleep(0.001)
-            continue
-        grants += 1
-        most = max(most, conn.incr(args.inside))
-        time.sleep(0.001)  # the work the permit guards; holders must overlap
-        conn.decr(args.inside)
-        release(conn, args.name, ident)
-    say("RESULT", "grants=%d" % grants, "most=%d" % most)
-
-
 def main():
     global CLOCK_OFFSET, UNIT
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -272,7 +242,12 @@ def main():
     if args.command == "repl":
         repl(conn, args, acquire, release, refresh)
     else:
-        contend(conn, args, acquire, release)
+
+        def once():
+            ident = acquire(conn, args.name, args.limit, args.timeout)
+            return (lambda: release(conn, args.name, ident)) if ident else None
+
+        contend(conn, args.inside, once, hold=0.001, backoff=0.001)
 
 
 if __name__ == "__main__":

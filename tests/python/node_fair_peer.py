@@ -37,19 +37,15 @@ Usage:
 
 import argparse
 import sys
-import threading
 import time
 import uuid
 
 import redis
+from peer_harness import contend, say
 
 GLOBAL_COUNTER = "semaphore:count"
 CLOCK_OFFSET_MS = 0
 PAUSE = False
-
-
-def say(*words):
-    print(*words, flush=True)
 
 
 def pause():
@@ -152,32 +148,6 @@ def repl(conn, args, acquire, release):
             say("ERROR unknown command", words[0])
 
 
-def contend(conn, args, acquire, release):
-    stop = threading.Event()
-
-    def watch_stdin():
-        for line in sys.stdin:
-            if line.strip() == "stop":
-                break
-        stop.set()
-
-    say("READY")
-    sys.stdin.readline()  # the start signal
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    grants = most = 0
-    while not stop.is_set():
-        got = acquire(conn, args.name, args.limit, args.timeout)
-        if not got:
-            time.sleep(0.001)
-            continue
-        grants += 1
-        most = max(most, conn.incr(args.inside))
-        time.sleep(0.001)  # the work the permit guards; holders must overlap
-        conn.decr(args.inside)
-        release(conn, args.name, got[0])
-    say("RESULT", "grants=%d" % grants, "most=%d" % most)
-
-
 def main():
     global CLOCK_OFFSET_MS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -199,7 +169,12 @@ def main():
     if args.command == "repl":
         repl(conn, args, acquire, release)
     else:
-        contend(conn, args, acquire, release)
+
+        def once():
+            got = acquire(conn, args.name, args.limit, args.timeout)
+            return (lambda: release(conn, args.name, got[0])) if got else None
+
+        contend(conn, args.inside, once, hold=0.001, backoff=0.001)
 
 
 if __name__ == "__main__":

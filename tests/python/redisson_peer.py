@@ -36,10 +36,10 @@ Usage:
 import argparse
 import os
 import sys
-import threading
 import time
 
 import redis
+from peer_harness import contend, say
 
 NO_LEASE = 922337203685477
 PUBLISH = "PUBLISH"
@@ -139,11 +139,6 @@ return tonumber(value)
 
 def now_ms():
     return int(time.time() * 1000)
-
-
-def say(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 class Peer:
@@ -285,36 +280,6 @@ def repl(peer):
             say("ERR unknown command %s" % cmd)
 
 
-def contend(peer, kind, inside_key):
-    say("READY")
-    sys.stdin.readline()
-    stop = threading.Event()
-
-    def watch():
-        for line in sys.stdin:
-            if line.strip() == "stop":
-                break
-        stop.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    grants = most = 0
-    while not stop.is_set():
-        if kind == "rs":
-            if not peer.rs_try(1):
-                continue
-            release = lambda: peer.rs_release(1)
-        else:
-            r = peer.pes_try(1, 10000)
-            if not isinstance(r, list):
-                continue
-            release = lambda r=r: peer.pes_release(r[0])
-        grants += 1
-        most = max(most, peer.conn.incr(inside_key))
-        peer.conn.decr(inside_key)
-        release()
-    say("RESULT grants=%d most=%d" % (grants, most))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -326,7 +291,15 @@ def main():
     if a.mode == "repl":
         repl(peer)
     else:
-        contend(peer, a.rest[0], a.rest[1])
+        kind, inside = a.rest[0], a.rest[1]
+
+        def once():
+            if kind == "rs":
+                return (lambda: peer.rs_release(1)) if peer.rs_try(1) else None
+            r = peer.pes_try(1, 10000)
+            return (lambda: peer.pes_release(r[0])) if isinstance(r, list) else None
+
+        contend(peer.conn, inside, once)
 
 
 if __name__ == "__main__":
