@@ -66,8 +66,8 @@ pub(crate) struct SemInner {
     pub(crate) limit: u32,
     pub(crate) refresh_every: Duration,
     pub(crate) fair: bool,
-    pub(crate) auto_refresh: bool,
-    /// The refresher group of this handle's permits.
+    /// The refresher group of this handle's permits (its key says whether they are
+    /// renewed automatically).
     pub(crate) group: GroupKey,
     /// The refresher group of this handle's waiter heartbeats (always renewed).
     pub(crate) wait_group: GroupKey,
@@ -529,7 +529,6 @@ impl SemaphoreBuilder {
                 limit,
                 refresh_every: refresh_every.max(Duration::from_millis(1)),
                 fair: self.fair,
-                auto_refresh: self.auto_refresh,
                 group,
                 wait_group,
                 origin,
@@ -1426,7 +1425,7 @@ impl std::fmt::Debug for Semaphore {
             .field("limit", &self.inner.limit)
             .field("lease", &self.inner.lease())
             .field("fair", &self.inner.fair)
-            .field("auto_refresh", &self.inner.auto_refresh)
+            .field("auto_refresh", &self.inner.group.auto)
             .field("wait_replicas", &self.inner.replicas)
             .field("max_hold", &self.inner.max_hold)
             .finish()
