@@ -197,7 +197,7 @@ impl SemInner {
             clock,
             sent,
             replies.iter().find_map(|r| match r {
-                HotReply::Acquired(a) => Some(a.now_ms()),
+                HotReply::Acquired(a) => a.now_ms(),
                 HotReply::Released(_) => None,
             }),
         );
@@ -1309,7 +1309,7 @@ impl Semaphore {
         };
         let sent = Instant::now();
         let reply = leased::acquire(&mut conn, &sem.keys, &args)?;
-        note_anchor(clock, sent, Some(reply.now_ms()));
+        note_anchor(clock, sent, reply.now_ms());
         Ok(reply)
     }
 

@@ -508,7 +508,7 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
     let mut conn = server.conn();
     let script = acquire_script();
     let run = |conn: &mut redis::Connection, id: &str| -> Vec<i64> {
-        script
+        let reply: redis::Value = script
             .key("redsem:{twice}:h")
             .key("redsem:{twice}:i")
             .key("redsem:{twice}:s")
@@ -525,7 +525,8 @@ fn an_acquire_script_run_twice_with_the_same_id_grants_once() {
             .arg("")
             .arg("0")
             .invoke(conn)
-            .unwrap()
+            .unwrap();
+        support::acquire_reply(&reply)
     };
     let first = run(&mut conn, "aaaaaaaa-0000-4000-8000-000000000001");
     let second = run(&mut conn, "aaaaaaaa-0000-4000-8000-000000000001");
@@ -602,7 +603,7 @@ fn a_batch_runs_its_operations_in_order_and_twice_grants_nothing_more() {
         inv.invoke(conn).unwrap()
     };
     let first = run(&mut conn, &id(1));
-    let parse = |v: &redis::Value| -> Vec<i64> { redis::from_redis_value_ref(v).unwrap() };
+    let parse = support::acquire_reply;
     assert_eq!(first.len(), 4, "{first:?}");
     assert_eq!(parse(&first[0])[0], 1, "{first:?}");
     assert_eq!(parse(&first[1])[0], 0, "{first:?}");
@@ -668,7 +669,7 @@ fn a_batch_short_acquire_acts_as_its_full_form() {
                 redis::Value::Int(i) => vec![*i],
                 v => {
                     // granted: status and slots; refused: status (time and tokens differ)
-                    let r: Vec<i64> = redis::from_redis_value_ref(v).unwrap();
+                    let r = support::acquire_reply(v);
                     if r[0] == 1 {
                         [&r[..1], &r[4..]].concat()
                     } else {
@@ -735,7 +736,7 @@ fn a_batch_writes_its_fast_releases_before_the_full_logic_runs() {
     batch_try_many(&mut inv, &id(4), 2, 3, 10_000);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
     assert_eq!(replies[0], redis::Value::Int(1), "{replies:?}");
-    let busy: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
+    let busy = support::acquire_reply(&replies[1]);
     assert_eq!(busy[0], 0, "one permit free, two asked: {replies:?}");
     let sem = client(&server).semaphore("pending", 3).unwrap();
     let status = sem.status().unwrap();
@@ -748,7 +749,7 @@ fn a_batch_writes_its_fast_releases_before_the_full_logic_runs() {
     inv.arg("r").arg(id(2));
     batch_try_many(&mut inv, &id(4), 2, 3, 10_000);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
-    let granted: Vec<i64> = redis::from_redis_value_ref(&replies[1]).unwrap();
+    let granted = support::acquire_reply(&replies[1]);
     assert_eq!(granted[0], 1, "{replies:?}");
     let mut slots = granted[4..].to_vec();
     slots.sort();
@@ -776,7 +777,7 @@ fn a_batch_release_of_a_holder_purged_earlier_in_the_batch_frees_nothing() {
     batch_try(&mut inv, new, 2, 10_000); // purges old, takes slot 1
     inv.arg("r").arg(old);
     let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
-    let granted: Vec<i64> = redis::from_redis_value_ref(&replies[0]).unwrap();
+    let granted = support::acquire_reply(&replies[0]);
     assert_eq!((granted[0], granted[4]), (1, 1), "{replies:?}");
     assert_eq!(
         replies[1],

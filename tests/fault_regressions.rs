@@ -591,7 +591,7 @@ fn malformed_script_arguments_are_refused_before_any_write() {
                 for a in &good {
                     inv.arg(*a);
                 }
-                let _: Vec<i64> = inv.invoke(&mut conn).unwrap();
+                let _: redis::Value = inv.invoke(&mut conn).unwrap();
                 queue_dead_waiter(&mut conn, name, &uuid(901), 1, 10_000);
             }
             let before = snapshot(&mut conn, name);

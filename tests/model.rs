@@ -1075,7 +1075,7 @@ impl Run<'_> {
     fn direct(&mut self, id: &str, n: u32, wait: bool) {
         // the acquire script called directly (no wake-up channel, no cutoff), with a
         // lease and a heartbeat of a minute
-        let r: redis::RedisResult<Vec<i64>> = invoke(&self.scripts.acquire, &self.name)
+        let r: redis::RedisResult<redis::Value> = invoke(&self.scripts.acquire, &self.name)
             .arg(id)
             .arg(n)
             .arg(self.model.climit)
@@ -1092,7 +1092,7 @@ impl Run<'_> {
             assert!(r.is_err(), "the acquire script took 0 permits: {r:?}");
             return;
         }
-        let reply = r.expect("acquire script");
+        let reply = support::acquire_reply(&r.expect("acquire script"));
         let want = self.model.acquire(id, n, wait);
         let got = acquire_reply(&reply);
         self.check_acq(
@@ -1165,7 +1165,7 @@ impl Run<'_> {
         for ((id, n), reply) in resolved.into_iter().zip(replies) {
             match n {
                 Some(n) => {
-                    let reply: Vec<i64> = redis::from_redis_value(reply).expect("acquire reply");
+                    let reply = support::acquire_reply(&reply);
                     let want = self.model.acquire(&id, n, false);
                     let got = acquire_reply(&reply);
                     self.check_acq(&format!("batch try {id} n={n}"), &want, &got);

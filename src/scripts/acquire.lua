@@ -3,7 +3,7 @@
 -- ARGV: 1 id, 2 permits n, 3 caller's limit, 4 lease ms, 5 pad ms, 6 heartbeat ms,
 --       7 "pid|host|label", 8 mode ('t' or 'w'), 9 fair ('1' or '0'),
 --       10 the caller's wake-up channel, 11 cutoff (server ms, '0': none)
--- Reply: op_acquire's.
+-- Reply: op_acquire's, or on the fast path one of its short forms (fast_acquire.lua).
 -- Errors: a bad id, a count or limit that is no integer from 1 to MAX_LIMIT, a lease,
 -- pad or heartbeat that is no integer from 1 to MAX_MS, a missing origin or channel:
 -- all before anything is written (check_acquire). The fast path (acquire_entry.lua)

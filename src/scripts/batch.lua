@@ -8,7 +8,8 @@
 --                                          last 'a' before it (the tries of one
 --                                          semaphore handle share them)
 --   'r' and release.lua's argument (id)    a release
--- Reply: one entry per operation, in order: op_acquire's or op_release's reply.
+-- Reply: one entry per operation, in order: op_acquire's or op_release's reply (an
+-- acquire on the fast path in one of op_acquire's short forms, fast_acquire.lua).
 -- Errors: an unknown tag, a bad id or a bad number anywhere in the batch, found by the
 -- first pass, before anything is written. At most 64 operations (the client's batches).
 --

@@ -66,8 +66,9 @@ pub(crate) struct Grant {
     pub(crate) slots: Vec<u32>,
 }
 
-/// The acquire script's answer. Every answer carries the server's time (`now_ms`),
-/// read between the call's send and its reply (a clock anchor, `clock.rs`).
+/// The acquire script's answer. Every answer but a try refused on the fast path carries
+/// the server's time (`now_ms`), read between the call's send and its reply (a clock
+/// anchor, `clock.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquired {
     Granted {
@@ -75,9 +76,10 @@ pub(crate) enum Acquired {
         grant: Grant,
     },
     /// Not granted: `retry_ms` until the earliest lease ends (negative: unknown);
-    /// `head` when the waiter is at the head of the queue.
+    /// `head` when the waiter is at the head of the queue. A try refused on the fast
+    /// path says neither the time nor when to look again (a try does not use them).
     Busy {
-        now_ms: i64,
+        now_ms: Option<i64>,
         retry_ms: i64,
         head: bool,
     },
@@ -93,17 +95,31 @@ pub(crate) enum Acquired {
 }
 
 impl Acquired {
-    /// The server's time when the script ran.
-    pub(crate) fn now_ms(&self) -> i64 {
+    /// The server's time when the script ran, when the reply says it.
+    pub(crate) fn now_ms(&self) -> Option<i64> {
         match self {
             Acquired::Granted { now_ms, .. }
-            | Acquired::Busy { now_ms, .. }
             | Acquired::TooMany { now_ms, .. }
-            | Acquired::TooLate { now_ms } => *now_ms,
+            | Acquired::TooLate { now_ms } => Some(*now_ms),
+            Acquired::Busy { now_ms, .. } => *now_ms,
         }
     }
 
+    /// Reads op_acquire's reply (ops.lua), or one of the fast path's short forms of it
+    /// (fast_acquire.lua): `0` for a try refused, `"now|token|deadline|slot"` for a
+    /// grant of one permit.
     fn parse(reply: Value, n: u32) -> Result<Acquired> {
+        let reply = match reply {
+            Value::Int(0) => {
+                return Ok(Acquired::Busy {
+                    now_ms: None,
+                    retry_ms: -1,
+                    head: false,
+                });
+            }
+            Value::BulkString(text) => return Self::parse_short_grant(&text, n),
+            other => other,
+        };
         let reply: Vec<i64> =
             redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
         match reply.as_slice() {
@@ -114,7 +130,7 @@ impl Acquired {
                 })
             }
             [0, now, retry, head] => Ok(Acquired::Busy {
-                now_ms: *now,
+                now_ms: Some(*now),
                 retry_ms: *retry,
                 head: *head == 1,
             }),
@@ -124,6 +140,32 @@ impl Acquired {
             }),
             [-2, now] => Ok(Acquired::TooLate { now_ms: *now }),
             other => Err(Error::reply("acquire", format!("{other:?}"))),
+        }
+    }
+
+    /// The fast path's grant, `"now|token|deadline|slot"` (one permit).
+    fn parse_short_grant(text: &[u8], n: u32) -> Result<Acquired> {
+        let bad = || Error::reply("acquire", format!("{:?}", String::from_utf8_lossy(text)));
+        let mut fields = std::str::from_utf8(text)
+            .map_err(|_| bad())?
+            .split('|')
+            .map(str::parse::<i64>);
+        match (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) {
+            (Some(Ok(now)), Some(Ok(token)), Some(Ok(deadline)), Some(Ok(slot)), None)
+                if n == 1 =>
+            {
+                Ok(Acquired::Granted {
+                    now_ms: now,
+                    grant: grant("acquire", token, deadline, &[slot])?,
+                })
+            }
+            _ => Err(bad()),
         }
     }
 }

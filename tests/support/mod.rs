@@ -514,6 +514,25 @@ pub fn batch_script() -> redis::Script {
     redis::Script::new(sources::BATCH)
 }
 
+/// An acquire's reply (acquire.lua's, or an acquire's entry in batch.lua's) in
+/// op_acquire's long form (ops.lua). The fast path's short forms (fast_acquire.lua)
+/// become the long ones: `0`, a try refused, is `[0, 0, -1, 0]` (the time is not
+/// sent), and `"now|token|deadline|slot"`, a grant, is `[1, now, token, deadline, slot]`.
+pub fn acquire_reply(v: &redis::Value) -> Vec<i64> {
+    match v {
+        redis::Value::Int(0) => vec![0, 0, -1, 0],
+        redis::Value::BulkString(text) => std::str::from_utf8(text)
+            .expect("a grant's text")
+            .split('|')
+            .map(|f| f.parse().expect("a grant's number"))
+            .fold(vec![1], |mut r, x| {
+                r.push(x);
+                r
+            }),
+        v => redis::from_redis_value_ref(v).expect("an acquire's reply"),
+    }
+}
+
 /// A call of `script` on the four keys of semaphore `name`.
 pub fn call_on<'a>(script: &'a redis::Script, name: &str) -> redis::ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
