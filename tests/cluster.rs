@@ -116,7 +116,6 @@ fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works(
     // Redisson's replica wait: WAIT (and INFO) go to the primary of the counter's slot
     let rs = client
         .redisson_semaphore("{rw}:jobs")
-        .unwrap()
         .with_replica_wait(Duration::from_millis(1_000))
         .unwrap();
     assert!(rs.try_set_permits(2).unwrap());
@@ -125,7 +124,6 @@ fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works(
     assert_eq!(rs.release(2).unwrap(), 2);
     let pes = client
         .redisson_permit_expirable_semaphore("{rw}:leases")
-        .unwrap()
         .with_replica_wait(Duration::from_millis(1_000))
         .unwrap();
     assert!(pes.try_set_permits(1).unwrap());

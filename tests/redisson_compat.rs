@@ -78,7 +78,7 @@ fn counter(conn: &mut redis::Connection) -> Option<i64> {
 fn rsemaphore_each_side_sees_the_others_permits() {
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();
-    let rs = client.redisson_semaphore(NAME).unwrap();
+    let rs = client.redisson_semaphore(NAME);
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
 
@@ -135,7 +135,7 @@ fn rsemaphore_each_side_sees_the_others_permits() {
         .arg("x")
         .exec(&mut conn)
         .unwrap();
-    let wrong = client.redisson_semaphore("wrong").unwrap();
+    let wrong = client.redisson_semaphore("wrong");
     assert!(wrong.try_acquire(1).is_err());
     assert!(matches!(
         wrong.available_permits(),
@@ -149,7 +149,6 @@ fn rsemaphore_a_release_on_one_side_wakes_a_waiter_on_the_other() {
     let client = Client::open(server.url()).unwrap();
     let rs = client
         .redisson_semaphore(NAME)
-        .unwrap()
         .with_recheck(Duration::from_secs(3600));
     let mut py = Py::repl(&server.url());
     let mut conn = server.conn();
@@ -190,7 +189,6 @@ fn rsemaphore_a_release_on_one_side_wakes_a_waiter_on_the_other() {
 fn pes(client: &Client) -> RPermitExpirableSemaphore {
     client
         .redisson_permit_expirable_semaphore(NAME)
-        .unwrap()
         .with_recheck(Duration::from_secs(3600))
 }
 
@@ -485,13 +483,11 @@ fn a_publish_refused_by_acl_does_not_fail_a_write_that_was_made() {
         &["~*", "&*", "+@all", "-publish", "-spublish"],
     );
     let client = Client::open(server.url_as("nopub", "user-pw")).unwrap();
-    let rs = client.redisson_semaphore(NAME).unwrap();
+    let rs = client.redisson_semaphore(NAME);
     assert!(rs.try_set_permits(1).unwrap());
     assert_eq!(rs.release(2).unwrap(), 3);
     assert_eq!(rs.add_permits(1).unwrap(), 4);
-    let sem = client
-        .redisson_permit_expirable_semaphore("pes-nopub")
-        .unwrap();
+    let sem = client.redisson_permit_expirable_semaphore("pes-nopub");
     assert!(sem.try_set_permits(1).unwrap());
     let p = sem
         .try_acquire(Some(Duration::from_millis(50)))
@@ -536,7 +532,7 @@ struct Seen {
 fn contend(server: &RedisServer, kind: &str, run: Duration) -> Seen {
     const LIMIT: u32 = 3;
     let client = Client::open(server.url()).unwrap();
-    let rs: RSemaphore = client.redisson_semaphore(NAME).unwrap();
+    let rs: RSemaphore = client.redisson_semaphore(NAME);
     let pes = pes(&client);
     if kind == "rs" {
         assert!(rs.try_set_permits(LIMIT).unwrap());

@@ -18,7 +18,6 @@ const WAIT: Duration = Duration::from_millis(500);
 fn rs_waiting(client: &Client, name: &str) -> RSemaphore {
     client
         .redisson_semaphore(name)
-        .unwrap()
         .with_replica_wait(WAIT)
         .unwrap()
 }
@@ -27,7 +26,6 @@ fn rs_waiting(client: &Client, name: &str) -> RSemaphore {
 fn pes_waiting(client: &Client, name: &str) -> RPermitExpirableSemaphore {
     client
         .redisson_permit_expirable_semaphore(name)
-        .unwrap()
         .with_replica_wait(WAIT)
         .unwrap()
 }
@@ -169,13 +167,11 @@ fn without_replicas_it_costs_a_wait_0_and_bad_timeouts_are_refused() {
     for bad in [Duration::ZERO, Duration::from_secs(3600)] {
         let e = client
             .redisson_semaphore("x")
-            .unwrap()
             .with_replica_wait(bad)
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
         let e = client
             .redisson_permit_expirable_semaphore("x")
-            .unwrap()
             .with_replica_wait(bad)
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");

@@ -83,7 +83,7 @@
 //!
 //! let client = Client::open("redis://127.0.0.1:6379/")?;
 //! // The same semaphore as Java's `redisson.getPermitExpirableSemaphore("reports")`.
-//! let sem = client.redisson_permit_expirable_semaphore("reports")?;
+//! let sem = client.redisson_permit_expirable_semaphore("reports");
 //! sem.try_set_permits(5)?;
 //! if let Some(permit) = sem.acquire_timeout(Duration::from_secs(1), Some(Duration::from_secs(30)))? {
 //!     println!("holding {}", permit.id()); // the hex id Java's release(id) takes
@@ -91,7 +91,7 @@
 //! } // dropped: released
 //!
 //! // The same counter as Java's `redisson.getSemaphore("orders:ready")`.
-//! let items = client.redisson_semaphore("orders:ready")?;
+//! let items = client.redisson_semaphore("orders:ready");
 //! items.release(1)?;
 //! # Ok::<(), redis_semaphore::Error>(())
 //! ```
@@ -162,9 +162,10 @@ struct Common {
 }
 
 impl Common {
-    fn new(client: &Client, name: &str) -> Result<Common> {
-        Error::check_name(name, false)?;
-        Ok(Common {
+    /// The name is checked by every call (`run`, `run_write`): the constructors that
+    /// use this one return the semaphore itself, as Redisson's `getSemaphore` does.
+    fn new(client: &Client, name: &str) -> Common {
+        Common {
             client: client.clone(),
             name: name.to_owned(),
             keys: RedissonKeys::new(name),
@@ -172,7 +173,7 @@ impl Common {
             recheck: RECHECK,
             replica_wait: None,
             replicas_seen: Arc::new(AtomicI64::new(-1)),
-        })
+        }
     }
 
     /// The same settings with Redisson's replica wait of `timeout` (see
@@ -212,6 +213,7 @@ impl Common {
         let Some(timeout) = self.replica_wait else {
             return self.run(call);
         };
+        Error::check_name(&self.name, false)?;
         let mut conn = self.shared().pool.get(None)?;
         let value = call(&mut conn, &self.keys).map_err(|e| self.named(e))?;
         let synced = self.sync(&mut conn, timeout);
@@ -301,6 +303,7 @@ impl Common {
         &self,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
     ) -> Result<T> {
+        Error::check_name(&self.name, false)?;
         let mut conn = self.shared().pool.get(None)?;
         call(&mut conn, &self.keys).map_err(|e| self.named(e))
     }
@@ -459,36 +462,29 @@ fn check_delta(delta: i64) -> Result<()> {
 impl Client {
     /// The Redisson `RSemaphore` `name`, on Redisson's keys (the counter `name`, the
     /// channel `redisson_sc:{name}`): see [`RSemaphore`] and what
-    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty name.
-    pub fn redisson_semaphore(&self, name: &str) -> Result<RSemaphore> {
-        Ok(RSemaphore {
-            common: Common::new(self, name)?,
-        })
+    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made,
+    /// and nothing can fail here: an empty name is refused by each operation
+    /// ([`Error::InvalidArgument`], before any network call).
+    pub fn redisson_semaphore(&self, name: &str) -> RSemaphore {
+        RSemaphore {
+            common: Common::new(self, name),
+        }
     }
 
     /// The Redisson `RPermitExpirableSemaphore` `name`, on Redisson's keys (the counter
     /// `name`, the lease zset `{name}:timeout`, the channel `redisson_sc:{name}`): see
     /// [`RPermitExpirableSemaphore`] and what
-    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty name.
-    pub fn redisson_permit_expirable_semaphore(
-        &self,
-        name: &str,
-    ) -> Result<RPermitExpirableSemaphore> {
-        Ok(RPermitExpirableSemaphore {
+    /// [`compat::redisson`](crate::compat::redisson) costs. No network call is made,
+    /// and nothing can fail here: an empty name is refused by each operation
+    /// ([`Error::InvalidArgument`], before any network call).
+    pub fn redisson_permit_expirable_semaphore(&self, name: &str) -> RPermitExpirableSemaphore {
+        RPermitExpirableSemaphore {
             inner: Arc::new(PesInner {
-                common: Common::new(self, name)?,
+                common: Common::new(self, name),
                 accept_hex_ids: false,
                 auto_refresh: false,
             }),
-        })
+        }
     }
 }
 
@@ -1480,16 +1476,16 @@ mod tests {
     #[test]
     fn bad_arguments_fail_before_any_network_call() {
         let c = client();
-        assert!(matches!(
-            c.redisson_semaphore(""),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            c.redisson_permit_expirable_semaphore(""),
-            Err(Error::InvalidArgument(_))
-        ));
-        let rs = c.redisson_semaphore("s").unwrap();
         let invalid = |r: Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))));
+        // an empty name: refused by each operation
+        let unnamed = c.redisson_semaphore("");
+        invalid(unnamed.try_acquire(1).map(drop));
+        invalid(unnamed.release(1).map(drop));
+        invalid(unnamed.available_permits().map(drop));
+        let unnamed = c.redisson_permit_expirable_semaphore("");
+        invalid(unnamed.try_acquire(None).map(drop));
+        invalid(unnamed.available_permits().map(drop));
+        let rs = c.redisson_semaphore("s");
         invalid(rs.try_acquire(0).map(drop));
         invalid(rs.acquire(0));
         invalid(rs.acquire_timeout(0, Duration::from_millis(1)).map(drop));
@@ -1499,7 +1495,7 @@ mod tests {
         invalid(rs.add_permits(i64::MIN).map(drop));
         invalid(rs.try_set_permits_with_ttl(1, Duration::ZERO).map(drop));
 
-        let pes = c.redisson_permit_expirable_semaphore("s").unwrap();
+        let pes = c.redisson_permit_expirable_semaphore("s");
         invalid(pes.try_acquire(Some(Duration::ZERO)).map(drop));
         invalid(pes.try_acquire(Some(MAX_LEASE * 2)).map(drop));
         invalid(pes.try_acquire_many(0, None).map(drop));
