@@ -204,6 +204,16 @@ impl Drop for Permit {
         self.released = true;
         match self.grantor.release(&self.state) {
             Ok(()) => {}
+            // a lease that ended while held: the holder's work may have overlapped
+            // another's, which DESIGN.md has Drop say at `warn` (as release() says it
+            // with its error), also when the loss was already noticed
+            Err(
+                e @ (Error::LeaseExpired { .. }
+                | Error::PermitLost {
+                    reason: LostReason::Expired | LostReason::MaxHold,
+                    ..
+                }),
+            ) => log::warn!("redis-semaphore: dropped a permit whose lease had ended: {e}"),
             Err(e @ Error::PermitLost { .. }) if self.is_lost() => {
                 log::debug!("redis-semaphore: dropped a permit already known lost: {e}")
             }

@@ -1,0 +1,90 @@
+//! What dropping a permit says in the log. DESIGN.md: `Permit::release()` on a permit
+//! whose lease had already ended returns an error that says so; Drop logs it at `warn`.
+//! (A file of its own: the logger is global to the test process.)
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis_semaphore::Client;
+use support::RedisServer;
+
+/// Every record logged by the crate in this process: level and text.
+static RECORDS: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if record.target().starts_with("redis_semaphore") {
+            RECORDS
+                .lock()
+                .unwrap()
+                .push((record.level(), record.args().to_string()));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Capture = Capture;
+
+fn warnings_about(text: &str) -> Vec<String> {
+    RECORDS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(level, msg)| *level == log::Level::Warn && msg.contains(text))
+        .map(|(_, msg)| msg.clone())
+        .collect()
+}
+
+#[test]
+fn dropping_a_permit_whose_lease_ended_logs_a_warning_and_a_live_one_nothing() {
+    log::set_logger(&LOGGER).unwrap();
+    log::set_max_level(log::LevelFilter::Debug);
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("drop-log")
+        .limit(3)
+        .lease(Duration::from_millis(300))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+
+    // a live permit dropped: released, no warning
+    let live = sem.try_acquire().unwrap().expect("a permit");
+    drop(live);
+    assert!(
+        RECORDS
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(level, _)| *level > log::Level::Warn),
+        "{:?}",
+        RECORDS.lock().unwrap()
+    );
+
+    // a permit whose lease ended on the server (nobody renews it) and that this
+    // process has already seen lost (is_lost), then dropped: a warning that says so
+    let late = sem.try_acquire().unwrap().expect("a permit");
+    let id = late.id().to_owned();
+    support::wait_until(Duration::from_secs(10), "the lease to end", || {
+        late.is_lost()
+            && sem
+                .holders()
+                .unwrap()
+                .iter()
+                .all(|h| h.id != id || h.lease_left.is_zero())
+    });
+    drop(late);
+    let said = warnings_about(&id);
+    assert_eq!(said.len(), 1, "{:?}", RECORDS.lock().unwrap());
+    assert!(said[0].contains("lease"), "{said:?}");
+}
