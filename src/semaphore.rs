@@ -15,8 +15,8 @@ use crate::pool::Pool;
 use crate::refresher;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
-    self, AcquireArgs, Acquired, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode, Released,
-    Renewal,
+    self, AcquireArgs, Acquired, Adoption, Cancelled, HotOp, HotReply, Inspect, Inspected, Mode,
+    Released, Renewal,
 };
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
@@ -763,12 +763,20 @@ impl Semaphore {
     /// back when the returned `Permit` is dropped or released. Its id, fencing token
     /// and slots are the original grant's.
     ///
+    /// The server checks the parts against the grant it holds: the same id, token and
+    /// slots, its lease not yet ended. Hand each `PermitParts` to one process: the
+    /// server knows one grant, so two adoptions of the same parts would be two handles
+    /// of it (each renewing it, the first release ending both).
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when `parts` belongs to another semaphore;
-    /// [`Error::PermitLost`] when the grant is no longer held (its lease ran out
-    /// before the adoption, or it was released or force-released); Redis and pool
-    /// errors.
+    /// - [`Error::InvalidArgument`] when `parts` belongs to another semaphore, or names
+    ///   another token or other slots than the grant held under its id.
+    /// - [`Error::PermitLost`] when the grant is no longer held: reason
+    ///   [`LostReason::Expired`] when its lease ran out before the adoption (also when
+    ///   the semaphore's keys have gone since), [`LostReason::Released`] when it was
+    ///   released or force-released (or ran out and was cleared by another call).
+    /// - Redis and pool errors.
     pub fn adopt(&self, parts: PermitParts) -> Result<Permit> {
         let sem = &self.inner;
         if parts.semaphore_name() != sem.name {
@@ -780,20 +788,37 @@ impl Semaphore {
         }
         let mut conn = self.conn()?;
         let sent = Instant::now();
-        let renewal = leased::refresh(&mut conn, &sem.keys, sem.group.lease_ms, &[parts.id()])
-            .map_err(|e| sem.sorted(e))?;
+        let adoption = leased::adopt(
+            &mut conn,
+            &sem.keys,
+            sem.group.lease_ms,
+            parts.id(),
+            parts.token(),
+            parts.slots(),
+        )
+        .map_err(|e| sem.sorted(e).during("adopt"))?;
         drop(conn);
-        match renewal {
-            Renewal::Lost(gone) if gone.is_empty() => {}
-            Renewal::Lost(_) | Renewal::Reset => {
-                return Err(Error::PermitLost {
-                    id: parts.id().to_owned(),
-                    reason: if matches!(renewal, Renewal::Reset) {
-                        LostReason::Reset
-                    } else {
-                        LostReason::Released
-                    },
-                });
+        let lost = |reason| {
+            Err(Error::PermitLost {
+                id: parts.id().to_owned(),
+                reason,
+            })
+        };
+        match adoption {
+            Adoption::Renewed => {}
+            Adoption::NotHeld => return lost(LostReason::Released),
+            // a semaphore's keys go by their TTL only once every lease in it ended,
+            // this one's included; a server that lost its data is the rarer case
+            Adoption::Ended | Adoption::KeysGone => return lost(LostReason::Expired),
+            Adoption::Mismatch => {
+                return Err(Error::InvalidArgument(format!(
+                    "permit {} of semaphore {:?} is held with another token or other slots \
+                     than the handed-over parts name (token {}, slots {:?})",
+                    parts.id(),
+                    sem.name,
+                    parts.token(),
+                    parts.slots()
+                )));
             }
         }
         let valid_until = sent + shrink(sem.lease());

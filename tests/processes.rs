@@ -235,3 +235,82 @@ fn a_permit_handed_over_but_never_adopted_comes_back_after_its_lease() {
         Err(redis_semaphore::Error::InvalidArgument(_))
     ));
 }
+
+/// Adoption is checked against the grant the server holds: parts naming another token
+/// or other slots are refused (and renew nothing); a grant whose lease has ended is
+/// lost with `Expired`, whether its record is still there or the keys have gone.
+#[test]
+fn adopting_checks_the_parts_against_the_grant_and_says_when_its_lease_ended() {
+    use redis_semaphore::{Error, LostReason, PermitParts};
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("checked")
+        .limit(2)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    // the text form with one field changed
+    let with = |field: usize, value: &str| -> PermitParts {
+        let text = parts.to_string();
+        let mut f: Vec<&str> = text.splitn(8, ':').collect();
+        f[field] = value;
+        f.join(":").parse().unwrap()
+    };
+    let other_token = (parts.token() + 1).to_string();
+    for forged in [with(3, &other_token), with(5, "1")] {
+        match sem.adopt(forged) {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("token"), "{msg}"),
+            other => panic!("forged parts adopted: {other:?}"),
+        }
+    }
+    let permit = sem.adopt(parts.clone()).unwrap();
+    assert_eq!(
+        (permit.token(), permit.slots()),
+        (parts.token(), parts.slots())
+    );
+    permit.release().unwrap();
+
+    // ended, its record still there (another holder keeps the keys): Expired
+    let _keeper = sem.acquire().unwrap();
+    let short = client
+        .semaphore_builder("checked")
+        .limit(2)
+        .lease(Duration::from_millis(300))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let parts = short.acquire().unwrap().into_parts();
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg("redsem:{checked}:h")
+        .arg(parts.id())
+        .query(&mut conn)
+        .unwrap();
+    support::wait_until(Duration::from_secs(5), "the lease to end", || {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        s * 1000 + us / 1000 > deadline
+    });
+    match sem.adopt(parts) {
+        Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
+        other => panic!("adopting an ended grant: {other:?}"),
+    }
+
+    // ended, and the keys gone with it: Expired
+    let alone = client
+        .semaphore_builder("alone")
+        .limit(1)
+        .lease(Duration::from_millis(100))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let parts = alone.acquire().unwrap().into_parts();
+    support::wait_until(Duration::from_secs(5), "the keys to go", || {
+        support::keys(&mut conn, "redsem:{alone}:*").is_empty()
+    });
+    match alone.adopt(parts) {
+        Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
+        other => panic!("adopting a grant whose keys are gone: {other:?}"),
+    }
+}

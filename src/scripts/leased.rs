@@ -11,7 +11,9 @@ use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{ConnectionLike, ScriptInvocation, Value};
 
-use super::{ACQUIRE, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT};
+use super::{
+    ACQUIRE, ADOPT, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT,
+};
 use super::{heartbeat_ms, pad_ms};
 use crate::error::{Error, Result};
 
@@ -321,6 +323,51 @@ pub(crate) enum Renewal {
     Reset,
     /// These ids are no longer held; the others were renewed.
     Lost(Vec<String>),
+}
+
+/// What the adopt script found of a handed-over permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Adoption {
+    /// Held and live, with the token and slots given: renewed.
+    Renewed,
+    /// Not held (released, force-released, or ended and purged before).
+    NotHeld,
+    /// The semaphore's keys are gone.
+    KeysGone,
+    /// Held, but its lease had ended: purged, not renewed.
+    Ended,
+    /// Held with another token or other slots than those given: not renewed.
+    Mismatch,
+}
+
+/// Takes over permit `id`, which must be held with `token` and `slots`, renewing its
+/// lease to `lease_ms` from now (adopt.lua).
+pub(crate) fn adopt(
+    conn: &mut dyn ConnectionLike,
+    keys: &Keys,
+    lease_ms: u64,
+    id: &str,
+    token: u64,
+    slots: &[u32],
+) -> Result<Adoption> {
+    let slots: Vec<String> = slots.iter().map(u32::to_string).collect();
+    let reply: Vec<i64> = keys
+        .invoke(&ADOPT)
+        .arg(lease_ms)
+        .arg(pad_ms(lease_ms))
+        .arg(id)
+        .arg(token)
+        .arg(slots.join(","))
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    match reply.as_slice() {
+        [1] => Ok(Adoption::Renewed),
+        [0] => Ok(Adoption::NotHeld),
+        [-1] => Ok(Adoption::KeysGone),
+        [-2] => Ok(Adoption::Ended),
+        [-3] => Ok(Adoption::Mismatch),
+        other => Err(Error::reply("adopt", format!("{other:?}"))),
+    }
 }
 
 /// Renews the leases of `ids` (at most 1000) to `lease_ms` from now.

@@ -33,6 +33,8 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sourc
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(sources::BATCH));
 /// Renews the leases of a batch of permit ids.
 pub(crate) static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(sources::REFRESH));
+/// Takes over a handed-over permit, checked against its record.
+pub(crate) static ADOPT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ADOPT));
 /// Reads limit, permits in use and holders.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 /// Takes a waiter out of the queue.
@@ -185,7 +187,7 @@ mod tests {
     #[test]
     fn scripts_start_with_the_prelude_and_have_no_shebang() {
         for s in [
-            &ACQUIRE, &RELEASE, &BATCH, &REFRESH, &INSPECT, &SET_LIMIT, &CANCEL,
+            &ACQUIRE, &RELEASE, &BATCH, &REFRESH, &ADOPT, &INSPECT, &SET_LIMIT, &CANCEL,
         ] {
             assert_eq!(s.get_hash().len(), 40);
         }

@@ -48,6 +48,13 @@ pub(crate) const REFRESH: &str = concat!(
     include_str!("refresh.lua"),
 );
 
+/// adopt: takes over a handed-over permit, checked against its record.
+pub(crate) const ADOPT: &str = concat!(
+    include_str!("head.lua"),
+    include_str!("common.lua"),
+    include_str!("adopt.lua"),
+);
+
 /// inspect: reads limit, permits in use and holders.
 pub(crate) const INSPECT: &str = concat!(
     include_str!("head.lua"),

@@ -1,0 +1,46 @@
+-- adopt: a process takes over a permit that another handed over (Permit::into_parts):
+-- the grant must still be held, live, with the token and slots the parts name; then
+-- its lease is renewed as refresh.lua renews one.
+--
+-- ARGV: 1 lease ms, 2 pad ms, 3 id, 4 token, 5 slots (both as the holder record
+--       writes them: '17', '0,3')
+-- Reply: {1}   held and live: renewed to now + lease
+--        {0}   not held: released, force-released, or ended and purged before
+--        {-1}  the semaphore's keys are gone (every lease in it ended, or the
+--              server's data was lost)
+--        {-2}  held, but its lease has ended: not renewed (this call purges it)
+--        {-3}  held, but with another token or other slots than the parts name:
+--              not renewed
+-- Errors: a bad lease or id, before anything is written (load() may repair partial
+-- loss, after which nothing can fail).
+--
+-- Keeps: as refresh.lua: an id that is not held is never brought back, an ended lease
+-- is purged (what it frees goes to the queue, K6), never renewed; K1 for the new
+-- deadline.
+
+local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
+if not lease or not pad then return refuse('bad lease') end
+local id = ARGV[3]
+if not valid_id(id) then return refuse('not a permit id') end
+local st = load(id)
+if not st.exists then return {-1} end
+local reply = 1
+if not st.rec then
+    reply = 0
+else
+    local token, slots = string.match(st.rec, '^%d+|(%d+)|([%d,]*)|')
+    if token ~= ARGV[4] or slots ~= ARGV[5] then
+        reply = -3
+    elseif not live(st, id) then
+        reply = -2
+    end
+end
+purge(st)
+if st.qn > 0 then serve(st) end
+if reply == 1 then
+    local deadline = now + lease
+    redis.call('ZADD', H, 'XX', int(deadline), id)
+    extend(st, deadline, pad)
+end
+save(st)
+return {reply}
