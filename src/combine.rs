@@ -57,13 +57,14 @@
 //! - C7 The in-flight limit is `MAX_IN_FLIGHT` unless one of the last
 //!   `CONTENDED_CALLS` calls that carried tries had one refused; then it is the
 //!   number of this combiner's callers (queued or sending) divided by
-//!   `THREADS_PER_CALL`, rounded up, from 1 to `MAX_IN_FLIGHT`. It only decides
+//!   `THREADS_PER_CALL`, rounded up, from 1 to `CONTENDED_IN_FLIGHT`. It only decides
 //!   whether a thread may start a call (C1) or a finishing leader leaves instead of
 //!   handing over (C3); it never strands a queued operation. (Measured: four
 //!   processes of four threads on one full semaphore made 45-90 % more successful
 //!   tries with one call in flight each than with four; one process of four threads
-//!   on a semaphore with room lost half its throughput with fewer than four;
-//!   BENCHMARKS.md.)
+//!   on a semaphore with room lost half its throughput with fewer than four; one
+//!   process of sixteen threads on a full semaphore made 10-18 % more with two calls
+//!   in flight than with four, in half the round trips; BENCHMARKS.md.)
 
 use std::io;
 use std::sync::Arc;
@@ -87,6 +88,11 @@ const CONTENDED_CALLS: usize = 8;
 
 /// While tries are refused, one call in flight per this many callers (C7).
 const THREADS_PER_CALL: usize = 4;
+
+/// While tries are refused, at most this many calls in flight (C7): the callers of a
+/// full semaphore mostly hear "no", and larger calls spread each call's fixed cost
+/// (the script call, the round trip) over more operations.
+const CONTENDED_IN_FLIGHT: usize = 2;
 
 /// What the combiner learns from a reply: whether it refused a try (C7).
 pub(crate) trait Reply {
@@ -384,7 +390,8 @@ impl<R: Reply> Combiner<R> {
             .is_ok()
     }
 
-    /// How many calls may be in flight now (C7): from 1 to `MAX_IN_FLIGHT`.
+    /// How many calls may be in flight now (C7): `MAX_IN_FLIGHT`, or while tries are
+    /// refused from 1 to `CONTENDED_IN_FLIGHT`.
     fn limit(&self) -> usize {
         if self.contended.load(Ordering::Relaxed) == 0 {
             return MAX_IN_FLIGHT;
@@ -392,7 +399,7 @@ impl<R: Reply> Combiner<R> {
         self.callers
             .load(Ordering::Relaxed)
             .div_ceil(THREADS_PER_CALL)
-            .clamp(1, MAX_IN_FLIGHT)
+            .clamp(1, CONTENDED_IN_FLIGHT)
     }
 
     /// Updates the contention after a call that carried tries (C7).
@@ -766,12 +773,12 @@ mod tests {
     }
 
     #[test]
-    fn the_limit_is_four_unless_tries_are_refused_then_one_per_four_callers() {
+    fn the_limit_is_four_unless_tries_are_refused_then_one_per_four_callers_up_to_two() {
         let c = Combiner::<Value>::default();
         c.callers.store(16, Ordering::SeqCst);
         assert_eq!(c.limit(), MAX_IN_FLIGHT);
         c.learn(true);
-        for (callers, limit) in [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3), (16, 4), (40, 4)] {
+        for (callers, limit) in [(1, 1), (4, 1), (5, 2), (8, 2), (9, 2), (16, 2), (40, 2)] {
             c.callers.store(callers, Ordering::SeqCst);
             assert_eq!(c.limit(), limit, "{callers} callers");
         }

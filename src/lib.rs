@@ -157,13 +157,15 @@
 //! most calls of that semaphore in flight queues its operation, and the queued
 //! operations go together in one script, each run exactly as it would run alone, the
 //! releases first (so the tries of the same call find those permits free). The most
-//! is four while tries are granted, and one per four waiting threads while tries are
-//! refused: on a full semaphore more calls would only be more refusals. A thread
+//! is four while tries are granted, and one per four waiting threads, at most two,
+//! while tries are refused: on a full semaphore more calls would only be more
+//! refusals, and fewer, larger calls spread each call's fixed cost. A thread
 //! alone sends its own script at once. In a batch the fast path reads the state fields once
 //! and then only each operation's own record, writes the `used` count its releases
 //! lowered once at the end, and the tries that share their handle's arguments send
-//! only their id and cutoff: a refused try that joins a batch costs the server about a
-//! quarter of a call of its own. Under contention this cuts the server's work per
+//! only their id and cutoff; a fast grant answers with one short text and a refused
+//! try with `0`, not a table: a refused try that joins a batch costs the server about
+//! a sixth of a call of its own. Under contention this cuts the server's work per
 //! operation (see `BENCHMARKS.md`); blocking waits and refreshes are not combined.
 //!
 //! # Feature flags
