@@ -133,9 +133,12 @@
 //!
 //! # How it works
 //!
-//! Every operation is one Lua script, one round trip: an acquire purges expired
-//! holders, checks the limit and records the grant atomically, with the lease deadline
-//! computed from the Redis server's `TIME`, never the client's clock. All keys of a
+//! Every operation is one Lua script, one round trip (a client's first operation reads
+//! the server's `TIME` once before it, on a cluster once per semaphore: each call
+//! carries a cutoff in server time after which the script does nothing, so that a
+//! call delayed past the moment its caller gave up cannot grant): an acquire purges
+//! expired holders, checks the limit and records the grant atomically, with the lease
+//! deadline computed from the Redis server's `TIME`, never the client's clock. All keys of a
 //! semaphore share the hash tag `{name}` (Redis Cluster ready) and carry a TTL past the
 //! last lease; the release that leaves a semaphore idle (nobody holding or waiting, no
 //! limit stored by `set_limit`) deletes them, so idle semaphores cost no memory. Each
