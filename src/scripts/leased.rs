@@ -740,3 +740,60 @@ fn names_of(keys: Vec<String>, kind: Kind) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn the_fast_paths_short_replies_read_as_the_long_ones() {
+        assert_eq!(
+            Acquired::parse(Value::Int(0), 1).unwrap(),
+            Acquired::Busy {
+                now_ms: None,
+                retry_ms: -1,
+                head: false
+            }
+        );
+        let long = Value::Array(
+            [1, 1_700_000_000_000, 42, 1_700_000_010_000, 3]
+                .into_iter()
+                .map(Value::Int)
+                .collect(),
+        );
+        let short = bulk("1700000000000|42|1700000010000|3");
+        assert_eq!(
+            Acquired::parse(short, 1).unwrap(),
+            Acquired::parse(long, 1).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_malformed_short_reply_is_an_error_not_a_panic() {
+        for text in [
+            "",
+            "1|2|3",
+            "1|2|3|4|5",
+            "a|2|3|4",
+            "1|-2|3|4",
+            "1|2|3|-1",
+            "1|2|3|99999999999",
+            "\u{fffd}",
+        ] {
+            assert!(
+                matches!(
+                    Acquired::parse(bulk(text), 1),
+                    Err(Error::UnexpectedReply { .. })
+                ),
+                "{text:?}"
+            );
+        }
+        // a short grant is of one permit only
+        assert!(Acquired::parse(bulk("1|2|3|4"), 2).is_err());
+        assert!(Acquired::parse(Value::BulkString(vec![0xff, b'|']), 1).is_err());
+    }
+}
