@@ -314,3 +314,76 @@ fn adopting_checks_the_parts_against_the_grant_and_says_when_its_lease_ended() {
         other => panic!("adopting a grant whose keys are gone: {other:?}"),
     }
 }
+
+/// 'mind' (a lower bound of every deadline, K3) follows a deadline that a renewal
+/// moves earlier: a permit adopted by a handle with a shorter lease than its grant's
+/// comes back when the shorter lease ends, not the original one; the same for the
+/// refresh script renewing a grant with a shorter lease.
+#[test]
+fn a_permit_renewed_with_a_shorter_lease_comes_back_when_that_lease_ends() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let builder = |lease_ms: u64| {
+        client
+            .semaphore_builder("shorter")
+            .limit(2)
+            .lease(Duration::from_millis(lease_ms))
+            .auto_refresh(false)
+            .build()
+            .unwrap()
+    };
+    let long = builder(60_000);
+    let short = builder(300);
+    let server_ms = |conn: &mut redis::Connection| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+        s * 1000 + us / 1000
+    };
+    let mind_and_deadline = |conn: &mut redis::Connection, id: &str| -> (i64, i64) {
+        let mind: i64 = redis::cmd("HGET")
+            .arg("redsem:{shorter}:i")
+            .arg("mind")
+            .query(conn)
+            .unwrap();
+        let deadline: i64 = redis::cmd("ZSCORE")
+            .arg("redsem:{shorter}:h")
+            .arg(id)
+            .query(conn)
+            .unwrap();
+        (mind, deadline)
+    };
+    // one holder for a minute, another handed over and adopted with 300 ms
+    let _keeper = long.acquire().unwrap();
+    let adopted = short.adopt(long.acquire().unwrap().into_parts()).unwrap();
+    let (mind, deadline) = mind_and_deadline(&mut conn, adopted.id());
+    assert!(
+        mind <= deadline,
+        "mind {mind} after the deadline {deadline}"
+    );
+    support::wait_until(Duration::from_secs(5), "the adopted lease to end", || {
+        server_ms(&mut conn) > deadline
+    });
+    // (a minute's lease again, so that 'mind' is a minute ahead below)
+    let next = long.try_acquire().unwrap();
+    assert!(
+        next.is_some(),
+        "the ended adopted lease still holds its permit"
+    );
+    drop(next);
+
+    // the refresh script renewing a one-minute grant for 300 ms
+    let renewed = long.try_acquire().unwrap().expect("a permit");
+    let script = support::refresh_script();
+    let reply: Vec<redis::Value> = support::call_on(&script, "shorter")
+        .arg(300)
+        .arg(300)
+        .arg(renewed.id())
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(reply, vec![redis::Value::Int(0)], "renewed, none lost");
+    let (mind, deadline) = mind_and_deadline(&mut conn, renewed.id());
+    assert!(
+        mind <= deadline,
+        "mind {mind} after the deadline {deadline}"
+    );
+}

@@ -16,7 +16,7 @@
 --
 -- Keeps: as refresh.lua: an id that is not held is never brought back, an ended lease
 -- is purged (what it frees goes to the queue, K6), never renewed; K1 for the new
--- deadline.
+-- deadline, and K3 when it is earlier than the grant's (a shorter lease).
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
@@ -40,6 +40,12 @@ if st.qn > 0 then serve(st) end
 if reply == 1 then
     local deadline = now + lease
     redis.call('ZADD', H, 'XX', int(deadline), id)
+    -- K3: this handle's lease may be shorter than the grant's, so the deadline may
+    -- move earlier; 'mind' must stay at or below it
+    if deadline < st.mind then
+        st.mind = deadline
+        st.dirty = true
+    end
     extend(st, deadline, pad)
 end
 save(st)

@@ -12,7 +12,8 @@
 -- Keeps: an id that is not there (released, force-released, expired, served) is never
 -- brought back (ZADD XX only touches members that exist, after expired ones are
 -- purged), so a refresh racing a release cannot resurrect a permit; what the purge
--- frees goes to the queue (K6); K1 for the new deadlines.
+-- frees goes to the queue (K6); K1 for the new deadlines, and K3 when they are earlier
+-- than before (a permit adopted by a handle with a shorter lease than its grant's).
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
@@ -24,6 +25,7 @@ if st.qn > 0 then serve(st) end
 local deadline = now + lease
 local d = int(deadline)
 local lost = {0}
+local renewed = false
 local CHUNK = 500
 for first = 3, #ARGV, CHUNK do
     local ids = {}
@@ -46,8 +48,17 @@ for first = 3, #ARGV, CHUNK do
                 lost[#lost + 1] = ids[k]
             end
         end
-        if #args > 0 then redis.call('ZADD', H, 'XX', unpack(args)) end
+        if #args > 0 then
+            redis.call('ZADD', H, 'XX', unpack(args))
+            renewed = true
+        end
     end
+end
+-- K3: a renewal may move a deadline earlier (a permit adopted by a handle with a
+-- shorter lease than its grant's); 'mind' must stay at or below it
+if renewed and deadline < st.mind then
+    st.mind = deadline
+    st.dirty = true
 end
 extend(st, deadline, pad)
 save(st)
