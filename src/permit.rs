@@ -205,8 +205,8 @@ impl Drop for Permit {
         match self.grantor.release(&self.state) {
             Ok(()) => {}
             // a lease that ended while held: the holder's work may have overlapped
-            // another's, which DESIGN.md has Drop say at `warn` (as release() says it
-            // with its error), also when the loss was already noticed
+            // another's, which Drop says at `warn` as the design asks (as release()
+            // says it with its error), also when the loss was already noticed
             Err(
                 e @ (Error::LeaseExpired { .. }
                 | Error::PermitLost {

@@ -1,4 +1,4 @@
-//! What dropping a permit says in the log. DESIGN.md: `Permit::release()` on a permit
+//! What dropping a permit says in the log. The design: `Permit::release()` on a permit
 //! whose lease had already ended returns an error that says so; Drop logs it at `warn`.
 //! (A file of its own: the logger is global to the test process.)
 
