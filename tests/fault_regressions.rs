@@ -632,7 +632,14 @@ fn malformed_script_arguments_are_refused_before_any_write() {
 
     let before = snapshot(&mut conn, "used");
     let set_limit = support::set_limit_script();
-    for (limit, retention) in [("nan", "0"), ("1.5", "0"), ("10001", "0"), ("3", "inf")] {
+    for (limit, retention) in [
+        ("nan", "1"),
+        ("1.5", "1"),
+        ("10001", "1"),
+        ("3", "inf"),
+        // a retention of 0 would delete the keys at once and leave the hash without a TTL
+        ("3", "0"),
+    ] {
         let r: redis::RedisResult<i64> = call_on(&set_limit, "used")
             .arg(limit)
             .arg(retention)
@@ -697,4 +704,123 @@ fn dropping_waiters_above_a_lowered_limit_is_bounded_per_call() {
     assert_eq!(queued(&mut conn), 36, "one call drops at most 64 waiters");
     assert_eq!(sem.queue_len().unwrap(), 0, "the next call drops the rest");
     assert_eq!(queued(&mut conn), 0);
+}
+
+/// Tries `ids` in batch calls of at most 64 (limit 10,000, `lease_ms`).
+fn batch_tries(conn: &mut redis::Connection, name: &str, ids: &[String], lease_ms: u64) {
+    let script = support::batch_script();
+    for chunk in ids.chunks(64) {
+        let mut inv = call_on(&script, name);
+        inv.arg("a")
+            .arg(&chunk[0])
+            .arg(1)
+            .arg(MAX_LIMIT)
+            .arg(lease_ms)
+            .arg(300)
+            .arg(300)
+            .arg("1|t|")
+            .arg("t")
+            .arg("1")
+            .arg("")
+            .arg("0");
+        for id in &chunk[1..] {
+            inv.arg("A").arg(id).arg("0");
+        }
+        let _: redis::Value = inv.invoke(conn).unwrap();
+    }
+}
+
+/// K2: 'used', the bitmap's bits and the holder records agree (every record is of one
+/// permit here).
+fn assert_k2(conn: &mut redis::Connection, name: &str) {
+    let used: i64 = redis::cmd("HGET")
+        .arg(format!("redsem:{{{name}}}:i"))
+        .arg("used")
+        .query(conn)
+        .unwrap();
+    let bits: i64 = redis::cmd("BITCOUNT")
+        .arg(format!("redsem:{{{name}}}:s"))
+        .query(conn)
+        .unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("redsem:{{{name}}}:i"))
+        .query(conn)
+        .unwrap();
+    let records = fields.iter().filter(|f| f.len() == 36).count() as i64;
+    assert_eq!((used, bits), (records, records), "used, bits, records");
+}
+
+/// Review of the scripts (K9, K2): with more ended leases than one call may purge, a
+/// batch's operations share one call's purge budget; a refresh reports an ended lease
+/// that the budget left in h as lost instead of renewing it; and an id whose ended
+/// lease the budget did not reach is granted again with its old permit freed, not
+/// hidden under the new record and counted for good.
+#[test]
+fn more_ended_leases_than_one_call_purges_are_never_renewed_or_hidden() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "ended";
+    let h = format!("redsem:{{{name}}}:h");
+    let zcard =
+        |conn: &mut redis::Connection| -> i64 { redis::cmd("ZCARD").arg(&h).query(conn).unwrap() };
+    // a keeper for a minute, then 1,600 holders of 300 ms and X of 600 ms (after them)
+    batch_tries(&mut conn, name, &[uuid(100_000)], 60_000);
+    let many: Vec<String> = (0..1600).map(uuid).collect();
+    batch_tries(&mut conn, name, &many, 300);
+    let x = uuid(200_000);
+    batch_tries(&mut conn, name, std::slice::from_ref(&x), 600);
+    let x_deadline: i64 = redis::cmd("ZSCORE")
+        .arg(&h)
+        .arg(&x)
+        .query(&mut conn)
+        .unwrap();
+    wait_until(Duration::from_secs(5), "X's lease to end", || {
+        server_ms(&mut conn) > x_deadline
+    });
+
+    // one batch of 21 tries purges at most 512 entries in all
+    let before = zcard(&mut conn);
+    let tries: Vec<String> = (300_000..300_021).map(uuid).collect();
+    batch_tries(&mut conn, name, &tries, 60_000);
+    let purged = before + 21 - zcard(&mut conn);
+    assert!(purged <= 512, "one call purged {purged} entries");
+
+    // a refresh of X (still in h, after 1,000 others): lost, not renewed
+    let refresh = support::refresh_script();
+    let reply: Vec<String> = call_on(&refresh, name)
+        .arg(60_000)
+        .arg(1000)
+        .arg(&x)
+        .invoke::<Vec<redis::Value>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|v| match v {
+            redis::Value::Int(i) => i.to_string(),
+            v => redis::from_redis_value(v).unwrap(),
+        })
+        .collect();
+    assert_eq!(reply, vec!["0".to_owned(), x.clone()], "X reported lost");
+    let score: i64 = redis::cmd("ZSCORE")
+        .arg(&h)
+        .arg(&x)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(score, x_deadline, "X renewed after its lease ended");
+
+    // X acquires again while the budget still cannot reach it: its old permit is freed
+    batch_tries(&mut conn, name, std::slice::from_ref(&x), 60_000);
+    // the calls that purge the rest
+    for k in 0..4 {
+        batch_tries(&mut conn, name, &[uuid(400_000 + k)], 60_000);
+    }
+    let ended = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("ZCOUNT")
+            .arg(&h)
+            .arg("-inf")
+            .arg(server_ms(conn))
+            .query(conn)
+            .unwrap()
+    };
+    assert_eq!(ended(&mut conn), 0, "every ended lease purged");
+    assert_k2(&mut conn, name);
 }

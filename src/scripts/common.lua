@@ -140,8 +140,8 @@ local function del(st, f) st.over[f] = false end
 -- Creates the keys of a semaphore that has none. Every caller adds a deadline with
 -- extend() before it returns, which gives the keys their TTL (K1).
 local function create(st)
-    redis.call('ZADD', H, END_OF_TIME, '~')
-    redis.call('ZADD', Q, END_OF_TIME, '~')
+    redis.call('ZADD', H, int(END_OF_TIME), '~')
+    redis.call('ZADD', Q, int(END_OF_TIME), '~')
     redis.call('SETBIT', S, 0, 0)
     redis.call('HSET', I, 'used', 0)
     st.exists, st.exp, st.used, st.mind, st.qn, st.dirty = true, 0, 0, END_OF_TIME, 0, true
@@ -161,8 +161,8 @@ local function repair(info_is_hash)
     local exp = tonumber(kept[4]) or 0
     if exp <= now then exp = now + 1000 end
     local ctr = tonumber(kept[1]) or 0
-    redis.call('ZADD', H, END_OF_TIME, '~')
-    redis.call('ZADD', Q, END_OF_TIME, '~')
+    redis.call('ZADD', H, int(END_OF_TIME), '~')
+    redis.call('ZADD', Q, int(END_OF_TIME), '~')
     redis.call('SETBIT', S, 0, 0)
     redis.call('HSET', I, 'exp', int(exp), 'used', 0, 'mind', int(END_OF_TIME), 'ctr', int(ctr),
         'qn', 0, 'qseq', 0)
@@ -214,6 +214,7 @@ local function load(id)
     end
     local st = new_state(v)
     st.rec, st.wrec = v[8] or false, v[9] or false
+    if id then st.pre[id], st.pre['w:' .. id] = st.rec, st.wrec end
     return st
 end
 
@@ -310,16 +311,20 @@ local function free_slots(rec)
     return tonumber(p) or 0
 end
 
+-- How many more expired entries this script may purge (K9): the budget is the
+-- script's, not each purge's, so the operations of a batch share it.
+local purge_left = MAX_PURGE
+
 -- Removes the holders and waiters whose deadline has passed (K2, K3, K4), at most
--- MAX_PURGE of them (K9): when more are left, 'mind' stays at the earliest of them, so
--- the next call goes on. Costs nothing but a comparison while now < 'mind'.
+-- MAX_PURGE of them per script (K9): when more are left, 'mind' stays at the earliest
+-- of them, so the next call goes on. Costs nothing but a comparison while now < 'mind'.
 local function purge(st)
-    if not st.exists or now < st.mind then return end
-    local done = 0
-    while done < MAX_PURGE do
-        local ids = redis.call('ZRANGEBYSCORE', H, '-inf', now, 'LIMIT', 0, 128)
+    if not st.exists or now < st.mind or purge_left <= 0 then return end
+    while purge_left > 0 do
+        local ids = redis.call('ZRANGEBYSCORE', H, '-inf', int(now), 'LIMIT', 0,
+            int(math.min(128, purge_left)))
         if #ids == 0 then break end
-        done = done + #ids
+        purge_left = purge_left - #ids
         local recs = redis.call('HMGET', I, unpack(ids))
         for k = 1, #ids do
             if string.sub(ids[k], 1, 2) == 'w:' then
@@ -348,6 +353,14 @@ end
 -- {1, now, token, deadline, slot...}. The lowest free slots are found by BITPOS from
 -- the last one found, so n permits cost n BITPOS and n SETBIT calls.
 local function grant(st, id, n, deadline, pad, origin)
+    -- a record `id` still has is a lease that ended and that the purge's budget (K9)
+    -- did not reach (a live one is answered before any grant): its permits and slots
+    -- are freed first, or the new record would hide them, counted in 'used' and set in
+    -- s for good (K2)
+    local old = field(st, id)
+    if old then
+        st.used = math.max(st.used - free_slots(old), 0)
+    end
     local reply = {1, now, 0, deadline}
     local slots = {}
     local from = 0

@@ -4,7 +4,10 @@
 -- missing or not agreeing, a waiter queued, an expired entry to purge, a repeated id,
 -- several permits at once) they answer nil and write nothing, and the full logic
 -- (common.lua, ops.lua) decides. Both give exactly the reply and the state the full
--- logic would give in the same case, and keep the same invariants (common.lua).
+-- logic would give in the same case, and keep the same invariants (common.lua), with
+-- one difference in what they refuse: the fast path checks only the arguments it
+-- uses, so a plain try whose unused ones (heartbeat, channel) are malformed is
+-- granted where the full logic refuses it (the client never sends such arguments).
 --
 -- One script call may run several fast operations (a batch): the hash's state fields
 -- are read once per call (fast_state) and kept in `fv` as the operations change them,

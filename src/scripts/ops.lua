@@ -83,7 +83,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
         st.qseq = st.qseq + 1
         redis.call('ZADD', Q, int(st.qseq), id)
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
-        put(st, 'w:' .. id, n .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|'
+        put(st, 'w:' .. id, int(n) .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|'
             .. int(hb) .. '|' .. chan .. '|' .. origin)
         st.qn = st.qn + 1
         st.dirty = true

@@ -10,8 +10,9 @@
 -- (so the sentinel '~' keeps its score).
 --
 -- Keeps: an id that is not there (released, force-released, expired, served) is never
--- brought back (ZADD XX only touches members that exist, after expired ones are
--- purged), so a refresh racing a release cannot resurrect a permit; what the purge
+-- brought back (ZADD XX only touches members that exist, and an entry whose deadline
+-- has passed is reported lost, not renewed, even when the purge's budget left it), so
+-- a refresh racing a release cannot resurrect a permit; what the purge
 -- frees goes to the queue (K6); K1 for the new deadlines, and K3 when they are earlier
 -- than before (a permit adopted by a handle with a shorter lease than its grant's).
 
@@ -41,7 +42,9 @@ for first = 3, #ARGV, CHUNK do
         local scores = redis.call('ZMSCORE', H, unpack(ids))
         local args = {}
         for k = 1, #ids do
-            if scores[k] then
+            -- (an entry whose deadline has passed is ended, also when the purge's
+            -- budget, K9, left it in h: never renewed)
+            if scores[k] and tonumber(scores[k]) > now then
                 args[#args + 1] = d
                 args[#args + 1] = ids[k]
             else

@@ -3,7 +3,9 @@
 -- ARGV: 1 new limit, 2 retention ms
 -- Reply: the previous stored limit, or -1 when none was stored
 -- Errors: a limit that is no integer from 1 to MAX_LIMIT, or a retention that is no
--- integer from 0 to MAX_MS, before anything is written.
+-- integer from 1 to MAX_MS, before anything is written. (A retention of 0 would set
+-- the keys' expiry to now, which deletes them at once, and the hash written after it
+-- would have no TTL.)
 --
 -- Keeps: K1 (the keys are created with a TTL, and kept for at least the retention
 -- so that the stored limit outlives idle moments); holders above a lowered limit
@@ -11,7 +13,7 @@
 -- a raised limit serves the queue at once, up to MAX_SERVE waiters, the rest from the
 -- next calls (K6, K9).
 
-local new_limit, retention = int_arg(ARGV[1], 1, MAX_LIMIT), int_arg(ARGV[2], 0, MAX_MS)
+local new_limit, retention = int_arg(ARGV[1], 1, MAX_LIMIT), int_arg(ARGV[2], 1, MAX_MS)
 if not new_limit or not retention then
     return refuse('bad limit')
 end
