@@ -72,6 +72,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::scripts::MAX_PERMITS;
 use crate::scripts::leased::{Acquired, HotReply};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -437,15 +438,35 @@ impl<R: Reply> Combiner<R> {
             self.leaders.fetch_sub(1, Ordering::AcqRel);
             return;
         }
-        let batch: Vec<Arc<Slot<R>>> = if queue.len() <= MAX_BATCH {
+        let take = batch_len(queue.iter().map(|s| &s.op));
+        let batch: Vec<Arc<Slot<R>>> = if take == queue.len() {
             std::mem::take(&mut *queue)
         } else {
-            queue.drain(..MAX_BATCH).collect()
+            queue.drain(..take).collect()
         };
         let first = Arc::clone(&batch[0]);
         first.settle(Outcome::Lead(batch));
         drop(queue);
     }
+}
+
+/// How many of the queued operations `ops` (at least one, when there is one) go in
+/// one call: at most `MAX_BATCH`, whose acquires ask for at most `MAX_PERMITS`
+/// permits in all (the batch script refuses more, K9). A single operation asks for at
+/// most `MAX_PERMITS` (the handles check it).
+fn batch_len<'a>(ops: impl Iterator<Item = &'a Op>) -> usize {
+    let mut asked = 0u64;
+    let mut len = 0;
+    for op in ops.take(MAX_BATCH) {
+        if let Op::Acquire { n, .. } = op {
+            asked += u64::from(*n);
+            if asked > u64::from(MAX_PERMITS) && len > 0 {
+                break;
+            }
+        }
+        len += 1;
+    }
+    len
 }
 
 /// Counts a thread inside [`Combiner::run`] until it leaves, also by unwinding (C7).
@@ -719,6 +740,26 @@ mod tests {
             fair: true,
             give_up: far(),
         }
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_64_operations_asking_for_at_most_max_permits_in_all() {
+        let many = |n: u32| {
+            let mut op = acquire("x");
+            if let Op::Acquire { n: m, .. } = &mut op {
+                *m = n;
+            }
+            op
+        };
+        let ops: Vec<Op> = (0..100).map(|k| release(&k.to_string())).collect();
+        assert_eq!(batch_len(ops.iter()), MAX_BATCH);
+        let ops = [many(6_000), release("r"), many(4_000), many(1)];
+        assert_eq!(batch_len(ops.iter()), 3, "up to 10,000 permits asked");
+        let ops = [many(MAX_PERMITS), many(1)];
+        assert_eq!(batch_len(ops.iter()), 1);
+        let ops = [release("r")];
+        assert_eq!(batch_len(ops.iter()), 1);
+        assert_eq!(batch_len([].iter()), 0);
     }
 
     fn id_of(op: &Op) -> &str {

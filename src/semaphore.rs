@@ -29,7 +29,7 @@ const LIMIT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// work per permit (a slot bit each), and one call must stay short whatever its
 /// arguments (measured: about 10 ms of server time for a grant of all 10,000 permits at
 /// once, and as much for their release, on the 2-core development machine).
-pub const MAX_LIMIT: u32 = 10_000;
+pub const MAX_LIMIT: u32 = scripts::MAX_PERMITS;
 
 /// A distributed counting semaphore: at most `limit` permits are held at once, by all
 /// clients, threads and processes that use the same name on the same Redis.

@@ -824,3 +824,44 @@ fn more_ended_leases_than_one_call_purges_are_never_renewed_or_hidden() {
     assert_eq!(ended(&mut conn), 0, "every ended lease purged");
     assert_k2(&mut conn, name);
 }
+
+/// K9 for batches: the acquires of one batch ask for at most MAX_LIMIT permits in all,
+/// so that a batch that repeats an id (acquire all, release, acquire all again...)
+/// cannot make one call set and clear slot bits without end; one that asks for more is
+/// refused before anything is written.
+#[test]
+fn a_batch_asking_for_more_than_the_most_permits_in_all_is_refused_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let batch = support::batch_script();
+    let x = uuid(1);
+    let full = |inv: &mut redis::ScriptInvocation<'_>, n: u32| {
+        inv.arg("a")
+            .arg(&x)
+            .arg(n)
+            .arg(MAX_LIMIT)
+            .arg(60_000)
+            .arg(1000)
+            .arg(1000)
+            .arg("1|t|")
+            .arg("t")
+            .arg("1")
+            .arg("")
+            .arg("0");
+    };
+    let mut inv = call_on(&batch, "bits");
+    full(&mut inv, MAX_LIMIT);
+    inv.arg("r").arg(&x);
+    full(&mut inv, 1);
+    let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+    assert!(r.is_err(), "{r:?}");
+    assert!(support::keys(&mut conn, "redsem:*").is_empty(), "written");
+    // at most MAX_LIMIT in all: taken
+    let mut inv = call_on(&batch, "bits");
+    full(&mut inv, MAX_LIMIT - 1);
+    inv.arg("r").arg(&x);
+    full(&mut inv, 1);
+    let replies: Vec<redis::Value> = inv.invoke(&mut conn).unwrap();
+    assert_eq!(replies.len(), 3);
+    assert_eq!(support::acquire_reply(&replies[2])[0], 1, "{replies:?}");
+}

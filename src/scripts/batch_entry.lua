@@ -10,7 +10,10 @@
 -- The first pass: what is wrong anywhere in the batch is refused before any write.
 local bat_count = 0
 do
-    local k, shared = 1, false
+    -- `asked`: the permits the batch's acquires ask for in all, at most MAX_LIMIT, so
+    -- that one call sets at most MAX_LIMIT slot bits and clears only those and the
+    -- ones set before it (K9), however its operations repeat ids
+    local k, shared, n, asked = 1, false, 0, 0
     while k <= #ARGV do
         local tag = ARGV[k]
         if tag ~= 'a' and tag ~= 'r' and not (tag == 'A' and shared) then
@@ -23,12 +26,19 @@ do
             local bad = check_acquire(k + 2)
             if bad then return redis.error_reply('ERR redis-semaphore: ' .. bad) end
             shared = true
+            n = 1
+            if ARGV[k + 2] ~= '1' then n = tonumber(ARGV[k + 2]) end
+            asked = asked + n
             k = k + 12
         elseif tag == 'A' then
+            asked = asked + n
             k = k + 3
         else
             k = k + 2
         end
+    end
+    if asked > MAX_LIMIT then
+        return redis.error_reply('ERR redis-semaphore: batch: more than ' .. MAX_LIMIT .. ' permits asked')
     end
 end
 

@@ -52,7 +52,9 @@
 --       here), which costs the server far less than printing a float ('%.0f' or the
 --       implicit '%.14g'); constant arguments are passed as strings for the same reason.
 --   K9  Bounded work: one call serves or drops at most MAX_SERVE waiters, purges at
---       most MAX_PURGE expired entries, and touches at most 2 * limit slot bits (the
+--       most MAX_PURGE expired entries, and touches at most 2 * limit slot bits, or in
+--       a batch, whose acquires ask for at most MAX_LIMIT permits in all, 3 * MAX_LIMIT
+--       (set by its grants, cleared of those set before it or by them) (the
 --       limit and a permit count are at most MAX_LIMIT, 10,000, checked by the client
 --       and by the scripts before their first write); what is left is done by the next
 --       call, and a head that could be served at once is told to look again.

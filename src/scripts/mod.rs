@@ -23,6 +23,10 @@ mod sources;
 
 use std::sync::LazyLock;
 
+/// The largest limit and permit count the scripts take (`MAX_LIMIT` in head.lua),
+/// and the most permits the acquires of one batch may ask for in all (K9).
+pub(crate) const MAX_PERMITS: u32 = 10_000;
+
 use redis::Script;
 
 /// Grants permits to a permit id, or answers when to try again.
