@@ -965,3 +965,55 @@ fn a_counting_semaphore_and_a_leased_one_of_the_same_name_do_not_meet() {
     assert_eq!(leased.available().unwrap(), 1);
     assert_eq!(counting.balance().unwrap(), Some(0));
 }
+
+/// Review of the counting scripts: a count that is no integer text ('1e3', '0x10',
+/// ' 7', which Lua reads as numbers but INCRBY and DECRBY refuse) fails a script
+/// before its first write, here the repair of a waiter key of another type; and
+/// inspect writes nothing, also with such a waiter key.
+#[test]
+fn a_count_that_is_no_integer_text_fails_before_any_write_and_inspect_writes_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let release = counting_script!("counting_release.lua");
+    let inspect = counting_script!("counting_inspect.lua");
+    let junk_waiters = |conn: &mut redis::Connection, name: &str| {
+        redis::cmd("SET")
+            .arg(format!("redsem:{{{name}}}:cw"))
+            .arg("junk")
+            .exec(conn)
+            .unwrap();
+    };
+    let cw_type = |conn: &mut redis::Connection, name: &str| -> String {
+        redis::cmd("TYPE")
+            .arg(format!("redsem:{{{name}}}:cw"))
+            .query(conn)
+            .unwrap()
+    };
+    for (k, text) in ["1e3", "0x10", " 7", "5.0"].into_iter().enumerate() {
+        let name = format!("text{k}");
+        redis::cmd("SET")
+            .arg(format!("redsem:{{{name}}}:count"))
+            .arg(text)
+            .exec(&mut conn)
+            .unwrap();
+        junk_waiters(&mut conn, &name);
+        let r = run_counting(&mut conn, &release, &name, &["1"]);
+        assert!(r.is_err(), "release on count {text:?}: {r:?}");
+        assert_eq!(
+            cw_type(&mut conn, &name),
+            "string",
+            "written before failing"
+        );
+    }
+    junk_waiters(&mut conn, "seen");
+    let r = run_counting(&mut conn, &inspect, "seen", &[]).unwrap();
+    assert_eq!(
+        r,
+        redis::Value::Array(vec![
+            redis::Value::Int(0),
+            redis::Value::Int(0),
+            redis::Value::Int(0)
+        ])
+    );
+    assert_eq!(cw_type(&mut conn, "seen"), "string", "inspect wrote");
+}

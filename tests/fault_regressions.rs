@@ -865,3 +865,99 @@ fn a_batch_asking_for_more_than_the_most_permits_in_all_is_refused_before_any_wr
     assert_eq!(replies.len(), 3);
     assert_eq!(support::acquire_reply(&replies[2])[0], 1, "{replies:?}");
 }
+
+/// A Redisson script, as the library builds it, for calls the public API never makes.
+fn redisson_script(pes: bool, body: &str) -> redis::Script {
+    if pes {
+        redis::Script::new(&format!(
+            "{}{}",
+            include_str!("../src/scripts/redisson_pes_common.lua"),
+            body
+        ))
+    } else {
+        redis::Script::new(body)
+    }
+}
+
+/// Review of the Redisson scripts: arguments the public API never sends (a negative
+/// or mismatched permit count, a deadline no score can hold, a count that is no
+/// integer) are refused before anything is written, where they used to create permits,
+/// lose them after a write, or store a float as the counter.
+#[test]
+fn redisson_scripts_refuse_bad_arguments_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let counter = |conn: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET").arg("jobs").query(conn).unwrap()
+    };
+    redis::cmd("SET")
+        .arg("jobs")
+        .arg(3)
+        .exec(&mut conn)
+        .unwrap();
+    let pes_acquire = redisson_script(
+        true,
+        include_str!("../src/scripts/redisson_pes_acquire.lua"),
+    );
+    let id = |k: u8| vec![k; 16];
+    let huge = format!("1{}", "0".repeat(400));
+    for (n, deadline, ids) in [
+        ("-1", "1000", vec![id(1)]),
+        ("1", "1000", vec![id(1), id(2), id(3)]),
+        ("2", huge.as_str(), vec![id(1), id(2)]),
+        ("1.5", "1000", vec![id(1)]),
+    ] {
+        let mut inv = pes_acquire.prepare_invoke();
+        inv.key("jobs")
+            .key("{jobs}:timeout")
+            .key("redisson_sc:{jobs}")
+            .arg("PUBLISH")
+            .arg(1000)
+            .arg(n)
+            .arg(deadline);
+        for i in &ids {
+            inv.arg(i.as_slice());
+        }
+        let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+        assert!(r.is_err(), "pes acquire n={n}: {r:?}");
+        assert_eq!(
+            counter(&mut conn).as_deref(),
+            Some("3"),
+            "pes acquire n={n}"
+        );
+    }
+    let rs_try = redisson_script(
+        false,
+        include_str!("../src/scripts/redisson_rs_try_acquire.lua"),
+    );
+    for n in ["-5", "0", "1.5", "nan"] {
+        let r: redis::RedisResult<redis::Value> = rs_try.key("jobs").arg(n).invoke(&mut conn);
+        assert!(r.is_err(), "rs try n={n}: {r:?}");
+    }
+    let rs_add = redisson_script(false, include_str!("../src/scripts/redisson_rs_add.lua"));
+    for d in ["inf", "1.5", "0", "99999999999999999999"] {
+        let r: redis::RedisResult<redis::Value> = rs_add
+            .key("jobs")
+            .key("redisson_sc:{jobs}")
+            .arg("PUBLISH")
+            .arg(d)
+            .invoke(&mut conn);
+        assert!(r.is_err(), "rs add {d}: {r:?}");
+    }
+    let pes_set = redisson_script(true, include_str!("../src/scripts/redisson_pes_set.lua"));
+    for (op, v) in [("add", "inf"), ("set", "1.5"), ("set", "1e3")] {
+        let r: redis::RedisResult<redis::Value> = pes_set
+            .key("fresh")
+            .key("{fresh}:timeout")
+            .key("redisson_sc:{fresh}")
+            .arg("PUBLISH")
+            .arg(1000)
+            .arg(op)
+            .arg(v)
+            .invoke(&mut conn);
+        assert!(r.is_err(), "pes {op} {v}: {r:?}");
+    }
+    assert_eq!(counter(&mut conn).as_deref(), Some("3"));
+    let fresh: Option<String> = redis::cmd("GET").arg("fresh").query(&mut conn).unwrap();
+    assert_eq!(fresh, None);
+}

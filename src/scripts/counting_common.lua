@@ -71,8 +71,9 @@ end
 local function count()
     local v = redis.call('GET', C)
     if v == false then return nil end
-    local c = tonumber(v)
-    if not c or c ~= math.floor(c) or c > MAX or c < -MAX then
+    -- integer text only, as INCRBY and DECRBY take it ('1e3', '0x10', ' 7' are not)
+    local c = string.find(v, '^%-?%d+$') and #v <= 11 and tonumber(v)
+    if not c or c > MAX or c < -MAX then
         -- a string error (level 0: no position): Redis 6.2 cannot raise a table
         error('WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. string.sub(v, 1, 40), 0)
     end

@@ -3,12 +3,19 @@
 -- Reply: 'OK' granted (the ids are in the lease zset with the deadline);
 --        ':<ms>' not now, the nearest lease deadline (a timed retry);
 --        nil not now, and no lease will end (wait for a message).
--- Errors (see the prelude): the deadline is checked to be integer text first (a
--- pattern, cheaper than tonumber), so the ZADDs after DECRBY cannot fail; n is
--- parsed by Redis in reclaim's LIMIT before anything is written; a bad counter fails
+-- Errors (see the prelude): the deadline is checked to be integer text of at most 19
+-- digits first (a pattern, cheaper than tonumber; a longer one would be no finite
+-- score), so the ZADDs after DECRBY cannot fail; n must be an integer from 1 to
+-- 10,000 with exactly n ids after it (a negative n would reclaim without bound and
+-- add permits, a mismatch hold more ids than permits taken); a bad counter fails
 -- reclaim's INCRBY, or the GET, or DECRBY, each with nothing written yet.
-if not string.find(ARGV[4], '^%-?%d+$') then
+if not string.find(ARGV[4], '^%-?%d+$') or #ARGV[4] > 20 then
     return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[4], 1, 40))
+end
+if not string.find(ARGV[3], '^[1-9]%d?%d?%d?%d?$') or tonumber(ARGV[3]) > 10000
+    or #ARGV - 4 ~= tonumber(ARGV[3]) then
+    return redis.error_reply('ERR permits must be an integer from 1 to 10000 with as many ids, found '
+        .. string.sub(ARGV[3], 1, 40))
 end
 local bad = reclaim(ARGV[3])
 if bad then return bad end

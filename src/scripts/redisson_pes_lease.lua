@@ -12,7 +12,7 @@
 -- ZADDs, so neither they nor the subtraction can fail after a write.
 local now
 if ARGV[3] == 'update' then
-    if not string.find(ARGV[4], '^%-?%d+$') then
+    if not string.find(ARGV[4], '^%-?%d+$') or #ARGV[4] > 20 then
         return redis.error_reply('ERR the lease deadline must be integer ms, found ' .. string.sub(ARGV[4], 1, 40))
     end
 else

@@ -5,11 +5,13 @@
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
 -- Reply: the counter after.
--- Errors (see the prelude): p or d that is not a number is refused first; a counter
+-- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused
+-- first (not 'inf', not '1.5', which would be stored as such); a counter
 -- of another type fails the GET, one that is not a number the arithmetic, a zset of
 -- another type the ZCOUNT, all before the one write (SET or INCRBY, which writes
 -- nothing when refused); only the publish (pcall) follows it.
-local arg = tonumber(ARGV[4])
+local arg = nil
+if string.find(ARGV[4], '^%-?%d+$') and #ARGV[4] <= 11 then arg = tonumber(ARGV[4]) end
 if arg == nil then
     return redis.error_reply('ERR permits must be a number, found ' .. string.sub(tostring(ARGV[4]), 1, 40))
 end

@@ -3,10 +3,14 @@
 -- ARGV: 1 publish command, 2 d (signed, non-zero)
 -- Reply: the counter after. The counter (missing = 0) + d is SET (dropping any TTL,
 -- as Redisson's SET does) and the new value published.
--- Errors (Redis does not undo a script's writes): a counter of another type fails the
--- GET, one that is not a number (or a bad d) the addition, both before the SET, the
+-- Errors (Redis does not undo a script's writes): d that is no non-zero integer of at
+-- most 10 digits is refused first; a counter of another type fails the GET, one that
+-- is not a number the addition, both before the SET, the
 -- only write; the publish after it is sent with redis.pcall and its error ignored
 -- (a refused PUBLISH/SPUBLISH: waiters also poll).
+if not string.find(ARGV[2], '^%-?[1-9]%d*$') or #ARGV[2] > 11 then
+    return redis.error_reply('ERR permits must be a non-zero integer, found ' .. string.sub(ARGV[2], 1, 40))
+end
 local value = redis.call('GET', KEYS[1])
 if value == false then
     value = 0

@@ -2,9 +2,13 @@
 -- KEYS: 1 NAME (the counter)
 -- ARGV: 1 n (>= 1)
 -- Reply: 1 when the counter existed and held >= n (then DECRBY n), else 0.
--- Errors (Redis does not undo a script's writes): a counter of another type fails the
--- GET, one that is not a number (or a bad n) the comparison; the DECRBY is the only
+-- Errors (Redis does not undo a script's writes): n that is no integer from 1, of at
+-- most 10 digits, is refused first (a negative one would add permits); a counter of another
+-- type fails the GET, one that is not a number the comparison; the DECRBY is the only
 -- write, and when it is refused it writes nothing.
+if not string.find(ARGV[1], '^[1-9]%d*$') or #ARGV[1] > 10 then
+    return redis.error_reply('ERR permits must be an integer from 1, found ' .. string.sub(ARGV[1], 1, 40))
+end
 local value = redis.call('GET', KEYS[1])
 if value ~= false and tonumber(value) >= tonumber(ARGV[1]) then
     redis.call('DECRBY', KEYS[1], ARGV[1])
