@@ -143,11 +143,7 @@ impl Worker {
     fn start(k: usize, url: &str, observer: &str, skew: Option<&str>) -> Worker {
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match skew {
-            Some(offset) => {
-                let mut c = Command::new("faketime");
-                c.arg("-f").arg(offset).arg(&exe);
-                c
-            }
+            Some(offset) => support::faketime(offset, &exe),
             None => Command::new(&exe),
         };
         // its own process group, so that Drop kills the worker and not only faketime
@@ -277,10 +273,7 @@ const FAULTS: [Fault; 7] = [
 #[test]
 fn never_more_valid_holders_than_the_limit_whatever_fails() {
     assert!(
-        Command::new("faketime")
-            .args(["-f", "+0", "true"])
-            .status()
-            .is_ok_and(|s| s.success()),
+        support::has_faketime(),
         "this test needs faketime on PATH (Debian package faketime; scripts/test.sh installs it)"
     );
     let secs: u64 = std::env::var("REDSEM_FAULT_SECS")

@@ -78,11 +78,7 @@ fn helper() {
 fn spawn_helper(role: &str, url: &str, faketime: Option<&str>) -> Child {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = match faketime {
-        Some(offset) => {
-            let mut c = Command::new("faketime");
-            c.arg("-f").arg(offset).arg(&exe);
-            c
-        }
+        Some(offset) => support::faketime(offset, &exe),
         None => Command::new(&exe),
     };
     cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
@@ -113,12 +109,7 @@ fn result_line(child: &mut Child) -> String {
 #[test]
 fn never_over_the_limit_across_processes_with_clocks_an_hour_apart() {
     assert!(
-        Command::new("faketime")
-            .arg("-f")
-            .arg("+0")
-            .arg("true")
-            .status()
-            .is_ok_and(|s| s.success()),
+        support::has_faketime(),
         "this test needs faketime on PATH (Debian package faketime; scripts/test.sh installs it)"
     );
     let server = RedisServer::start();

@@ -92,6 +92,43 @@ fn read_or_empty(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_default()
 }
 
+/// A command that runs `program` with its wall clock moved by `offset` (libfaketime's
+/// `FAKETIME` form, as `faketime -f` takes it: "+1h", "-1h"), its monotonic clock
+/// left alone. It preloads libfaketime itself when it is found, rather than going
+/// through the `faketime` wrapper: the wrapper keeps a named semaphore and shared
+/// memory in /dev/shm per process, which a wrapper killed by a test leaves behind,
+/// and a later wrapper that gets the same pid then fails ("sem_open: File exists")
+/// without starting `program`.
+pub fn faketime(offset: &str, program: &Path) -> Command {
+    const LIBS: [&str; 4] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ];
+    let mut cmd = match LIBS.iter().find(|lib| Path::new(lib).exists()) {
+        Some(lib) => {
+            let mut c = Command::new(program);
+            c.env("LD_PRELOAD", lib).env("FAKETIME", offset);
+            c
+        }
+        None => {
+            let mut c = Command::new("faketime");
+            c.arg("-f").arg(offset).arg(program);
+            c
+        }
+    };
+    cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    cmd
+}
+
+/// Whether [`faketime`] works here (libfaketime or the `faketime` wrapper installed).
+pub fn has_faketime() -> bool {
+    faketime("+0", Path::new("true"))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The servers always run on real time, even when the test binary runs under `faketime`
 /// (libfaketime also crashes redis-server at start-up): `LD_PRELOAD` without libfaketime.
 fn scrubbed_faketime_env() -> Vec<(&'static str, String)> {
