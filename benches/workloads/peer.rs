@@ -29,14 +29,38 @@ pub(crate) struct Peer {
     lines: mpsc::Receiver<String>,
 }
 
+/// Where Debian and others put libfaketime.
+const LIBFAKETIME: [&str; 4] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+];
+
 impl Peer {
     /// Starts this binary as helper `role` on server `url` with `env` added; `skewed` runs
     /// it under `faketime` 50 ms ahead (wall clock only).
     pub(crate) fn spawn(role: &str, url: &str, env: &[(&str, String)], skewed: bool) -> R<Peer> {
         let exe = std::env::current_exe()?;
         let mut cmd = if skewed {
-            let mut c = Command::new("faketime");
-            c.args(["-f", "+0.05"]).arg(&exe);
+            // libfaketime preloaded directly where it is found: the `faketime` wrapper
+            // keeps files in /dev/shm per process, which killed processes leave behind,
+            // and a later wrapper with a reused pid then fails to start its program
+            let lib = LIBFAKETIME
+                .iter()
+                .find(|l| std::path::Path::new(l).exists());
+            let mut c = match lib {
+                Some(lib) => {
+                    let mut c = Command::new(&exe);
+                    c.env("LD_PRELOAD", lib).env("FAKETIME", "+0.05");
+                    c
+                }
+                None => {
+                    let mut c = Command::new("faketime");
+                    c.args(["-f", "+0.05"]).arg(&exe);
+                    c
+                }
+            };
             c.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
             c
         } else {
