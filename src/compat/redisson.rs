@@ -805,12 +805,6 @@ impl Renew for PesRenewer {
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
             |_| false,
         )?;
-        if held.len() != permits.len() {
-            return Err(Error::reply(
-                "redisson_pes_lease",
-                format!("{} answers for {} ids", held.len(), permits.len()),
-            ));
-        }
         Ok(permits
             .iter()
             .zip(held)

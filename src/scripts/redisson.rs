@@ -346,26 +346,20 @@ pub(crate) fn pes_update_lease(
     id: &[u8; 16],
     deadline_ms: i64,
 ) -> Result<bool> {
-    match pes_update_leases(
+    let held = pes_update_leases(
         conn,
         keys,
         publish,
         now_ms,
         std::slice::from_ref(id),
         deadline_ms,
-    )?
-    .as_slice()
-    {
-        [held] => Ok(*held),
-        other => Err(Error::reply(
-            "redisson_pes_lease",
-            format!("{} answers for 1 id", other.len()),
-        )),
-    }
+    )?;
+    // (one answer: pes_update_leases checks that there is one per id)
+    Ok(held.first() == Some(&true))
 }
 
 /// `updateLeaseTime` of several ids to one deadline in one call (a renewal tick of
-/// the background refresher): for each id, whether it was still held.
+/// the background refresher): for each id, in order, whether it was still held.
 pub(crate) fn pes_update_leases(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
@@ -380,6 +374,12 @@ pub(crate) fn pes_update_leases(
         inv.arg(&id[..]);
     }
     let held: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
+    if held.len() != ids.len() {
+        return Err(Error::reply(
+            "redisson_pes_lease",
+            format!("{} answers for {} ids", held.len(), ids.len()),
+        ));
+    }
     Ok(held.into_iter().map(|h| h == 1).collect())
 }
 
