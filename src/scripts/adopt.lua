@@ -40,13 +40,8 @@ if st.qn > 0 then serve(st) end
 if reply == 1 then
     local deadline = now + lease
     redis.call('ZADD', H, 'XX', int(deadline), id)
-    -- K3: this handle's lease may be shorter than the grant's, so the deadline may
-    -- move earlier; 'mind' must stay at or below it
-    if deadline < st.mind then
-        st.mind = deadline
-        st.dirty = true
-    end
-    extend(st, deadline, pad)
+    -- (this handle's lease may be shorter than the grant's: deadline_set keeps K3)
+    deadline_set(st, deadline, pad)
 end
 save(st)
 return {reply}

@@ -291,6 +291,17 @@ local function extend(st, deadline, pad)
     st.dirty = true
 end
 
+-- Keeps K3 and K1 for a deadline just written to h, new or moved (a grant, a waiter's
+-- heartbeat, a renewal, which may move a deadline earlier when its lease is shorter
+-- than the grant's): 'mind' at or below it, 'exp' at or after it.
+local function deadline_set(st, deadline, pad)
+    if deadline < st.mind then
+        st.mind = deadline
+        st.dirty = true
+    end
+    extend(st, deadline, pad)
+end
+
 -- Whether holder `id` (known to be in h) is still live. Needs no call while now is
 -- before 'mind', a lower bound of every deadline in h (K3).
 local function live(st, id)
@@ -380,8 +391,7 @@ local function grant(st, id, n, deadline, pad, origin)
     st.ctr = token
     reply[3] = token
     redis.call('ZADD', H, int(deadline), id)
-    if deadline < st.mind then st.mind = deadline end
-    extend(st, deadline, pad)
+    deadline_set(st, deadline, pad)
     st.used = st.used + n
     put(st, id, int(n) .. '|' .. int(token) .. '|' .. table.concat(slots, ',') .. '|' .. int(now) .. '|' .. origin)
     st.dirty = true

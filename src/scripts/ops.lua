@@ -88,8 +88,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
         st.qn = st.qn + 1
         st.dirty = true
     end
-    if heartbeat < st.mind then st.mind = heartbeat end
-    extend(st, heartbeat, pad)
+    deadline_set(st, heartbeat, pad)
     save(st)
     -- The head looks again when the earliest deadline passes (a lease that ends without
     -- a release); the next few waiters when the head's heartbeat would end, so that a

@@ -57,12 +57,8 @@ for first = 3, #ARGV, CHUNK do
         end
     end
 end
--- K3: a renewal may move a deadline earlier (a permit adopted by a handle with a
--- shorter lease than its grant's); 'mind' must stay at or below it
-if renewed and deadline < st.mind then
-    st.mind = deadline
-    st.dirty = true
-end
-extend(st, deadline, pad)
+-- (a renewal may move a deadline earlier, a permit adopted by a handle with a shorter
+-- lease than its grant's: deadline_set keeps K3)
+if renewed then deadline_set(st, deadline, pad) else extend(st, deadline, pad) end
 save(st)
 return lost
