@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error, Permit, Semaphore};
-use support::{RedisServer, acquire_script, batch_script, call_on, wait_until};
+use support::{RedisServer, acquire_script, batch_script, batch_try_many, call_on, wait_until};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(server.url()).unwrap()
@@ -547,28 +547,6 @@ fn batch_try(inv: &mut redis::ScriptInvocation<'_>, id: &str, limit: u32, lease_
     batch_try_many(inv, id, 1, limit, lease_ms);
 }
 
-/// Appends a try-acquire of `n` permits for `id` to a batch call.
-fn batch_try_many(
-    inv: &mut redis::ScriptInvocation<'_>,
-    id: &str,
-    n: u32,
-    limit: u32,
-    lease_ms: u64,
-) {
-    inv.arg("a")
-        .arg(id)
-        .arg(n)
-        .arg(limit)
-        .arg(lease_ms)
-        .arg(1000)
-        .arg(1000)
-        .arg("1|test|")
-        .arg("t")
-        .arg("1")
-        .arg("")
-        .arg("0");
-}
-
 /// Waits until the Redis server's clock is past the lease deadline of holder `id`.
 fn wait_past_server_deadline(conn: &mut redis::Connection, name: &str, id: &str) {
     let deadline: i64 = redis::cmd("ZSCORE")
@@ -576,14 +554,7 @@ fn wait_past_server_deadline(conn: &mut redis::Connection, name: &str, id: &str)
         .arg(id)
         .query(conn)
         .unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the server's deadline to pass",
-        || {
-            let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-            s * 1000 + us / 1000 > deadline
-        },
-    );
+    support::wait_past_server_ms(conn, deadline);
 }
 
 /// The batch script (several threads' tries and releases in one call) gives each

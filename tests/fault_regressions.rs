@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error, MAX_LIMIT};
-use support::{RedisServer, acquire_script, call_on, wait_for, wait_until};
+use support::{RedisServer, acquire_script, call_on, server_ms, wait_for, wait_until};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(server.url()).unwrap()
@@ -46,11 +46,6 @@ fn queue_waiter_with_heartbeat(
 
 fn uuid(k: usize) -> String {
     format!("dddddddd-0000-4000-8000-{k:012}")
-}
-
-fn server_ms(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
 }
 
 /// Every key of semaphore `name` has a TTL.
@@ -711,18 +706,7 @@ fn batch_tries(conn: &mut redis::Connection, name: &str, ids: &[String], lease_m
     let script = support::batch_script();
     for chunk in ids.chunks(64) {
         let mut inv = call_on(&script, name);
-        inv.arg("a")
-            .arg(&chunk[0])
-            .arg(1)
-            .arg(MAX_LIMIT)
-            .arg(lease_ms)
-            .arg(300)
-            .arg(300)
-            .arg("1|t|")
-            .arg("t")
-            .arg("1")
-            .arg("")
-            .arg("0");
+        support::batch_try_many(&mut inv, &chunk[0], 1, MAX_LIMIT, lease_ms);
         for id in &chunk[1..] {
             inv.arg("A").arg(id).arg("0");
         }
@@ -774,9 +758,7 @@ fn more_ended_leases_than_one_call_purges_are_never_renewed_or_hidden() {
         .arg(&x)
         .query(&mut conn)
         .unwrap();
-    wait_until(Duration::from_secs(5), "X's lease to end", || {
-        server_ms(&mut conn) > x_deadline
-    });
+    support::wait_past_server_ms(&mut conn, x_deadline);
 
     // one batch of 21 tries purges at most 512 entries in all
     let before = zcard(&mut conn);
@@ -836,18 +818,7 @@ fn a_batch_asking_for_more_than_the_most_permits_in_all_is_refused_before_any_wr
     let batch = support::batch_script();
     let x = uuid(1);
     let full = |inv: &mut redis::ScriptInvocation<'_>, n: u32| {
-        inv.arg("a")
-            .arg(&x)
-            .arg(n)
-            .arg(MAX_LIMIT)
-            .arg(60_000)
-            .arg(1000)
-            .arg(1000)
-            .arg("1|t|")
-            .arg("t")
-            .arg("1")
-            .arg("")
-            .arg("0");
+        support::batch_try_many(inv, &x, n, MAX_LIMIT, 60_000);
     };
     let mut inv = call_on(&batch, "bits");
     full(&mut inv, MAX_LIMIT);

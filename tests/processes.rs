@@ -279,10 +279,7 @@ fn adopting_checks_the_parts_against_the_grant_and_says_when_its_lease_ended() {
         .arg(parts.id())
         .query(&mut conn)
         .unwrap();
-    support::wait_until(Duration::from_secs(5), "the lease to end", || {
-        let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
-        s * 1000 + us / 1000 > deadline
-    });
+    support::wait_past_server_ms(&mut conn, deadline);
     match sem.adopt(parts) {
         Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::Expired),
         other => panic!("adopting an ended grant: {other:?}"),
@@ -326,10 +323,6 @@ fn a_permit_renewed_with_a_shorter_lease_comes_back_when_that_lease_ends() {
     };
     let long = builder(60_000);
     let short = builder(300);
-    let server_ms = |conn: &mut redis::Connection| -> i64 {
-        let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-        s * 1000 + us / 1000
-    };
     let mind_and_deadline = |conn: &mut redis::Connection, id: &str| -> (i64, i64) {
         let mind: i64 = redis::cmd("HGET")
             .arg("redsem:{shorter}:i")
@@ -351,9 +344,7 @@ fn a_permit_renewed_with_a_shorter_lease_comes_back_when_that_lease_ends() {
         mind <= deadline,
         "mind {mind} after the deadline {deadline}"
     );
-    support::wait_until(Duration::from_secs(5), "the adopted lease to end", || {
-        server_ms(&mut conn) > deadline
-    });
+    support::wait_past_server_ms(&mut conn, deadline);
     // (a minute's lease again, so that 'mind' is a minute ahead below)
     let next = long.try_acquire().unwrap();
     assert!(

@@ -462,6 +462,21 @@ pub fn queued_waiter(
     waiter
 }
 
+/// The Redis server's clock (`TIME`) in Unix milliseconds: the clock the scripts read.
+pub fn server_ms(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// Waits (at most 5 s) until the Redis server's clock is past `deadline_ms`.
+pub fn wait_past_server_ms(conn: &mut redis::Connection, deadline_ms: i64) {
+    wait_until(
+        Duration::from_secs(5),
+        "the server's clock to pass the deadline",
+        || server_ms(conn) > deadline_ms,
+    );
+}
+
 /// This machine's wall clock in Unix milliseconds (what the peers' algorithms read).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -568,6 +583,29 @@ pub fn acquire_reply(v: &redis::Value) -> Vec<i64> {
             }),
         v => redis::from_redis_value_ref(v).expect("an acquire's reply"),
     }
+}
+
+/// Appends a try-acquire of `n` permits for `id` to a call of the batch script (its
+/// full form 'a', pad and heartbeat 1 s).
+pub fn batch_try_many(
+    inv: &mut redis::ScriptInvocation<'_>,
+    id: &str,
+    n: u32,
+    limit: u32,
+    lease_ms: u64,
+) {
+    inv.arg("a")
+        .arg(id)
+        .arg(n)
+        .arg(limit)
+        .arg(lease_ms)
+        .arg(1000)
+        .arg(1000)
+        .arg("1|test|")
+        .arg("t")
+        .arg("1")
+        .arg("")
+        .arg("0");
 }
 
 /// A call of `script` on the four keys of semaphore `name`.
