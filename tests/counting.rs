@@ -1017,3 +1017,36 @@ fn a_count_that_is_no_integer_text_fails_before_any_write_and_inspect_writes_not
     );
     assert_eq!(cw_type(&mut conn, "seen"), "string", "inspect wrote");
 }
+
+/// Review: a count key holding bytes that are not UTF-8 used to be echoed raw in the
+/// script's WRONGTYPE message; redis-rs cannot parse such an error line, so the call
+/// failed with a parse error instead of `WrongType`, and the pooled connection was
+/// left unusable: every later call on it, for any semaphore, failed the same way.
+#[test]
+fn a_count_that_is_not_utf8_is_a_wrong_type_and_the_connection_stays_usable() {
+    let server = RedisServer::start();
+    redis::cmd("SET")
+        .arg("redsem:{bytes}:count")
+        .arg(b"\xff\xfe7".as_slice())
+        .exec(&mut server.conn())
+        .unwrap();
+    // one connection: a poisoned one would be the one every later call gets
+    let client = Client::builder()
+        .max_connections(1)
+        .build(server.url())
+        .unwrap();
+    let bad = client.counting_semaphore("bytes").unwrap();
+    let good = client.counting_semaphore("fine").unwrap();
+    for _ in 0..2 {
+        match bad.try_acquire(1) {
+            Err(Error::WrongType { name, .. }) => assert_eq!(name, "bytes"),
+            other => panic!("try_acquire on a non-UTF-8 count gave {other:?}"),
+        }
+        match bad.available_permits() {
+            Err(Error::WrongType { .. }) => {}
+            other => panic!("available_permits on a non-UTF-8 count gave {other:?}"),
+        }
+        good.release(1).unwrap();
+    }
+    assert_eq!(good.balance().unwrap(), Some(2));
+}

@@ -74,8 +74,14 @@ local function count()
     -- integer text only, as INCRBY and DECRBY take it ('1e3', '0x10', ' 7' are not)
     local c = string.find(v, '^%-?%d+$') and #v <= 11 and tonumber(v)
     if not c or c > MAX or c < -MAX then
-        -- a string error (level 0: no position): Redis 6.2 cannot raise a table
-        error('WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. string.sub(v, 1, 40), 0)
+        -- a string error (level 0: no position): Redis 6.2 cannot raise a table. The
+        -- value is shown with its bytes outside printable ASCII escaped: an error line
+        -- that is not UTF-8 cannot be parsed by the client, and leaves its connection
+        -- unusable.
+        local shown = string.gsub(string.sub(v, 1, 40), '[^%w%p ]', function(ch)
+            return string.format('\\x%02x', string.byte(ch))
+        end)
+        error('WRONGTYPE the count of a counting semaphore must be an integer within 2^32, found ' .. shown, 0)
     end
     return c
 end
