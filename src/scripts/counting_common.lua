@@ -71,8 +71,9 @@ end
 local function count()
     local v = redis.call('GET', C)
     if v == false then return nil end
-    -- integer text only, as INCRBY and DECRBY take it ('1e3', '0x10', ' 7' are not)
-    local c = string.find(v, '^%-?%d+$') and #v <= 11 and tonumber(v)
+    -- integer text only, as INCRBY and DECRBY take it ('1e3', '0x10', ' 7' are not,
+    -- nor a leading zero or '-0': '007', '00', '-0')
+    local c = (v == '0' or string.find(v, '^%-?[1-9]%d*$')) and #v <= 11 and tonumber(v)
     if not c or c > MAX or c < -MAX then
         -- a string error (level 0: no position): Redis 6.2 cannot raise a table. The
         -- value is shown with its bytes outside printable ASCII escaped: an error line
