@@ -448,3 +448,47 @@ fn no_error_path_prints_the_password() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!text.contains(SECRET), "{text}");
 }
+
+/// Review: `list` promises one row per semaphore, a broken one shown with its error;
+/// but a leased semaphore whose name the library refuses (keys another program wrote,
+/// here `redsem:{}:i`) aborted the whole listing with exit code 2 and no rows.
+#[test]
+fn list_shows_a_leased_name_the_library_refuses_as_a_row_with_its_error() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let _held = client.semaphore("good", 3).unwrap().acquire().unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{}:i")
+        .arg("f")
+        .arg("v")
+        .exec(&mut server.conn())
+        .unwrap();
+    let out = cli(&server, &["list"]);
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().next() == Some("good") && l.contains("leased")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("leased") && l.contains("error")),
+        "{text}"
+    );
+    let out = cli(&server, &["--json", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = json.as_array().unwrap();
+    assert!(rows.iter().any(|r| r["name"] == "good"), "{json}");
+    assert!(
+        rows.iter()
+            .any(|r| r["name"] == "" && r["error"].is_string()),
+        "{json}"
+    );
+}

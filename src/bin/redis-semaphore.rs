@@ -195,8 +195,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 rows.push(Row {
                     name: name.clone(),
                     kind: "leased",
-                    read: open(name)?
-                        .status()
+                    read: client
+                        .semaphore(name, 1)
+                        .and_then(|s| s.status())
                         .map(|s| (s.held as i64, limit_of(&s).map(i64::from), s.queued))
                         .map_err(|e| e.to_string()),
                 });
