@@ -394,7 +394,9 @@ impl CountingSemaphore {
     /// Sorts a Redis error: the scripts' RANGE refusal, WRONGTYPE, or anything else.
     fn error(&self, e: redis::RedisError) -> Error {
         let text = e.to_string();
-        if e.code() == Some("RANGE") || text.contains("RANGE ") {
+        // a WRONGTYPE message quotes the stored count, which may read "RANGE ..."
+        let wrong_type = e.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE");
+        if !wrong_type && (e.code() == Some("RANGE") || text.contains("RANGE ")) {
             // Redis 7 appends " script: <sha>, on @user_script:<line>." to the message;
             // Redis 6.2 puts its own words before it
             let detail = match e.code() {

@@ -1102,3 +1102,34 @@ fn a_count_with_leading_zeros_is_a_wrong_type_before_any_write() {
     sem.release(1).unwrap();
     assert_eq!(sem.balance().unwrap(), Some(1));
 }
+
+/// Review: errors were sorted as the scripts' RANGE refusal whenever their text held
+/// "RANGE ", and a WRONGTYPE error quotes the stored count: a count key holding
+/// "RANGE 9" was reported as a change out of range (detail "9") instead of a wrong type.
+#[test]
+fn a_stored_count_that_reads_like_a_range_refusal_is_a_wrong_type() {
+    let server = RedisServer::start();
+    redis::cmd("SET")
+        .arg("redsem:{rng}:count")
+        .arg("RANGE 9")
+        .exec(&mut server.conn())
+        .unwrap();
+    let sem = counting(&server, "rng");
+    for (op, r) in [
+        ("release", sem.release(1)),
+        ("add_permits", sem.add_permits(1)),
+        ("try_acquire", sem.try_acquire(1).map(drop)),
+    ] {
+        match r {
+            Err(Error::WrongType { .. }) => {}
+            other => panic!("{op} gave {other:?}"),
+        }
+    }
+    // the scripts' own refusal is still sorted as such
+    let fine = counting(&server, "rng-fine");
+    fine.release(u32::MAX).unwrap();
+    assert!(matches!(
+        fine.release(1),
+        Err(Error::CountOutOfRange { .. })
+    ));
+}
