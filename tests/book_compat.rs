@@ -482,3 +482,19 @@ fn racing_acquires_go_over_the_limit_except_under_the_lock() {
         rust.extend(rust_last);
     }
 }
+
+/// `acquire_timeout` takes any `Duration`, as the crate's own semaphores do: the
+/// longest one waits "for ever" instead of overflowing `Instant` (a panic).
+#[test]
+fn acquire_timeout_takes_the_longest_duration_without_panicking() {
+    for (variant, py_variant) in VARIANTS {
+        let server = RedisServer::start();
+        let client = Client::open(server.url()).unwrap();
+        let sem = book(&client, variant, 1).build().unwrap();
+        let p = sem
+            .acquire_timeout(Duration::MAX)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{py_variant}: a free permit was not granted"));
+        p.release().unwrap();
+    }
+}

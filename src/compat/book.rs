@@ -633,7 +633,11 @@ impl BookSemaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
-        let deadline = Instant::now() + timeout;
+        // a timeout past what `Instant` can hold waits "for ever" (as the crate's
+        // other semaphores do), instead of overflowing
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
         loop {
             if let Some(p) = self.try_acquire()? {
                 return Ok(Some(p));
