@@ -498,3 +498,50 @@ fn acquire_timeout_takes_the_longest_duration_without_panicking() {
         p.release().unwrap();
     }
 }
+
+/// The lock settings of `FairWithLock` are checked when the semaphore is built, like
+/// its timeout: a lock wait or a lock expiry too long to be meant is refused with
+/// `InvalidArgument`, before any network call, instead of overflowing `Instant` in
+/// `try_acquire` (a panic) or reaching Redis as an expiry it refuses.
+#[test]
+fn lock_settings_past_a_year_are_refused_when_built() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let year = Duration::from_secs(365 * 24 * 3600);
+    for (what, builder) in [
+        (
+            "lock_wait",
+            book(&client, BookVariant::FairWithLock, 1).lock_wait(Duration::MAX),
+        ),
+        (
+            "lock_timeout",
+            book(&client, BookVariant::FairWithLock, 1).lock_timeout(Duration::MAX),
+        ),
+        (
+            "lock_timeout",
+            book(&client, BookVariant::FairWithLock, 1).lock_timeout(year + Duration::from_secs(1)),
+        ),
+    ] {
+        match builder.build() {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("lock"), "{what}: {msg}"),
+            Err(e) => panic!("{what}: {e}"),
+            Ok(sem) => {
+                let outcome = sem.try_acquire();
+                panic!("{what} past a year was accepted; try_acquire then gave {outcome:?}");
+            }
+        }
+    }
+    // A year of each is still fine, and works.
+    let sem = book(&client, BookVariant::FairWithLock, 1)
+        .lock_wait(year)
+        .lock_timeout(year)
+        .build()
+        .unwrap();
+    sem.try_acquire().unwrap().unwrap().release().unwrap();
+    let mut conn = server.conn();
+    let lock: bool = redis::cmd("EXISTS")
+        .arg(format!("lock:{NAME}"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(!lock);
+}

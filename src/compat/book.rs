@@ -250,12 +250,12 @@ impl BookSemaphoreBuilder {
     ///
     /// [`Error::InvalidArgument`] for an empty name, a limit of 0, a timeout under
     /// 1 ms (or over a year), or, for `FairWithLock`, a zero lock wait or a lock
-    /// timeout under 1 ms; a zero poll interval; [`BookVariant::NodeFair`] with
-    /// [`TimeUnit::Seconds`] (the Node port scores in milliseconds). On Redis Cluster
-    /// (a `redis+cluster://` client), for every variant: the book's keys (`NAME`,
-    /// `NAME:owner`, `NAME:counter`, `lock:NAME`) and the Node port's (`NAME:time`,
-    /// `NAME:count` and the global `semaphore:count`) lie in different hash slots and
-    /// the transactions span them, which a cluster refuses.
+    /// timeout under 1 ms (or either over a year); a zero poll interval;
+    /// [`BookVariant::NodeFair`] with [`TimeUnit::Seconds`] (the Node port scores in
+    /// milliseconds). On Redis Cluster (a `redis+cluster://` client), for every
+    /// variant: the book's keys (`NAME`, `NAME:owner`, `NAME:counter`, `lock:NAME`) and
+    /// the Node port's (`NAME:time`, `NAME:count` and the global `semaphore:count`) lie
+    /// in different hash slots and the transactions span them, which a cluster refuses.
     pub fn build(self) -> Result<BookSemaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         if self.client.inner.shared.is_cluster() {
@@ -292,8 +292,14 @@ impl BookSemaphoreBuilder {
             if self.lock_wait.is_zero() {
                 return invalid("lock wait must be above zero");
             }
+            if self.lock_wait > Duration::from_secs(365 * 24 * 3600) {
+                return invalid("lock wait must be at most a year");
+            }
             if self.lock_timeout < Duration::from_millis(1) {
                 return invalid("lock timeout must be at least 1 ms");
+            }
+            if self.lock_timeout > Duration::from_secs(365 * 24 * 3600) {
+                return invalid("lock timeout must be at most a year");
             }
         }
         if self.poll_interval.is_zero() {
