@@ -545,3 +545,39 @@ fn lock_settings_past_a_year_are_refused_when_built() {
         .unwrap();
     assert!(!lock);
 }
+
+/// Dropping a book permit never blocks longer than the operation timeout (DESIGN
+/// invariant 13), also while every connection of the pool is busy: the release waits
+/// for a connection at most that long, not the pool's own checkout wait (here 30 s),
+/// as the crate's leased permits do. The entry it could not remove then ends with
+/// its timeout.
+#[test]
+fn drop_waits_for_a_busy_pool_no_longer_than_the_operation_timeout() {
+    // the operation timeout of a client made by Client::from_pool
+    const OP: Duration = Duration::from_secs(2);
+    for (variant, py_variant) in VARIANTS {
+        let server = RedisServer::start();
+        let pool = r2d2::Pool::builder()
+            .max_size(2)
+            .connection_timeout(Duration::from_secs(30))
+            .build(server.client())
+            .unwrap();
+        let client = Client::from_pool(pool.clone()).unwrap();
+        let sem = book(&client, variant, 1).build().unwrap();
+        let permit = sem.try_acquire().unwrap().unwrap();
+        // every connection of the pool is in use elsewhere
+        let busy: Vec<_> = (0..2).map(|_| pool.get().unwrap()).collect();
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let dropper = std::thread::spawn(move || {
+            drop(permit);
+            let _ = done_tx.send(());
+        });
+        let returned = done_rx.recv_timeout(OP + Duration::from_secs(2)).is_ok();
+        drop(busy);
+        dropper.join().unwrap();
+        assert!(
+            returned,
+            "{py_variant}: Drop blocked past the operation timeout waiting for the pool"
+        );
+    }
+}

@@ -530,8 +530,12 @@ impl Grantor for BookInner {
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
-        let result = self
-            .conn()
+        // Drop runs this: wait for a busy pool no longer than the operation timeout
+        // (not the checkout timeout of acquires); the entry then ends with its timeout
+        let shared = &self.client.inner.shared;
+        let result = shared
+            .pool
+            .get(Some(shared.op_timeout))
             .and_then(|mut c| self.remove(&mut c, &permit.id));
         match result {
             Ok(true) => {
