@@ -581,3 +581,45 @@ fn drop_waits_for_a_busy_pool_no_longer_than_the_operation_timeout() {
         );
     }
 }
+
+/// `acquire_timeout` returns by its deadline also for `FairWithLock` with a lock wait
+/// longer than that deadline: while `lock:NAME` stays taken (here by a Python client
+/// in the middle of an acquire), a try spins for the lock no longer than the time
+/// the caller has left (at least one try is made), not the whole lock wait.
+#[test]
+fn acquire_timeout_under_a_held_lock_returns_by_its_deadline() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = book(&client, BookVariant::FairWithLock, 2)
+        .lock_wait(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut conn = server.conn();
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{NAME}"))
+        .arg("a-python-client-mid-acquire")
+        .arg("EX")
+        .arg(60)
+        .query(&mut conn)
+        .unwrap();
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || {
+            let r = sem.acquire_timeout(Duration::from_millis(200));
+            let _ = done_tx.send(r.map(|p| p.is_some()));
+        })
+    };
+    let outcome = done_rx.recv_timeout(Duration::from_secs(5));
+    // let a waiter that overran finish, so the test ends
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lock:{NAME}"))
+        .query(&mut conn)
+        .unwrap();
+    waiter.join().unwrap();
+    match outcome {
+        Ok(Ok(got)) => assert!(!got, "acquired through a held lock"),
+        Ok(Err(e)) => panic!("acquire_timeout failed: {e}"),
+        Err(_) => panic!("acquire_timeout(200 ms) still spinning for the lock after 5 s"),
+    }
+}

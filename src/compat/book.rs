@@ -391,13 +391,18 @@ impl BookInner {
         &self.client.inner.shared.stats
     }
 
-    /// One attempt, the book's way. `Some((id, token, stamp))` when granted.
-    fn attempt(&self, conn: &mut Conn) -> Result<Option<(String, u64, Stamp)>> {
+    /// One attempt, the book's way. `Some((id, token, stamp))` when granted. `until`:
+    /// the caller's deadline, which also ends `FairWithLock`'s spin for the lock.
+    fn attempt(
+        &self,
+        conn: &mut Conn,
+        until: Option<Instant>,
+    ) -> Result<Option<(String, u64, Stamp)>> {
         let id = uuid::Uuid::new_v4().to_string();
         let outcome = match self.variant {
             BookVariant::Basic => self.acquire_basic(conn, &id),
             BookVariant::Fair | BookVariant::NodeFair => self.acquire_fair(conn, &id),
-            BookVariant::FairWithLock => self.acquire_with_lock(conn, &id),
+            BookVariant::FairWithLock => self.acquire_with_lock(conn, &id, until),
         };
         match outcome {
             Ok(Some((token, stamp))) => Ok(Some((id, token, stamp))),
@@ -442,8 +447,13 @@ impl BookInner {
     }
 
     /// Listing 17: the fair acquire under `lock:NAME`; no lock, no permit.
-    fn acquire_with_lock(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
-        let Some(lock_id) = self.acquire_lock(conn)? else {
+    fn acquire_with_lock(
+        &self,
+        conn: &mut Conn,
+        id: &str,
+        until: Option<Instant>,
+    ) -> Result<Option<(u64, Stamp)>> {
+        let Some(lock_id) = self.acquire_lock(conn, until)? else {
             return Ok(None);
         };
         let outcome = self.acquire_fair(conn, id);
@@ -468,11 +478,12 @@ impl BookInner {
     /// `SET NX PX`, the same key, value and expiry), and, when the lock is taken but
     /// has no expiry (its holder died between the book's two commands, or used the
     /// book's expiry-less `acquire_lock`), give it one. Spins every 1 ms for
-    /// `lock_wait`, trying at least once.
-    fn acquire_lock(&self, conn: &mut Conn) -> Result<Option<String>> {
+    /// `lock_wait` (or until `until`, if sooner), trying at least once.
+    fn acquire_lock(&self, conn: &mut Conn, until: Option<Instant>) -> Result<Option<String>> {
         let lock_id = uuid::Uuid::new_v4().to_string();
         let lock_ms = self.lock_timeout.as_millis() as u64;
         let end = Instant::now() + self.lock_wait;
+        let end = until.map_or(end, |d| end.min(d));
         loop {
             if book::lock_try(conn, &self.keys, &lock_id, lock_ms).map_err(|e| self.err(e))? {
                 return Ok(Some(lock_id));
@@ -621,8 +632,13 @@ impl BookSemaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key holds another type.
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.try_until(None)
+    }
+
+    /// [`try_acquire`](Self::try_acquire), its lock spin ending by `until`.
+    fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
         let mut conn = self.inner.conn()?;
-        match self.inner.attempt(&mut conn)? {
+        match self.inner.attempt(&mut conn, until)? {
             Some((id, token, stamp)) => Ok(Some(self.permit(id, token, stamp))),
             None => {
                 Counters::bump(&self.inner.stats().try_failed);
@@ -637,7 +653,8 @@ impl BookSemaphore {
     ///
     /// This polls: a [`try_acquire`](Self::try_acquire), then a sleep of the poll
     /// interval (10 ms by default), as the book's callers do. It is not fair: a waiter
-    /// has no place in any queue. At least one try is made.
+    /// has no place in any queue. At least one try is made; `FairWithLock`'s spin for
+    /// the lock ends by the deadline, even with a longer lock wait.
     ///
     /// # Errors
     ///
@@ -649,7 +666,7 @@ impl BookSemaphore {
             .checked_add(timeout)
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
         loop {
-            if let Some(p) = self.try_acquire()? {
+            if let Some(p) = self.try_until(Some(deadline))? {
                 return Ok(Some(p));
             }
             let now = Instant::now();
