@@ -623,3 +623,42 @@ fn acquire_timeout_under_a_held_lock_returns_by_its_deadline() {
         Err(_) => panic!("acquire_timeout(200 ms) still spinning for the lock after 5 s"),
     }
 }
+
+/// A book operation that gets no reply in time says which operation it was, as the
+/// crate's leased semaphore does: `acquire`, `refresh` or `release` on the semaphore,
+/// not just "a call".
+#[test]
+fn a_timeout_names_the_operation_and_the_semaphore() {
+    const OP: Duration = Duration::from_millis(300);
+    for what in ["acquire", "refresh", "release"] {
+        let server = RedisServer::start();
+        let proxy = support::Proxy::start(server.port());
+        let client = Client::builder()
+            .operation_timeout(OP)
+            .build(proxy.url())
+            .unwrap();
+        let sem = book(&client, BookVariant::Fair, 2).build().unwrap();
+        let p = sem.try_acquire().unwrap().unwrap();
+        proxy.cut();
+        let outcome = match what {
+            "acquire" => sem.try_acquire().map(|_| ()),
+            "refresh" => p.refresh(),
+            _ => p.release(),
+        };
+        match outcome {
+            Err(e @ Error::Timeout { .. }) => {
+                let Error::Timeout {
+                    operation, name, ..
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!(*operation, what, "{e}");
+                assert_eq!(name, NAME, "{e}");
+                assert!(e.to_string().contains(what), "{e}");
+            }
+            other => panic!("{what} through a cut: {other:?}"),
+        }
+        proxy.heal();
+    }
+}

@@ -547,7 +547,8 @@ impl Grantor for BookInner {
         let result = shared
             .pool
             .get(Some(shared.op_timeout))
-            .and_then(|mut c| self.remove(&mut c, &permit.id));
+            .and_then(|mut c| self.remove(&mut c, &permit.id))
+            .map_err(|e| e.during("release"));
         match result {
             Ok(true) => {
                 Counters::bump(&self.stats().released);
@@ -582,7 +583,7 @@ impl Grantor for BookInner {
         let mut conn = self.conn()?;
         let stamp = self.stamp();
         let added = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| self.err(e).during("refresh"))?;
         if !added {
             permit.renewed(stamp.at + self.timeout);
             return Ok(());
@@ -592,7 +593,7 @@ impl Grantor for BookInner {
         let reason = permit.gone_reason();
         let cleaned = self.remove(&mut conn, &permit.id);
         let err = self.lost(permit, reason);
-        cleaned?;
+        cleaned.map_err(|e| e.during("refresh"))?;
         Err(err)
     }
 }
@@ -638,7 +639,11 @@ impl BookSemaphore {
     /// [`try_acquire`](Self::try_acquire), its lock spin ending by `until`.
     fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
         let mut conn = self.inner.conn()?;
-        match self.inner.attempt(&mut conn, until)? {
+        match self
+            .inner
+            .attempt(&mut conn, until)
+            .map_err(|e| e.during("acquire"))?
+        {
             Some((id, token, stamp)) => Ok(Some(self.permit(id, token, stamp))),
             None => {
                 Counters::bump(&self.inner.stats().try_failed);
