@@ -192,6 +192,7 @@ fn the_book_variants_run_with_the_documented_extra_rule() {
         BookVariant::Basic,
         BookVariant::Fair,
         BookVariant::FairWithLock,
+        BookVariant::NodeFair,
     ] {
         let sem = client
             .book_semaphore("book:jobs", 1)
