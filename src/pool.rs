@@ -68,15 +68,28 @@ impl RConn {
 }
 
 /// Passes `result` on, noting in `broken` an error that says a node could not be
-/// reached or did not answer.
+/// reached or did not answer, or sent a reply that could not be parsed.
 fn noting<T>(broken: &mut bool, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
     if let Err(e) = &result
         && (e.is_io_error()
             || e.is_connection_refusal()
             || e.is_connection_dropped()
-            || e.is_timeout())
+            || e.is_timeout()
+            || e.kind() == redis::ErrorKind::Parse)
     {
         *broken = true;
+    }
+    result
+}
+
+/// Passes `result` on, noting in `desynced` a reply that could not be parsed: what is
+/// left of it would be read as the next command's reply, so the pool drops the
+/// connection (`is_open`). (A redis error reply whose text is not UTF-8 is one.)
+fn noting_parse<T>(desynced: &mut bool, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+    if let Err(e) = &result
+        && e.kind() == redis::ErrorKind::Parse
+    {
+        *desynced = true;
     }
     result
 }
@@ -84,7 +97,7 @@ fn noting<T>(broken: &mut bool, result: redis::RedisResult<T>) -> redis::RedisRe
 impl ConnectionLike for RConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => c.conn.req_packed_command(cmd),
+            RConn::Primary(c) => noting_parse(&mut c.desynced, c.conn.req_packed_command(cmd)),
             RConn::Cluster(c, broken) => noting(broken, c.req_packed_command(cmd)),
         }
     }
@@ -96,14 +109,17 @@ impl ConnectionLike for RConn {
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
         match self {
-            RConn::Primary(c) => c.conn.req_packed_commands(cmd, offset, count),
+            RConn::Primary(c) => noting_parse(
+                &mut c.desynced,
+                c.conn.req_packed_commands(cmd, offset, count),
+            ),
             RConn::Cluster(c, broken) => noting(broken, c.req_packed_commands(cmd, offset, count)),
         }
     }
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => c.conn.req_command(cmd),
+            RConn::Primary(c) => noting_parse(&mut c.desynced, c.conn.req_command(cmd)),
             RConn::Cluster(c, broken) => noting(broken, c.req_command(cmd)),
         }
     }
@@ -131,7 +147,7 @@ impl ConnectionLike for RConn {
 
     fn is_open(&self) -> bool {
         match self {
-            RConn::Primary(c) => c.conn.is_open(),
+            RConn::Primary(c) => !c.desynced && c.conn.is_open(),
             RConn::Cluster(c, broken) => !*broken && c.is_open(),
         }
     }

@@ -108,6 +108,9 @@ pub(crate) struct PrimaryConn {
     pub(crate) conn: redis::Connection,
     generation: u64,
     target: Option<Arc<SentinelTarget>>,
+    /// Set when a reply could not be parsed: the rest of it is still in the stream,
+    /// so every later reply would be read out of step; the pool drops the connection.
+    pub(crate) desynced: bool,
 }
 
 impl PrimaryConn {
@@ -152,11 +155,13 @@ impl Connector {
                 conn: ep.client.get_connection_with_timeout(timeout)?,
                 generation: 0,
                 target: None,
+                desynced: false,
             }),
             Connector::Cluster(c) => Ok(PrimaryConn {
                 conn: c.plain(timeout)?,
                 generation: 0,
                 target: None,
+                desynced: false,
             }),
             Connector::Sentinel(t) => {
                 let (conn, generation) = t.connect(timeout)?;
@@ -164,6 +169,7 @@ impl Connector {
                     conn,
                     generation,
                     target: Some(Arc::clone(t)),
+                    desynced: false,
                 })
             }
         }

@@ -697,3 +697,33 @@ fn permit_expirable_permits_are_kept_alive_with_auto_refresh_and_their_loss_is_s
         sem.lease_time(plain.id()).is_err() || plain.is_lost()
     });
 }
+
+/// Review: drainPermits on a counter that is not UTF-8 answered with an error line of
+/// the counter's raw bytes, which the client cannot parse: the call failed with a parse
+/// error instead of `WrongType`, and the pooled connection, with the rest of that reply
+/// still in it, answered every later call out of step. The script now escapes the
+/// bytes, and the pool drops a connection whose reply could not be parsed.
+#[test]
+fn draining_a_counter_that_is_not_utf8_is_a_wrong_type_and_the_connection_stays_usable() {
+    let server = RedisServer::start();
+    redis::cmd("SET")
+        .arg("bytes")
+        .arg(b"\xff\xfe7".as_slice())
+        .exec(&mut server.conn())
+        .unwrap();
+    // one connection: a poisoned one would be the one every later call gets
+    let client = Client::builder()
+        .max_connections(1)
+        .build(server.url())
+        .unwrap();
+    let bad = client.redisson_semaphore("bytes");
+    let good = client.redisson_semaphore("fine");
+    for _ in 0..2 {
+        match bad.drain_permits() {
+            Err(Error::WrongType { name, .. }) => assert_eq!(name, "bytes"),
+            other => panic!("drain_permits on a non-UTF-8 counter gave {other:?}"),
+        }
+        good.release(1).unwrap();
+    }
+    assert_eq!(good.available_permits().unwrap(), 2);
+}

@@ -11,8 +11,14 @@ if value == false then
 end
 local before = tonumber(value)
 if before == nil then
+    -- the value shown with its bytes outside printable ASCII escaped: an error line
+    -- that is not UTF-8 cannot be parsed by the client and leaves its connection
+    -- unusable
+    local shown = string.gsub(string.sub(value, 1, 40), '[^%w%p ]', function(ch)
+        return string.format('\\x%02x', string.byte(ch))
+    end)
     return redis.error_reply('WRONGTYPE the counter of a Redisson semaphore must be an integer, found '
-        .. string.sub(value, 1, 40))
+        .. shown)
 end
 redis.call('SET', KEYS[1], 0)
 return before
