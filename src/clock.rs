@@ -61,6 +61,15 @@ pub(crate) fn shrink(d: Duration) -> Duration {
     d.mul_f64(1.0 - DRIFT)
 }
 
+/// The client instant before which a lease of `lease` that a script set from its own
+/// time, in a call sent at `sent`, surely still runs on the server. The script's
+/// deadline is its time in whole milliseconds plus the lease, so up to a millisecond
+/// less than `lease` after it ran: one millisecond is taken off, as
+/// [`Anchor::instant_before`] takes it off.
+pub(crate) fn lease_end(sent: Instant, lease: Duration) -> Instant {
+    sent + shrink(lease.saturating_sub(Duration::from_millis(1)))
+}
+
 /// The freshest anchor of a client, shared by its threads.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::clock::shrink;
+use crate::clock::lease_end;
 use crate::error::LostReason;
 use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE, Renew};
 use crate::scripts::Keys;
@@ -209,7 +209,7 @@ fn renewed_but(
         if gone.iter().any(|g| g == &p.id) {
             lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
         } else {
-            p.renewed(sent + shrink(batch.key.lease()));
+            p.renewed(lease_end(sent, batch.key.lease()));
         }
     }
     lost

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{Anchor, Clock, shrink};
+use crate::clock::{Anchor, Clock, lease_end, shrink};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -821,7 +821,7 @@ impl Semaphore {
                 )));
             }
         }
-        let valid_until = sent + shrink(sem.lease());
+        let valid_until = lease_end(sent, sem.lease());
         Ok(self.permit(
             parts.id().to_owned(),
             parts.token(),
@@ -1601,7 +1601,7 @@ impl Grantor for SemInner {
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(sent + crate::clock::shrink(self.lease()));
+                permit.renewed(lease_end(sent, self.lease()));
                 return Ok(());
             }
             Renewal::Lost(_) => permit.reason_for_missing(now, false),

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis_semaphore::{Client, Error, MAX_LIMIT};
+use redis_semaphore::{Client, Error, MAX_LIMIT, Permit};
 use support::{RedisServer, acquire_script, call_on, server_ms, wait_for, wait_until};
 
 fn client(server: &RedisServer) -> Client {
@@ -931,4 +931,85 @@ fn redisson_scripts_refuse_bad_arguments_before_any_write() {
     assert_eq!(counter(&mut conn).as_deref(), Some("3"));
     let fresh: Option<String> = redis::cmd("GET").arg("fresh").query(&mut conn).unwrap();
     assert_eq!(fresh, None);
+}
+
+/// The server's clock (`TIME`) in microseconds.
+fn server_us(conn: &mut redis::Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    s * 1_000_000 + us
+}
+
+/// Asserts that `p`'s client-side deadline is not after the server's deadline for it
+/// (the permit's score in h), to the microsecond. Sound against timing: the server's
+/// time T (µs) is read at some instant t before the reply's arrival r, and the lease
+/// left is measured after r, so the client's deadline is at least r + left; the server
+/// reaches its deadline D at t + (D - T) <= r + (D - T). The deadline is read last (a
+/// renewal in between only moves it later).
+fn assert_deadline_not_after_servers(conn: &mut redis::Connection, name: &str, p: &Permit) {
+    let t = server_us(conn);
+    let left = p.lease_left();
+    let d: i64 = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(p.id())
+        .query(conn)
+        .unwrap();
+    assert!(
+        left.as_micros() as i64 <= d * 1000 - t,
+        "the client's deadline is after the server's: {} µs left, the server {} µs",
+        left.as_micros(),
+        d * 1000 - t
+    );
+}
+
+/// A renewal (manual, background, or an adoption) sets the server's deadline to
+/// its whole-millisecond time plus the lease, up to a millisecond less than a lease
+/// after the call ran; the client's deadline must allow for that millisecond, as the
+/// conversion of a grant's deadline does, or with a lease under a second it comes after
+/// the server's.
+#[test]
+fn a_renewed_or_adopted_permits_deadline_is_never_after_the_servers() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let manual = |name: &str, lease_ms: u64| {
+        c.semaphore_builder(name)
+            .limit(1)
+            .lease(Duration::from_millis(lease_ms))
+            .auto_refresh(false)
+            .build()
+            .unwrap()
+    };
+
+    // manual refresh
+    let sem = manual("renew-manual", 200);
+    let p = sem.acquire().unwrap();
+    for _ in 0..50 {
+        p.refresh().unwrap();
+        assert_deadline_not_after_servers(&mut conn, "renew-manual", &p);
+    }
+    p.release().unwrap();
+
+    // adoption
+    let sem = manual("renew-adopt", 200);
+    for _ in 0..50 {
+        let parts = sem.acquire().unwrap().into_parts();
+        let p = sem.adopt(parts).unwrap();
+        assert_deadline_not_after_servers(&mut conn, "renew-adopt", &p);
+        p.release().unwrap();
+    }
+
+    // background renewal, every third of a 300 ms lease, looked at for 20 of them
+    let sem = c
+        .semaphore_builder("renew-auto")
+        .limit(1)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let p = sem.acquire().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        assert_deadline_not_after_servers(&mut conn, "renew-auto", &p);
+    }
+    assert!(!p.is_lost(), "{:?}", p.lost_reason());
+    p.release().unwrap();
 }
