@@ -20,8 +20,8 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
-use crate::scripts::CountingKeys;
 use crate::scripts::counting::{self as calls, Look};
+use crate::scripts::{CountingKeys, Once};
 use crate::stats::Counters;
 
 /// How often a queued waiter looks again without being told to: the safety net for a
@@ -69,7 +69,11 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 ///
 /// **An acquire that fails with a timeout is in doubt.** The script may have run and
 /// taken the permits although the reply was lost ([`Error::is_timeout`]); without an
-/// owner the library cannot tell, and it does not give them back.
+/// owner the library cannot tell, and it does not give them back. A timed-out call
+/// took effect once or not at all, also on Redis Cluster, whose client resends a
+/// command whose reply is late: there each call that changes the count carries an
+/// operation key (`redsem:{name}:op:<uuid>`, kept for twice the operation timeout
+/// and ten seconds more), and a resent run of it changes nothing.
 ///
 /// # The count
 ///
@@ -207,7 +211,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`] when the key holds something else; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.run(|c, k| calls::try_set(c, k, permits))
+        self.run_once(|c, k, once| calls::try_set(c, k, permits, once))
     }
 
     /// Changes the count by `delta`, up or down, without waiting (Redisson's
@@ -229,7 +233,7 @@ impl CountingSemaphore {
                 "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
             ));
         }
-        self.run(|c, k| calls::add(c, k, delta))?;
+        self.run_once(|c, k, once| calls::add(c, k, delta, once))?;
         Ok(())
     }
 
@@ -317,7 +321,7 @@ impl CountingSemaphore {
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
-        self.run(|c, k| calls::release(c, k, permits))?;
+        self.run_once(|c, k, once| calls::release(c, k, permits, once))?;
         self.inner.metrics.released();
         Ok(())
     }
@@ -363,7 +367,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<u32> {
-        self.run(calls::drain)
+        self.run_once(calls::drain)
     }
 
     /// How many acquires are queued, waiting, across all clients (those whose
@@ -434,6 +438,29 @@ impl CountingSemaphore {
         })
     }
 
+    /// [`run`](Self::run) for a call that may change the count: on Redis Cluster, whose
+    /// client resends a command whose reply did not come in time, with an operation
+    /// key that makes a resent run change nothing (C7 of `counting_common.lua`). It
+    /// stays for twice the operation timeout and ten seconds more: every resend of
+    /// the call is sent within one operation timeout.
+    fn run_once<T>(
+        &self,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
+    ) -> Result<T> {
+        let shared = self.shared();
+        let once = shared.is_cluster().then(|| {
+            let retention = shared
+                .op_timeout
+                .saturating_mul(2)
+                .saturating_add(Duration::from_secs(10));
+            // (the scripts take at most 2^32 - 1 ms: 49 days)
+            self.inner
+                .keys
+                .once(retention.as_millis().min(MAX_COUNT as u128) as u64)
+        });
+        self.run(|c, k| call(c, k, once.as_ref()))
+    }
+
     /// {set, count, queued} in one round trip.
     fn inspect(&self) -> Result<(bool, i64, u32)> {
         let i = self.run(calls::inspect)?;
@@ -448,7 +475,7 @@ impl CountingSemaphore {
             Some((id, channel)) => Look::Waiter { id, channel },
             None => Look::Try,
         };
-        self.run(|c, k| {
+        self.run_once(|c, k, once| {
             calls::acquire(
                 c,
                 k,
@@ -456,6 +483,7 @@ impl CountingSemaphore {
                 look,
                 HEARTBEAT.as_millis() as u64,
                 KEY_PAD.as_millis() as u64,
+                once,
             )
         })
     }

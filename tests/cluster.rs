@@ -433,3 +433,106 @@ fn the_clock_is_read_on_the_semaphores_node_once_per_client() {
         "the second handle read no TIME of its own"
     );
 }
+
+/// Keeps node `k` busy for `busy` in a Lua loop on its own connection (commands sent
+/// meanwhile wait in their sockets); returns once the node answers no PING. (Under the
+/// cluster's node timeout of 1 s, or the others would fail the node over.)
+fn keep_busy(cluster: &RedisCluster, k: usize, busy: Duration) -> thread::JoinHandle<()> {
+    const LOOP: &str = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+        while true do local n = redis.call('TIME') \
+        if n[1] * 1000000 + n[2] - s > tonumber(ARGV[1]) then break end end return 1";
+    let mut conn = cluster.nodes[k].conn();
+    // (connected first: a connection opened while the node is busy waits for it)
+    let mut probe = cluster.nodes[k].conn();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let busy_us = busy.as_micros() as u64;
+    let worker = thread::spawn(move || {
+        let _: i64 = redis::cmd("EVAL")
+            .arg(LOOP)
+            .arg(0)
+            .arg(busy_us)
+            .query(&mut conn)
+            .unwrap();
+    });
+    wait_until(Duration::from_secs(10), "the node to be busy", || {
+        assert!(
+            !worker.is_finished(),
+            "the node was busy before the probe looked"
+        );
+        redis::cmd("PING").query::<String>(&mut probe).is_err()
+    });
+    worker
+}
+
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Review: the cluster client resends a command whose reply did not come within its
+/// share of the operation timeout, and it may have run. A counting semaphore has no
+/// owner to check, so each resent release gave again (one `release(1)` that timed out
+/// took the count from 0 to 3) and each resent acquire took again. Each such call now
+/// carries an operation key, and a resent run changes nothing.
+#[test]
+fn a_counting_call_the_cluster_client_resends_changes_the_count_once() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(300))
+        .build(cluster.url())
+        .unwrap();
+    let sem = client.counting_semaphore("dup").unwrap();
+    // every script the test sends is loaded on the node before it is made busy
+    assert!(sem.try_set_permits(0).unwrap());
+    sem.release(1).unwrap();
+    assert!(sem.try_acquire(1).unwrap());
+    let k = cluster.primary_of("redsem:{dup}:count");
+    let mut conn = cluster.nodes[k].conn();
+    let count = |conn: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET")
+            .arg("redsem:{dup}:count")
+            .query(conn)
+            .unwrap()
+    };
+    assert_eq!(count(&mut conn).as_deref(), Some("0"));
+
+    // release(1) while the node is busy: it times out, and is resent
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
+    let r = sem.release(1);
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+    busy.join().unwrap();
+    assert!(
+        evalsha_calls(&mut conn) >= before + 2,
+        "the cluster client resent the release"
+    );
+    assert_eq!(count(&mut conn).as_deref(), Some("1"), "given once");
+
+    // the same for an acquire
+    sem.release(4).unwrap();
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
+    let r = sem.try_acquire(1);
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+    busy.join().unwrap();
+    assert!(
+        evalsha_calls(&mut conn) >= before + 2,
+        "the cluster client resent the acquire"
+    );
+    assert_eq!(count(&mut conn).as_deref(), Some("4"), "taken once");
+    // the operation keys expire by themselves
+    let ops: Vec<String> = redis::cmd("KEYS")
+        .arg("redsem:{dup}:op:*")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!ops.is_empty());
+    for key in ops {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(ttl > 0 && ttl <= 10_600, "{key}: {ttl}");
+    }
+}

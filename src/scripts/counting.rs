@@ -10,7 +10,7 @@ use redis::ConnectionLike;
 
 use super::{
     COUNTING_ACQUIRE, COUNTING_ADD, COUNTING_CANCEL, COUNTING_DRAIN, COUNTING_INSPECT,
-    COUNTING_RELEASE, COUNTING_TRY_SET, CountingKeys,
+    COUNTING_RELEASE, COUNTING_TRY_SET, CountingKeys, Once, once_arg,
 };
 use crate::error::{Error, Result};
 
@@ -22,7 +22,8 @@ pub(crate) enum Look<'a> {
     Waiter { id: &'a str, channel: &'a str },
 }
 
-/// Takes `permits` if the count has them (P); whether it did.
+/// Takes `permits` if the count has them (P); whether it did. With `once` (Redis
+/// Cluster), a resent call takes them at most once.
 pub(crate) fn acquire(
     conn: &mut dyn ConnectionLike,
     keys: &CountingKeys,
@@ -30,21 +31,21 @@ pub(crate) fn acquire(
     look: Look<'_>,
     heartbeat_ms: u64,
     pad_ms: u64,
+    once: Option<&Once>,
 ) -> Result<bool> {
     let (mode, id, channel) = match look {
         Look::Waiter { id, channel } => ("w", id, channel),
         Look::Try => ("t", "", ""),
     };
-    let reply: Vec<i64> = keys
-        .invoke(&COUNTING_ACQUIRE)
-        .arg(permits)
+    let mut inv = keys.invoke_once(&COUNTING_ACQUIRE, once);
+    inv.arg(permits)
         .arg(mode)
         .arg(id)
         .arg(channel)
         .arg(heartbeat_ms)
-        .arg(pad_ms)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+        .arg(pad_ms);
+    once_arg(&mut inv, once);
+    let reply: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
     match reply.as_slice() {
         [1, _] => Ok(true),
         [0, _] => Ok(false),
@@ -52,46 +53,58 @@ pub(crate) fn acquire(
     }
 }
 
-/// Gives `permits` back (V) and tells the waiters that fit; the count after.
+/// Gives `permits` back (V) and tells the waiters that fit; the count after. With
+/// `once` (Redis Cluster), a resent call gives them at most once.
 pub(crate) fn release(
     conn: &mut dyn ConnectionLike,
     keys: &CountingKeys,
     permits: u32,
+    once: Option<&Once>,
 ) -> Result<i64> {
-    keys.invoke(&COUNTING_RELEASE)
-        .arg(permits)
-        .invoke(conn)
-        .map_err(Error::Redis)
+    let mut inv = keys.invoke_once(&COUNTING_RELEASE, once);
+    inv.arg(permits);
+    once_arg(&mut inv, once);
+    inv.invoke(conn).map_err(Error::Redis)
 }
 
-/// Changes the count by `delta` (non-zero); the count after.
-pub(crate) fn add(conn: &mut dyn ConnectionLike, keys: &CountingKeys, delta: i64) -> Result<i64> {
-    keys.invoke(&COUNTING_ADD)
-        .arg(delta)
-        .invoke(conn)
-        .map_err(Error::Redis)
+/// Changes the count by `delta` (non-zero); the count after. With `once`, at most once.
+pub(crate) fn add(
+    conn: &mut dyn ConnectionLike,
+    keys: &CountingKeys,
+    delta: i64,
+    once: Option<&Once>,
+) -> Result<i64> {
+    let mut inv = keys.invoke_once(&COUNTING_ADD, once);
+    inv.arg(delta);
+    once_arg(&mut inv, once);
+    inv.invoke(conn).map_err(Error::Redis)
 }
 
-/// Sets the count to `permits` when the semaphore is unset; whether it did.
+/// Sets the count to `permits` when the semaphore is unset; whether it did (with
+/// `once`, a resent call answers as its first run did).
 pub(crate) fn try_set(
     conn: &mut dyn ConnectionLike,
     keys: &CountingKeys,
     permits: u32,
+    once: Option<&Once>,
 ) -> Result<bool> {
-    let set: i64 = keys
-        .invoke(&COUNTING_TRY_SET)
-        .arg(permits)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+    let mut inv = keys.invoke_once(&COUNTING_TRY_SET, once);
+    inv.arg(permits);
+    once_arg(&mut inv, once);
+    let set: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     Ok(set == 1)
 }
 
-/// Takes every free permit; how many.
-pub(crate) fn drain(conn: &mut dyn ConnectionLike, keys: &CountingKeys) -> Result<u32> {
-    let taken: i64 = keys
-        .invoke(&COUNTING_DRAIN)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+/// Takes every free permit; how many (with `once`, a resent call answers as its
+/// first run did).
+pub(crate) fn drain(
+    conn: &mut dyn ConnectionLike,
+    keys: &CountingKeys,
+    once: Option<&Once>,
+) -> Result<u32> {
+    let mut inv = keys.invoke_once(&COUNTING_DRAIN, once);
+    once_arg(&mut inv, once);
+    let taken: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     u32::try_from(taken).map_err(|_| Error::reply("counting_drain", taken.to_string()))
 }
 

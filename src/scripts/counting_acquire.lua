@@ -3,8 +3,10 @@
 --
 -- ARGV: 1 n (>= 1), 2 mode ('t' try: never queued; 'w' wait: queued when not
 --       granted, its heartbeat renewed), 3 waiter id, 4 the waiter's wake-up channel,
---       5 heartbeat ms (>= 1), 6 key padding ms (>= 0)
--- Reply: {1, count after}   granted: the count was >= n and went down by n
+--       5 heartbeat ms (>= 1), 6 key padding ms (>= 0), 7 operation key retention
+--       ms (with KEYS[5] only)
+-- Reply: {1, count after}   granted: the count was >= n and went down by n (a resent
+--                           call that was granted: its first run's reply, C7)
 --        {0, count}         not now (count < n; an unset semaphore reads 0)
 --
 -- Keeps: C2 (DECRBY only when count >= n, so never below 0 and never while <= 0);
@@ -22,11 +24,15 @@ if mode == 'w' then
     end
     hb_ms, pad = arg_int(ARGV[5], 1, 'heartbeat ms'), arg_int(ARGV[6], 0, 'pad ms')
 end
+local retention = once_retention(7)
+local done = once_done()
+if done then return {1, tonumber(done)} end
 fix_waiter_keys()
 local c = count() or 0
 if c >= n then
     local left = redis.call('DECRBY', C, int(n))
     if mode == 'w' then leave(id) end
+    once_record(int(left), retention)
     return {1, left}
 end
 if mode ~= 'w' then return {0, c} end

@@ -2,14 +2,21 @@
 -- (java.util.concurrent.Semaphore.drainPermits: a negative count, a debt, is
 -- cleared to 0 too, and 0 permits are taken).
 --
--- Reply: the permits taken (0 for an unset semaphore, which stays unset)
+-- ARGV: 1 operation key retention ms (with KEYS[5] only)
+-- Reply: the permits taken (0 for an unset semaphore, which stays unset); a resent
+-- call: its first run's (C7)
 --
 -- Keeps: C2 (what it takes is exactly what was free); C4 (KEEPTTL: the value changes,
 -- nothing else).
 
+local retention = once_retention(1)
+local done = once_done()
+if done then return tonumber(done) end
 fix_waiter_keys()
 local c = count()
 if c == nil or c == 0 then return 0 end
 redis.call('SET', C, 0, 'KEEPTTL')
-if c < 0 then return 0 end
-return c
+local taken = c
+if c < 0 then taken = 0 end
+once_record(int(taken), retention)
+return taken

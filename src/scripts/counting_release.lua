@@ -1,19 +1,24 @@
 -- counting release (V): give back ARGV[1] permits, by anyone, and tell the waiters
 -- they fit.
 --
--- ARGV: 1 n (>= 1)
--- Reply: the count after
+-- ARGV: 1 n (>= 1), 2 operation key retention ms (with KEYS[5] only)
+-- Reply: the count after (a resent call: the count after its first run, C7)
 --
 -- Keeps: C1 (refused when it would pass MAX); C5 (the waiters whose requests fit
 -- in the new count are told, in arrival order, in this same script). An unset
 -- semaphore is created with count n, as Redisson's release does. Not idempotent, and
 -- cannot be: there is no owner to check, so a release sent twice gives twice.
+-- The library sends each call once, or, on a cluster, with an operation key (C7).
 -- n is checked, and written back by int(), before any write.
 
 local n = arg_int(ARGV[1], 1, 'n')
+local retention = once_retention(2)
+local done = once_done()
+if done then return tonumber(done) end
 fix_waiter_keys()
 local c = count() or 0
 check_range(c, n)
 local after = redis.call('INCRBY', C, int(n))
 wake(after)
+once_record(int(after), retention)
 return after

@@ -1,8 +1,8 @@
 -- counting try_set: set the count to ARGV[1] only when the semaphore is unset
 -- (Redisson's trySetPermits: it initialises once and never resets).
 --
--- ARGV: 1 n (an integer in 0..=MAX)
--- Reply: 1 set, 0 already set (left unchanged)
+-- ARGV: 1 n (an integer in 0..=MAX), 2 operation key retention ms (with KEYS[5] only)
+-- Reply: 1 set, 0 already set (left unchanged); a resent call: its first run's (C7)
 --
 -- Keeps: C1 (n is an integer <= MAX, checked by the caller and again here, before
 -- any write: '1.5', 'nan' or 'inf' is refused; the count is stored as int(n), never
@@ -10,8 +10,12 @@
 -- the unset semaphore are told).
 
 local n = arg_int(ARGV[1], 0, 'n')
+local retention = once_retention(2)
+local done = once_done()
+if done then return tonumber(done) end
 fix_waiter_keys()
 if count() ~= nil then return 0 end
 redis.call('SET', C, int(n))
 wake(n)
+once_record('1', retention)
 return 1

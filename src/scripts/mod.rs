@@ -83,6 +83,25 @@ pub(crate) struct CountingKeys {
     pub(crate) queue: String,
     pub(crate) heartbeats: String,
     pub(crate) waiters: String,
+    /// The prefix of the operation keys (C7 of `counting_common.lua`).
+    op_prefix: String,
+}
+
+/// A counting call's operation key on Redis Cluster (C7 of `counting_common.lua`):
+/// the cluster client resends a command whose reply did not come in time, and the
+/// script's first run records its reply here, so that a resent run changes nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct Once {
+    pub(crate) key: String,
+    /// How long the key stays (ms): longer than every resend of the call can come.
+    pub(crate) retention_ms: u64,
+}
+
+/// Adds the operation key's retention, the last argument of a call with one.
+pub(crate) fn once_arg(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
+    if let Some(o) = once {
+        inv.arg(o.retention_ms);
+    }
 }
 
 impl CountingKeys {
@@ -93,7 +112,31 @@ impl CountingKeys {
             queue: format!("redsem:{{{name}}}:cq"),
             heartbeats: format!("redsem:{{{name}}}:ch"),
             waiters: format!("redsem:{{{name}}}:cw"),
+            op_prefix: format!("redsem:{{{name}}}:op:"),
         }
+    }
+
+    /// A fresh operation key for one call, kept `retention_ms` after the call ran.
+    pub(crate) fn once(&self, retention_ms: u64) -> Once {
+        Once {
+            key: format!("{}{}", self.op_prefix, uuid::Uuid::new_v4()),
+            retention_ms,
+        }
+    }
+
+    /// As [`invoke`](Self::invoke), with the operation key `once` as the fifth key when
+    /// given (its retention is the script's last argument: the caller adds it with
+    /// [`once_arg`]).
+    pub(crate) fn invoke_once<'a>(
+        &self,
+        script: &'a Script,
+        once: Option<&Once>,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = self.invoke(script);
+        if let Some(o) = once {
+            inv.key(&o.key);
+        }
+        inv
     }
 
     /// Starts an invocation of `script` with the keys in place.
