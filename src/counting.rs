@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
 use crate::scripts::counting::{self as calls, Look};
-use crate::scripts::{CountingKeys, Once};
+use crate::scripts::{CountingKeys, Once, once_retention_ms};
 use crate::stats::Counters;
 
 /// How often a queued waiter looks again without being told to: the safety net for a
@@ -440,24 +440,15 @@ impl CountingSemaphore {
 
     /// [`run`](Self::run) for a call that may change the count: on Redis Cluster, whose
     /// client resends a command whose reply did not come in time, with an operation
-    /// key that makes a resent run change nothing (C7 of `counting_common.lua`). It
-    /// stays for twice the operation timeout and ten seconds more: every resend of
-    /// the call is sent within one operation timeout.
+    /// key that makes a resent run change nothing (C7 of `counting_common.lua`).
     fn run_once<T>(
         &self,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
-        let once = shared.is_cluster().then(|| {
-            let retention = shared
-                .op_timeout
-                .saturating_mul(2)
-                .saturating_add(Duration::from_secs(10));
-            // (the scripts take at most 2^32 - 1 ms: 49 days)
-            self.inner
-                .keys
-                .once(retention.as_millis().min(MAX_COUNT as u128) as u64)
-        });
+        let once = shared
+            .is_cluster()
+            .then(|| self.inner.keys.once(once_retention_ms(shared.op_timeout)));
         self.run(|c, k| call(c, k, once.as_ref()))
     }
 

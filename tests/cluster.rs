@@ -536,3 +536,65 @@ fn a_counting_call_the_cluster_client_resends_changes_the_count_once() {
         assert!(ttl > 0 && ttl <= 10_600, "{key}: {ttl}");
     }
 }
+
+/// The same for the Redisson layouts on a cluster: a resent `RSemaphore` release or
+/// acquire changes the counter once (an operation key per call), and a resent
+/// `RPermitExpirableSemaphore` acquire, whose ids are new, takes nothing again.
+#[test]
+fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(300))
+        .build(cluster.url())
+        .unwrap();
+    let rs = client.redisson_semaphore("rdup");
+    // every script the test sends is loaded on the node before it is made busy
+    assert!(rs.try_set_permits(0).unwrap());
+    rs.release(1).unwrap();
+    assert!(rs.try_acquire(1).unwrap());
+    let k = cluster.primary_of("rdup");
+    let mut conn = cluster.nodes[k].conn();
+    let counter = |conn: &mut redis::Connection, key: &str| -> Option<String> {
+        redis::cmd("GET").arg(key).query(conn).unwrap()
+    };
+
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
+    let r = rs.release(1);
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+    busy.join().unwrap();
+    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    assert_eq!(counter(&mut conn, "rdup").as_deref(), Some("1"), "given once");
+
+    rs.release(4).unwrap();
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
+    let r = rs.try_acquire(1);
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+    busy.join().unwrap();
+    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    assert_eq!(counter(&mut conn, "rdup").as_deref(), Some("4"), "taken once");
+
+    let pes = client.redisson_permit_expirable_semaphore("pdup");
+    assert!(pes.try_set_permits(3).unwrap());
+    drop(pes.try_acquire(None).unwrap().expect("a permit"));
+    let k = cluster.primary_of("pdup");
+    let mut conn = cluster.nodes[k].conn();
+    assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("3"));
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
+    let r = pes.try_acquire(None);
+    assert!(
+        r.as_ref().is_err_and(Error::is_timeout),
+        "{:?}",
+        r.map(|_| ())
+    );
+    busy.join().unwrap();
+    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("2"), "taken once");
+    let held: i64 = redis::cmd("ZCARD")
+        .arg("{pdup}:timeout")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(held, 1);
+}

@@ -13,6 +13,15 @@
 //! that operation, step by step (reclaim, counter, zset, publish), so Java clients see
 //! nothing unusual.
 //!
+//! On Redis Cluster the cluster client resends a command whose reply is late (it may
+//! have run). So that a resent release or acquire does not change the counter twice,
+//! each call of these types that changes a counter there also writes a short-lived
+//! operation key of this library, `{NAME}:redsem-op:<uuid>` (`NAME:redsem-op:<uuid>`
+//! for a name with a `{`), kept for twice the operation timeout and ten seconds more;
+//! a resent run finds it and changes nothing. A resent `RPermitExpirableSemaphore`
+//! acquire finds its new ids already held and takes nothing again. (Redisson's own
+//! client, which resends as well, has neither.)
+//!
 //! # What it costs (read before use)
 //!
 //! These types keep Redisson's guarantees, not the crate's: they are limit-exact on one
@@ -105,11 +114,11 @@ use crate::error::{Error, LostReason, Result};
 use crate::listener::open_subscriber;
 use crate::permit::{Grantor, Permit};
 use crate::registry::{GroupKey, PermitState, Renew};
-use crate::scripts::Keys;
 use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
 };
+use crate::scripts::{Keys, Once, once_retention_ms};
 use crate::shared::Shared;
 use crate::stats::Counters;
 
@@ -292,6 +301,16 @@ impl Common {
 
     fn shared(&self) -> &Shared {
         &self.client.inner.shared
+    }
+
+    /// On Redis Cluster, a fresh operation key for one call that changes a count
+    /// (`redisson_once.lua`): the cluster client resends a command whose reply is late,
+    /// and a resent run of the call then changes nothing.
+    fn once(&self) -> Option<Once> {
+        let shared = self.shared();
+        shared
+            .is_cluster()
+            .then(|| self.keys.once(once_retention_ms(shared.op_timeout)))
     }
 
     fn publish(&self) -> &'static str {
@@ -554,9 +573,10 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let publish = self.common.publish();
+        let once = self.common.once();
         self.common.run_write(
             "try_set_permits",
-            |c, k| calls::try_set(c, k, publish, permits, None),
+            |c, k| calls::try_set(c, k, publish, permits, None, once.as_ref()),
             |_| false,
         )
     }
@@ -573,9 +593,10 @@ impl RSemaphore {
             return Err(Error::InvalidArgument("ttl must be at least 1 ms".into()));
         }
         let publish = self.common.publish();
+        let once = self.common.once();
         self.common.run_write(
             "try_set_permits",
-            |c, k| calls::try_set(c, k, publish, permits, Some(ms)),
+            |c, k| calls::try_set(c, k, publish, permits, Some(ms), once.as_ref()),
             |_| false,
         )
     }
@@ -591,9 +612,10 @@ impl RSemaphore {
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         check_delta(delta)?;
         let publish = self.common.publish();
+        let once = self.common.once();
         self.common.run_write(
             "add_permits",
-            |c, k| calls::rs_add(c, k, publish, delta),
+            |c, k| calls::rs_add(c, k, publish, delta, once.as_ref()),
             |_| false,
         )
     }
@@ -615,14 +637,24 @@ impl RSemaphore {
 
     fn try_once(&self, permits: u32) -> Result<bool> {
         let publish = self.common.publish();
+        let once = self.common.once();
         let got = self.common.run_write(
             "acquire",
-            |c, k| calls::rs_try_acquire(c, k, permits),
+            |c, k| calls::rs_try_acquire(c, k, permits, once.as_ref()),
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back
                 *got && self
                     .common
-                    .run(|c, k| calls::rs_release(c, k, publish, permits, false))
+                    .run(|c, k| {
+                        calls::rs_release(
+                            c,
+                            k,
+                            publish,
+                            permits,
+                            false,
+                            self.common.once().as_ref(),
+                        )
+                    })
                     .inspect_err(|e| {
                         log::warn!(
                             "redis-semaphore: could not give back {permits} permit(s) of {} \
@@ -693,9 +725,10 @@ impl RSemaphore {
     pub fn release(&self, permits: u32) -> Result<i64> {
         Error::check_permits(permits)?;
         let publish = self.common.publish();
+        let once = self.common.once();
         let after = self.common.run_write(
             "release",
-            |c, k| calls::rs_release(c, k, publish, permits, false),
+            |c, k| calls::rs_release(c, k, publish, permits, false, once.as_ref()),
             |_| false,
         )?;
         after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))
@@ -710,11 +743,12 @@ impl RSemaphore {
     pub fn release_if_exists(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
         let publish = self.common.publish();
+        let once = self.common.once();
         Ok(self
             .common
             .run_write(
                 "release",
-                |c, k| calls::rs_release(c, k, publish, permits, true),
+                |c, k| calls::rs_release(c, k, publish, permits, true, once.as_ref()),
                 |_| false,
             )?
             .is_some())
@@ -738,8 +772,11 @@ impl RSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<i64> {
-        self.common
-            .run_write("drain_permits", calls::rs_drain, |_| false)
+        self.common.run_write(
+            "drain_permits",
+            |c, k| calls::rs_drain(c, k, self.common.once().as_ref()),
+            |_| false,
+        )
     }
 }
 
@@ -1403,9 +1440,10 @@ impl RPermitExpirableSemaphore {
     ///
     /// As [`set_permits`](Self::set_permits).
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let once = self.inner.common.once();
         self.run_write(
             "try_set_permits",
-            |c, k, p, _| calls::try_set(c, k, p, permits, None),
+            |c, k, p, _| calls::try_set(c, k, p, permits, None, once.as_ref()),
             |_| false,
         )
     }
@@ -1419,9 +1457,10 @@ impl RPermitExpirableSemaphore {
     /// [`set_permits`](Self::set_permits).
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         check_delta(delta)?;
+        let once = self.inner.common.once();
         self.run_write(
             "add_permits",
-            |c, k, p, now| calls::pes_add(c, k, p, now, delta),
+            |c, k, p, now| calls::pes_add(c, k, p, now, delta, once.as_ref()),
             |_| false,
         )
     }

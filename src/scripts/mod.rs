@@ -97,6 +97,16 @@ pub(crate) struct Once {
     pub(crate) retention_ms: u64,
 }
 
+/// How long an operation key stays (ms): twice the operation timeout and ten seconds
+/// more, since every resend of a call is sent within one operation timeout; at most
+/// 2^32 - 1 ms (49 days), which the scripts take.
+pub(crate) fn once_retention_ms(op_timeout: std::time::Duration) -> u64 {
+    let retention = op_timeout
+        .saturating_mul(2)
+        .saturating_add(std::time::Duration::from_secs(10));
+    retention.as_millis().min(u128::from(u32::MAX)) as u64
+}
+
 /// Adds the operation key's retention, the last argument of a call with one.
 pub(crate) fn once_arg(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
     if let Some(o) = once {

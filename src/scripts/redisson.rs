@@ -13,28 +13,37 @@ use std::sync::LazyLock;
 
 use redis::{ConnectionLike, Script, Value};
 
+use super::{Once, once_arg};
 use crate::error::{Error, Result};
 
 /// The lease zset's score for a permit without lease (Redisson's
 /// `nonExpirableTimeout`, about `Long.MAX_VALUE / 10000`).
 pub(crate) const NO_LEASE: i64 = 922_337_203_685_477;
 
-static RS_TRY_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("redisson_rs_try_acquire.lua")));
-static RS_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("redisson_rs_release.lua")));
-static RS_DRAIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("redisson_rs_drain.lua")));
-static RS_ADD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("redisson_rs_add.lua")));
-static TRY_SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("redisson_try_set.lua")));
+/// A script of the `RSemaphore` layout, after the once prelude (`redisson_once.lua`).
+macro_rules! rs_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("redisson_once.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+
+static RS_TRY_ACQUIRE: LazyLock<Script> = rs_script!("redisson_rs_try_acquire.lua");
+static RS_RELEASE: LazyLock<Script> = rs_script!("redisson_rs_release.lua");
+static RS_DRAIN: LazyLock<Script> = rs_script!("redisson_rs_drain.lua");
+static RS_ADD: LazyLock<Script> = rs_script!("redisson_rs_add.lua");
+static TRY_SET: LazyLock<Script> = rs_script!("redisson_try_set.lua");
 
 macro_rules! pes_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
                 include_str!("redisson_pes_common.lua"),
+                include_str!("redisson_once.lua"),
                 include_str!($file)
             ))
         })
@@ -55,6 +64,9 @@ pub(crate) struct RedissonKeys {
     pub(crate) counter: String,
     pub(crate) timeout: String,
     pub(crate) channel: String,
+    /// The prefix of this library's operation keys (`redisson_once.lua`), in the
+    /// counter's hash slot as the lease zset is.
+    op_prefix: String,
 }
 
 impl RedissonKeys {
@@ -73,6 +85,20 @@ impl RedissonKeys {
             } else {
                 format!("redisson_sc:{{{name}}}")
             },
+            op_prefix: if tagged {
+                format!("{name}:redsem-op:")
+            } else {
+                format!("{{{name}}}:redsem-op:")
+            },
+        }
+    }
+
+    /// A fresh operation key for one call that changes a count, kept `retention_ms`
+    /// after it ran (Redis Cluster: `redisson_once.lua`).
+    pub(crate) fn once(&self, retention_ms: u64) -> Once {
+        Once {
+            key: format!("{}{}", self.op_prefix, uuid::Uuid::new_v4()),
+            retention_ms,
         }
     }
 
@@ -101,14 +127,25 @@ impl RedissonKeys {
     }
 }
 
+/// Adds the operation key `once` after the layout's keys, and its retention as the
+/// last argument (`redisson_once.lua`).
+fn with_once(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
+    if let Some(o) = once {
+        inv.key(&o.key);
+    }
+    once_arg(inv, once);
+}
+
 /// `RSemaphore.tryAcquire(n)`: whether `n` permits were taken.
 pub(crate) fn rs_try_acquire(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
     n: u32,
+    once: Option<&Once>,
 ) -> Result<bool> {
     let mut inv = RS_TRY_ACQUIRE.prepare_invoke();
     inv.key(&keys.counter).arg(n);
+    with_once(&mut inv, once);
     let r: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     Ok(r == 1)
 }
@@ -121,14 +158,14 @@ pub(crate) fn rs_release(
     publish: &str,
     n: u32,
     if_exists: bool,
+    once: Option<&Once>,
 ) -> Result<Option<i64>> {
-    let r: Vec<i64> = keys
-        .rs(&RS_RELEASE)
-        .arg(publish)
+    let mut inv = keys.rs(&RS_RELEASE);
+    inv.arg(publish)
         .arg(n)
-        .arg(if if_exists { "1" } else { "0" })
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+        .arg(if if_exists { "1" } else { "0" });
+    with_once(&mut inv, once);
+    let r: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
     match r.as_slice() {
         [1, v] => Ok(Some(*v)),
         [0, _] => Ok(None),
@@ -137,9 +174,14 @@ pub(crate) fn rs_release(
 }
 
 /// `RSemaphore.drainPermits()`: the counter before (0 when missing).
-pub(crate) fn rs_drain(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -> Result<i64> {
+pub(crate) fn rs_drain(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+    once: Option<&Once>,
+) -> Result<i64> {
     let mut inv = RS_DRAIN.prepare_invoke();
     inv.key(&keys.counter);
+    with_once(&mut inv, once);
     inv.invoke(conn).map_err(Error::Redis)
 }
 
@@ -149,12 +191,12 @@ pub(crate) fn rs_add(
     keys: &RedissonKeys,
     publish: &str,
     delta: i64,
+    once: Option<&Once>,
 ) -> Result<i64> {
-    keys.rs(&RS_ADD)
-        .arg(publish)
-        .arg(delta)
-        .invoke(conn)
-        .map_err(Error::Redis)
+    let mut inv = keys.rs(&RS_ADD);
+    inv.arg(publish).arg(delta);
+    with_once(&mut inv, once);
+    inv.invoke(conn).map_err(Error::Redis)
 }
 
 /// `trySetPermits(p)` / `trySetPermits(p, ttl)` of either type: whether the counter
@@ -165,15 +207,13 @@ pub(crate) fn try_set(
     publish: &str,
     permits: u32,
     ttl_ms: Option<u64>,
+    once: Option<&Once>,
 ) -> Result<bool> {
     let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
-    let r: i64 = keys
-        .rs(&TRY_SET)
-        .arg(publish)
-        .arg(permits)
-        .arg(ttl)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+    let mut inv = keys.rs(&TRY_SET);
+    inv.arg(publish).arg(permits).arg(ttl);
+    with_once(&mut inv, once);
+    let r: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     Ok(r == 1)
 }
 
@@ -328,12 +368,12 @@ pub(crate) fn pes_add(
     publish: &str,
     now_ms: i64,
     delta: i64,
+    once: Option<&Once>,
 ) -> Result<i64> {
-    keys.pes(&PES_SET, publish, now_ms)
-        .arg("add")
-        .arg(delta)
-        .invoke(conn)
-        .map_err(Error::Redis)
+    let mut inv = keys.pes(&PES_SET, publish, now_ms);
+    inv.arg("add").arg(delta);
+    with_once(&mut inv, once);
+    inv.invoke(conn).map_err(Error::Redis)
 }
 
 /// `updateLeaseTime(id, lease)`: whether the id was still held (and now has

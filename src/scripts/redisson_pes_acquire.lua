@@ -17,6 +17,12 @@ if not string.find(ARGV[3], '^[1-9]%d?%d?%d?%d?$') or tonumber(ARGV[3]) > 10000
     return redis.error_reply('ERR permits must be an integer from 1 to 10000 with as many ids, found '
         .. string.sub(ARGV[3], 1, 40))
 end
+-- The ids are new, made by the client for this call: when the first is already in
+-- the lease zset, this is a resend of a call that was granted (the cluster client
+-- resends a command whose reply is late), and it takes nothing again.
+if redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+    return 'OK'
+end
 local bad = reclaim(ARGV[3])
 if bad then return bad end
 local value = redis.call('GET', KEYS[1])

@@ -4,7 +4,9 @@
 --      when total ~= p: INCRBY (p - total), publish p (the counter may go negative
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
--- Reply: the counter after.
+-- ARGV 5, KEYS 4 (add only): the operation key's retention and the key (Redis Cluster,
+-- see redisson_once.lua).
+-- Reply: the counter after (add, resent: its first run's).
 -- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused
 -- first (not 'inf', not '1.5', which would be stored as such); a counter
 -- of another type fails the GET, one that is not a number the arithmetic, a zset of
@@ -15,6 +17,11 @@ if string.find(ARGV[4], '^%-?%d+$') and #ARGV[4] <= 11 then arg = tonumber(ARGV[
 if arg == nil then
     return redis.error_reply('ERR permits must be a number, found ' .. string.sub(tostring(ARGV[4]), 1, 40))
 end
+if ARGV[3] == 'add' then
+    local done, bad = once_done(3)
+    if bad then return bad end
+    if done then return tonumber(done) end
+end
 local value = redis.call('GET', KEYS[1])
 if ARGV[3] == 'add' then
     local after = (value == false and 0 or tonumber(value)) + arg
@@ -22,6 +29,7 @@ if ARGV[3] == 'add' then
     if arg > 0 then
         redis.pcall(PUB, KEYS[3], ARGV[4])
     end
+    once_record(3, string.format('%d', after))
     return after
 end
 if value == false then

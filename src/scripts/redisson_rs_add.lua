@@ -1,7 +1,8 @@
 -- Redisson RSemaphore.addPermits(d) (RedissonSemaphore.java 594-604).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
--- ARGV: 1 publish command, 2 d (signed, non-zero)
--- Reply: the counter after. The counter (missing = 0) + d is SET (dropping any TTL,
+-- ARGV: 1 publish command, 2 d (signed, non-zero), 3 the operation key's retention
+-- (with KEYS[3], the key: Redis Cluster, see redisson_once.lua)
+-- Reply: the counter after (a resent call: its first run's). The counter (missing = 0) + d is SET (dropping any TTL,
 -- as Redisson's SET does) and the new value published.
 -- Errors (Redis does not undo a script's writes): d that is no non-zero integer of at
 -- most 10 digits is refused first; a counter of another type fails the GET, one that
@@ -11,6 +12,9 @@
 if not string.find(ARGV[2], '^%-?[1-9]%d*$') or #ARGV[2] > 11 then
     return redis.error_reply('ERR permits must be a non-zero integer, found ' .. string.sub(ARGV[2], 1, 40))
 end
+local done, bad = once_done(2)
+if bad then return bad end
+if done then return tonumber(done) end
 local value = redis.call('GET', KEYS[1])
 if value == false then
     value = 0
@@ -18,4 +22,5 @@ end
 local after = tonumber(value) + tonumber(ARGV[2])
 redis.call('SET', KEYS[1], string.format('%d', after))
 redis.pcall(ARGV[1], KEYS[2], after)
+once_record(2, string.format('%d', after))
 return after

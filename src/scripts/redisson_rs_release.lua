@@ -2,16 +2,23 @@
 -- releaseIfExists(n) (476-499).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 n (>= 1), 3 '1' for releaseIfExists
--- Reply: {1, counter after} released (the new value was published);
+-- ARGV 4, KEYS 3: the operation key's retention and the key (Redis Cluster, see
+-- redisson_once.lua).
+-- Reply: {1, counter after} released (the new value was published; a resent call:
+--        its first run's reply);
 --        {0, 0} releaseIfExists on a missing counter: nothing changed.
 -- No owner check and no upper bound, by design (Redisson #5066).
 -- Errors (Redis does not undo a script's writes): the INCRBY is the only write, and
 -- a counter of another type, not an integer, or a bad n makes it fail with nothing
 -- written; the publish after it is sent with redis.pcall and its error ignored (a
 -- refused PUBLISH/SPUBLISH: waiters also poll).
+local done, bad = once_done(2)
+if bad then return bad end
+if done then return {1, tonumber(done)} end
 if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0}
 end
 local value = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.pcall(ARGV[1], KEYS[2], value)
+once_record(2, string.format("%d", value))
 return {1, value}
