@@ -211,7 +211,9 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`] when the key holds something else; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.run_once(|c, k, once| calls::try_set(c, k, permits, once))
+        self.run_once("try_set_permits", |c, k, once| {
+            calls::try_set(c, k, permits, once)
+        })
     }
 
     /// Changes the count by `delta`, up or down, without waiting (Redisson's
@@ -233,7 +235,7 @@ impl CountingSemaphore {
                 "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
             ));
         }
-        self.run_once(|c, k, once| calls::add(c, k, delta, once))?;
+        self.run_once("add_permits", |c, k, once| calls::add(c, k, delta, once))?;
         Ok(())
     }
 
@@ -321,7 +323,7 @@ impl CountingSemaphore {
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
-        self.run_once(|c, k, once| calls::release(c, k, permits, once))?;
+        self.run_once("release", |c, k, once| calls::release(c, k, permits, once))?;
         self.inner.metrics.released();
         Ok(())
     }
@@ -343,7 +345,7 @@ impl CountingSemaphore {
     ///
     /// Redis and pool errors.
     pub fn available(&self) -> Result<u32> {
-        let (_, count, _) = self.inspect()?;
+        let (_, count, _) = self.inspect("available")?;
         Ok(u32::try_from(count.max(0)).unwrap_or(u32::MAX))
     }
 
@@ -354,7 +356,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn balance(&self) -> Result<Option<i64>> {
-        let (set, count, _) = self.inspect()?;
+        let (set, count, _) = self.inspect("balance")?;
         Ok(set.then_some(count))
     }
 
@@ -367,7 +369,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<u32> {
-        self.run_once(calls::drain)
+        self.run_once("drain_permits", calls::drain)
     }
 
     /// How many acquires are queued, waiting, across all clients (those whose
@@ -377,7 +379,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn queue_len(&self) -> Result<u32> {
-        let (_, _, queued) = self.inspect()?;
+        let (_, _, queued) = self.inspect("queue_len")?;
         Ok(queued)
     }
 
@@ -421,10 +423,11 @@ impl CountingSemaphore {
         }
     }
 
-    /// Runs one script call (`scripts::counting`) on a pooled connection, its Redis
-    /// error sorted.
+    /// Runs one script call (`scripts::counting`) of operation `op` on a pooled
+    /// connection, its Redis error sorted (a timeout names `op`).
     fn run<T>(
         &self,
+        op: &'static str,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.shared().pool.get(None)?;
@@ -432,7 +435,7 @@ impl CountingSemaphore {
             Counters::bump(&self.shared().stats.errors);
             self.inner.metrics.errors();
             match e {
-                Error::Redis(e) => self.error(e),
+                Error::Redis(e) => self.error(e).during(op),
                 other => other,
             }
         })
@@ -443,18 +446,19 @@ impl CountingSemaphore {
     /// key that makes a resent run change nothing (C7 of `counting_common.lua`).
     fn run_once<T>(
         &self,
+        op: &'static str,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
         let once = shared
             .is_cluster()
             .then(|| self.inner.keys.once(once_retention_ms(shared.op_timeout)));
-        self.run(|c, k| call(c, k, once.as_ref()))
+        self.run(op, |c, k| call(c, k, once.as_ref()))
     }
 
     /// {set, count, queued} in one round trip.
-    fn inspect(&self) -> Result<(bool, i64, u32)> {
-        let i = self.run(calls::inspect)?;
+    fn inspect(&self, op: &'static str) -> Result<(bool, i64, u32)> {
+        let i = self.run(op, calls::inspect)?;
         Ok((i.set, i.count, i.queued))
     }
 
@@ -466,7 +470,7 @@ impl CountingSemaphore {
             Some((id, channel)) => Look::Waiter { id, channel },
             None => Look::Try,
         };
-        self.run_once(|c, k, once| {
+        self.run_once("acquire", |c, k, once| {
             calls::acquire(
                 c,
                 k,
@@ -481,7 +485,7 @@ impl CountingSemaphore {
 
     /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up.
     fn cancel(&self, id: &str) -> Result<()> {
-        self.run(|c, k| calls::cancel(c, k, id))
+        self.run("cancel", |c, k| calls::cancel(c, k, id))
     }
 
     /// Blocking acquire: one plain try; then the waiter registers with the client's

@@ -564,7 +564,11 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
     busy.join().unwrap();
     assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
-    assert_eq!(counter(&mut conn, "rdup").as_deref(), Some("1"), "given once");
+    assert_eq!(
+        counter(&mut conn, "rdup").as_deref(),
+        Some("1"),
+        "given once"
+    );
 
     rs.release(4).unwrap();
     let before = evalsha_calls(&mut conn);
@@ -573,7 +577,11 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
     busy.join().unwrap();
     assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
-    assert_eq!(counter(&mut conn, "rdup").as_deref(), Some("4"), "taken once");
+    assert_eq!(
+        counter(&mut conn, "rdup").as_deref(),
+        Some("4"),
+        "taken once"
+    );
 
     let pes = client.redisson_permit_expirable_semaphore("pdup");
     assert!(pes.try_set_permits(3).unwrap());
@@ -591,7 +599,11 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     );
     busy.join().unwrap();
     assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
-    assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("2"), "taken once");
+    assert_eq!(
+        counter(&mut conn, "pdup").as_deref(),
+        Some("2"),
+        "taken once"
+    );
     let held: i64 = redis::cmd("ZCARD")
         .arg("{pdup}:timeout")
         .query(&mut conn)

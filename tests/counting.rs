@@ -1133,3 +1133,40 @@ fn a_stored_count_that_reads_like_a_range_refusal_is_a_wrong_type() {
         Err(Error::CountOutOfRange { .. })
     ));
 }
+
+/// Review: a counting call that timed out said "a call on semaphore ..."; it names the
+/// operation now, as the leased semaphore's errors do.
+#[test]
+fn a_timeout_names_the_operation_and_the_semaphore() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(300))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client.counting_semaphore("named").unwrap();
+    sem.release(1).unwrap();
+    proxy.cut();
+    type Op<'a> = (&'static str, Box<dyn Fn() -> Result<(), Error> + 'a>);
+    let ops: Vec<Op> = vec![
+        ("release", Box::new(|| sem.release(1))),
+        ("acquire", Box::new(|| sem.try_acquire(1).map(drop))),
+        ("add_permits", Box::new(|| sem.add_permits(2))),
+        ("available", Box::new(|| sem.available_permits().map(drop))),
+    ];
+    for (what, op) in ops {
+        match op() {
+            Err(e @ Error::Timeout { .. }) => {
+                let Error::Timeout {
+                    operation, name, ..
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!(*operation, what, "{e}");
+                assert_eq!(name, "named", "{e}");
+            }
+            other => panic!("{what} through a cut: {other:?}"),
+        }
+    }
+}
