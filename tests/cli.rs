@@ -238,6 +238,7 @@ fn credentials_from_options_and_environment_and_never_printed() {
         "--tls-ca",
         "--tls-cert",
         "--tls-key",
+        "Exit status",
     ] {
         assert!(text.contains(option), "{text}");
     }

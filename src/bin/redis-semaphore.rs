@@ -22,7 +22,10 @@ use serde_json::{Value, json};
 #[command(
     name = "redis-semaphore",
     version,
-    about = "Inspect and operate redis-semaphore semaphores"
+    about = "Inspect and operate redis-semaphore semaphores",
+    after_help = "Exit status: 0 done; 1 `release` found no such holder, or `list` \
+                  showed a row with an error; 2 any other error (Redis unreachable, \
+                  no such semaphore, bad arguments)."
 )]
 struct Cli {
     /// Where Redis is: redis://[user:password@]host:port/db, rediss://... (TLS),
