@@ -135,11 +135,15 @@ fn each_sees_the_others_permits(variant: BookVariant, py_variant: &str) {
         assert_eq!(zcard(&mut conn, &format!("{NAME}:owner")), 0);
     }
     // The lock of listing 17 is always given back.
-    let lock: bool = redis::cmd("EXISTS")
+    assert!(!lock_exists(&mut conn));
+}
+
+/// Whether `lock:NAME` (listing 17's lock) exists.
+fn lock_exists(conn: &mut redis::Connection) -> bool {
+    redis::cmd("EXISTS")
         .arg(format!("lock:{NAME}"))
-        .query(&mut conn)
-        .unwrap();
-    assert!(!lock);
+        .query(conn)
+        .unwrap()
 }
 
 #[test]
@@ -539,11 +543,7 @@ fn lock_settings_past_a_year_are_refused_when_built() {
         .unwrap();
     sem.try_acquire().unwrap().unwrap().release().unwrap();
     let mut conn = server.conn();
-    let lock: bool = redis::cmd("EXISTS")
-        .arg(format!("lock:{NAME}"))
-        .query(&mut conn)
-        .unwrap();
-    assert!(!lock);
+    assert!(!lock_exists(&mut conn));
 }
 
 /// Dropping a book permit never blocks longer than the operation timeout (DESIGN
@@ -645,20 +645,7 @@ fn a_timeout_names_the_operation_and_the_semaphore() {
             "refresh" => p.refresh(),
             _ => p.release(),
         };
-        match outcome {
-            Err(e @ Error::Timeout { .. }) => {
-                let Error::Timeout {
-                    operation, name, ..
-                } = &e
-                else {
-                    unreachable!()
-                };
-                assert_eq!(*operation, what, "{e}");
-                assert_eq!(name, NAME, "{e}");
-                assert!(e.to_string().contains(what), "{e}");
-            }
-            other => panic!("{what} through a cut: {other:?}"),
-        }
+        support::assert_timeout(outcome, what, NAME);
         proxy.heal();
     }
 }

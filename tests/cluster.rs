@@ -474,6 +474,25 @@ fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// Runs `op` while node `k` is busy, so that its reply is late: checks that it timed
+/// out and that the cluster client resent it.
+fn resent_while_busy<T: std::fmt::Debug>(
+    cluster: &RedisCluster,
+    k: usize,
+    op: impl FnOnce() -> Result<T, Error>,
+) {
+    let mut conn = cluster.nodes[k].conn();
+    let before = evalsha_calls(&mut conn);
+    let busy = keep_busy(cluster, k, Duration::from_millis(700));
+    let r = op();
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+    busy.join().unwrap();
+    assert!(
+        evalsha_calls(&mut conn) >= before + 2,
+        "the cluster client resent the call"
+    );
+}
+
 /// Review: the cluster client resends a command whose reply did not come within its
 /// share of the operation timeout, and it may have run. A counting semaphore has no
 /// owner to check, so each resent release gave again (one `release(1)` that timed out
@@ -502,28 +521,12 @@ fn a_counting_call_the_cluster_client_resends_changes_the_count_once() {
     assert_eq!(count(&mut conn).as_deref(), Some("0"));
 
     // release(1) while the node is busy: it times out, and is resent
-    let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
-    let r = sem.release(1);
-    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
-    busy.join().unwrap();
-    assert!(
-        evalsha_calls(&mut conn) >= before + 2,
-        "the cluster client resent the release"
-    );
+    resent_while_busy(&cluster, k, || sem.release(1));
     assert_eq!(count(&mut conn).as_deref(), Some("1"), "given once");
 
     // the same for an acquire
     sem.release(4).unwrap();
-    let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
-    let r = sem.try_acquire(1);
-    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
-    busy.join().unwrap();
-    assert!(
-        evalsha_calls(&mut conn) >= before + 2,
-        "the cluster client resent the acquire"
-    );
+    resent_while_busy(&cluster, k, || sem.try_acquire(1));
     assert_eq!(count(&mut conn).as_deref(), Some("4"), "taken once");
     // the operation keys expire by themselves
     let ops: Vec<String> = redis::cmd("KEYS")
@@ -558,12 +561,7 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
         redis::cmd("GET").arg(key).query(conn).unwrap()
     };
 
-    let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
-    let r = rs.release(1);
-    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
-    busy.join().unwrap();
-    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    resent_while_busy(&cluster, k, || rs.release(1));
     assert_eq!(
         counter(&mut conn, "rdup").as_deref(),
         Some("1"),
@@ -571,12 +569,7 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     );
 
     rs.release(4).unwrap();
-    let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
-    let r = rs.try_acquire(1);
-    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
-    busy.join().unwrap();
-    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    resent_while_busy(&cluster, k, || rs.try_acquire(1));
     assert_eq!(
         counter(&mut conn, "rdup").as_deref(),
         Some("4"),
@@ -589,16 +582,7 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     let k = cluster.primary_of("pdup");
     let mut conn = cluster.nodes[k].conn();
     assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("3"));
-    let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(&cluster, k, Duration::from_millis(700));
-    let r = pes.try_acquire(None);
-    assert!(
-        r.as_ref().is_err_and(Error::is_timeout),
-        "{:?}",
-        r.map(|_| ())
-    );
-    busy.join().unwrap();
-    assert!(evalsha_calls(&mut conn) >= before + 2, "resent");
+    resent_while_busy(&cluster, k, || pes.try_acquire(None));
     assert_eq!(
         counter(&mut conn, "pdup").as_deref(),
         Some("2"),

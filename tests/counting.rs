@@ -1155,18 +1155,6 @@ fn a_timeout_names_the_operation_and_the_semaphore() {
         ("available", Box::new(|| sem.available_permits().map(drop))),
     ];
     for (what, op) in ops {
-        match op() {
-            Err(e @ Error::Timeout { .. }) => {
-                let Error::Timeout {
-                    operation, name, ..
-                } = &e
-                else {
-                    unreachable!()
-                };
-                assert_eq!(*operation, what, "{e}");
-                assert_eq!(name, "named", "{e}");
-            }
-            other => panic!("{what} through a cut: {other:?}"),
-        }
+        support::assert_timeout(op(), what, "named");
     }
 }

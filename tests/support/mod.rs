@@ -1128,3 +1128,28 @@ pub fn every_operation(client: &redis_semaphore::Client, tag: &str) {
     assert!(stats.acquired >= 4, "{stats:?}");
     assert!(stats.waits >= 1, "{stats:?}");
 }
+
+/// Asserts that `r` failed with `Error::Timeout` naming `operation` and semaphore
+/// `name`, in its fields and its message.
+pub fn assert_timeout<T: std::fmt::Debug>(
+    r: Result<T, redis_semaphore::Error>,
+    operation: &str,
+    name: &str,
+) {
+    match r {
+        Err(e @ redis_semaphore::Error::Timeout { .. }) => {
+            let redis_semaphore::Error::Timeout {
+                operation: op,
+                name: n,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(*op, operation, "{e}");
+            assert_eq!(n, name, "{e}");
+            assert!(e.to_string().contains(operation), "{e}");
+        }
+        other => panic!("{operation} through a cut: {other:?}"),
+    }
+}
