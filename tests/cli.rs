@@ -117,6 +117,24 @@ fn list_and_watch_find_the_semaphores() {
     assert_eq!(names, ["jobs:a", "jobs:b"]);
     let watched = stdout(&cli(&server, &["watch", "jobs:b", "--count", "2"]));
     assert_eq!(watched.matches("semaphore jobs:b").count(), 2, "{watched}");
+    // a counting semaphore is watched as `status` shows it (was: an empty leased one)
+    let tokens = client.counting_semaphore("jobs:tokens").unwrap();
+    assert!(tokens.try_set_permits(7).unwrap());
+    let watched = stdout(&cli(&server, &["watch", "jobs:tokens", "--count", "1"]));
+    assert!(
+        watched.contains("counting semaphore jobs:tokens"),
+        "{watched}"
+    );
+    assert!(watched.contains("count      7"), "{watched}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&cli(
+        &server,
+        &["--json", "watch", "jobs:tokens", "--count", "1"],
+    )))
+    .unwrap();
+    assert_eq!(
+        (json["kind"].as_str(), json["count"].as_i64()),
+        (Some("counting"), Some(7))
+    );
 }
 
 #[test]

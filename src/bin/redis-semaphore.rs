@@ -165,15 +165,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 if let Some(count) = counting.balance().map_err(reach)? {
                     let queued = counting.queue_len().map_err(reach)?;
                     if cli.json {
-                        println!(
-                            "{}",
-                            json!({"name": name, "kind": "counting", "count": count, "queued": queued})
-                        );
+                        println!("{}", counting_json(name, count, queued));
                     } else {
-                        println!(
-                            "counting semaphore {}\n  count      {count}\n  queued     {queued}",
-                            clean(name)
-                        );
+                        print!("{}", counting_text(name, count, queued));
                     }
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -289,18 +283,37 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         }
         Command::Watch { name, count } => {
             let sem = open(name)?;
+            let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
             let mut shown = 0;
             loop {
                 let (status, holders) = snapshot(&sem).map_err(reach)?;
+                // a name without leased keys may be a counting semaphore
+                let balance = match status.exists {
+                    true => None,
+                    false => counting.balance().map_err(reach)?,
+                };
+                let (json, text) = match balance {
+                    Some(c) => {
+                        let queued = counting.queue_len().map_err(reach)?;
+                        (
+                            counting_json(name, c, queued),
+                            counting_text(name, c, queued),
+                        )
+                    }
+                    None => (
+                        status_json(name, &status, &holders),
+                        status_text(name, &status, &holders),
+                    ),
+                };
                 if cli.json {
-                    println!("{}", status_json(name, &status, &holders));
+                    println!("{json}");
                 } else if std::io::stdout().is_terminal() {
                     // clear the screen, cursor home
-                    print!("\x1b[2J\x1b[H{}", status_text(name, &status, &holders));
+                    print!("\x1b[2J\x1b[H{text}");
                     println!("\n(refreshing every second; Ctrl-C to quit)");
                 } else {
                     // a pipe or a file: no terminal codes, one report after another
-                    print!("{}", status_text(name, &status, &holders));
+                    print!("{text}");
                     println!();
                 }
                 shown += 1;
@@ -312,6 +325,19 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `status` and `watch` show of a counting semaphore.
+fn counting_text(name: &str, count: i64, queued: u32) -> String {
+    format!(
+        "counting semaphore {}\n  count      {count}\n  queued     {queued}\n",
+        clean(name)
+    )
+}
+
+/// [`counting_text`] as JSON.
+fn counting_json(name: &str, count: i64, queued: u32) -> Value {
+    json!({"name": name, "kind": "counting", "count": count, "queued": queued})
 }
 
 fn snapshot(sem: &Semaphore) -> Result<(Status, Vec<Holder>), Error> {
