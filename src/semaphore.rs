@@ -1691,6 +1691,21 @@ impl SemInner {
             // the first try may have run before its connection broke: then it released
             // the permit, and "not held" is its own doing, not a loss
             Released::NotHeld if retried && permit.lost_reason().is_none() => Ok(()),
+            // the same on a cluster, whose client resends a command whose reply is late
+            // by itself: while the lease surely runs, only that first run (or an
+            // operator's force_release) can have taken the permit away
+            Released::NotHeld
+                if self.client.inner.shared.is_cluster()
+                    && permit.lost_reason().is_none()
+                    && Instant::now() < permit.valid_until() =>
+            {
+                log::debug!(
+                    "redis-semaphore: release of {} found it gone while its lease ran \
+                     (a resent release on the cluster)",
+                    permit.id
+                );
+                Ok(())
+            }
             Released::NotHeld => {
                 let reason = permit.gone_reason();
                 Err(Error::PermitLost {

@@ -594,3 +594,32 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
         .unwrap();
     assert_eq!(held, 1);
 }
+
+/// Review: a release the cluster client resent (its first run released the permit,
+/// its reply came late) found the permit gone and said it was "released by someone
+/// else". While the lease surely runs, that is the release's own first run.
+#[test]
+fn a_release_the_cluster_client_resends_is_not_reported_as_a_loss() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(600))
+        .build(cluster.url())
+        .unwrap();
+    let sem = client.semaphore("resent", 2).unwrap();
+    // the scripts are loaded on the node before it is made busy
+    sem.acquire().unwrap().release().unwrap();
+    let permit = sem.acquire().unwrap();
+    let k = cluster.primary_of("redsem:{resent}:h");
+    let mut conn = cluster.nodes[k].conn();
+    let before = evalsha_calls(&mut conn);
+    // busy past the first attempt's share of the timeout (200 ms), not past the second's
+    let busy = keep_busy(&cluster, k, Duration::from_millis(350));
+    let released = permit.release();
+    busy.join().unwrap();
+    assert!(
+        evalsha_calls(&mut conn) >= before + 2,
+        "the release was resent"
+    );
+    released.unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+}
