@@ -593,6 +593,30 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(held, 1);
+
+    // a release resent within a longer timeout: given back once, and no error
+    let patient = Client::builder()
+        .operation_timeout(Duration::from_millis(600))
+        .build(cluster.url())
+        .unwrap();
+    let pes = patient.redisson_permit_expirable_semaphore("pdup");
+    let permit = pes.try_acquire(None).unwrap().expect("a permit");
+    assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("1"));
+    let before = evalsha_calls(&mut conn);
+    // busy past the first attempt's share of the timeout (200 ms), not past the second's
+    let busy = keep_busy(&cluster, k, Duration::from_millis(350));
+    let released = permit.release();
+    busy.join().unwrap();
+    assert!(
+        evalsha_calls(&mut conn) >= before + 2,
+        "the release was resent"
+    );
+    released.unwrap();
+    assert_eq!(
+        counter(&mut conn, "pdup").as_deref(),
+        Some("2"),
+        "given back once"
+    );
 }
 
 /// Review: a release the cluster client resent (its first run released the permit,

@@ -921,8 +921,9 @@ impl PesInner {
         let id = decode_id(hex)?;
         let publish = self.publish();
         let now = now_ms();
+        let once = self.common.once();
         self.common
-            .run(|c, k| calls::pes_release(c, k, publish, now, &id, None))
+            .run(|c, k| calls::pes_release(c, k, publish, now, &id, None, once.as_ref()))
     }
 
     fn release_raw(&self, hex: &str) -> Result<PesReleased> {
@@ -930,9 +931,10 @@ impl PesInner {
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
         let now = now_ms();
+        let once = self.common.once();
         self.common.run_write(
             "release",
-            |c, k| calls::pes_release(c, k, publish, now, &id, legacy),
+            |c, k| calls::pes_release(c, k, publish, now, &id, legacy, once.as_ref()),
             |_| false,
         )
     }

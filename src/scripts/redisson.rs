@@ -301,13 +301,12 @@ pub(crate) fn pes_release(
     now_ms: i64,
     id: &[u8; 16],
     hex: Option<&str>,
+    once: Option<&Once>,
 ) -> Result<PesReleased> {
-    let r: i64 = keys
-        .pes(&PES_RELEASE, publish, now_ms)
-        .arg(&id[..])
-        .arg(hex.unwrap_or(""))
-        .invoke(conn)
-        .map_err(Error::Redis)?;
+    let mut inv = keys.pes(&PES_RELEASE, publish, now_ms);
+    inv.arg(&id[..]).arg(hex.unwrap_or(""));
+    with_once(&mut inv, once);
+    let r: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     match r {
         1 => Ok(PesReleased::Live),
         2 => Ok(PesReleased::Late),
