@@ -978,7 +978,10 @@ impl Semaphore {
         let started = Instant::now();
         let result = self
             .wait_riding_through(n, deadline, cancel, &hub, id)
-            .and_then(|p| p.map(|p| self.confirm(p)).transpose());
+            .and_then(|p| {
+                p.map(|p| self.full_lease(p).and_then(|p| self.confirm(p)))
+                    .transpose()
+            });
         match &result {
             Ok(Some(_)) => {
                 let waited = started.elapsed();
@@ -995,6 +998,19 @@ impl Semaphore {
             }
         }
         result
+    }
+
+    /// A permit served from the queue lasts only a heartbeat until its client renews it
+    /// (`serve` in common.lua); without automatic refresh nothing would, so it is
+    /// renewed here to the full lease, as a grant of the caller's own call has.
+    fn full_lease(&self, p: Permit) -> Result<Permit> {
+        let sem = &self.inner;
+        let hb = Duration::from_millis(scripts::heartbeat_ms(sem.group.lease_ms));
+        if sem.group.auto || p.lease_left() > hb || p.state.held_out(Instant::now()) {
+            return Ok(p);
+        }
+        p.refresh()?;
+        Ok(p)
     }
 
     /// The queued part of [`wait_for`](Semaphore::wait_for), riding through a failover

@@ -402,3 +402,42 @@ fn a_blocked_acquire_rides_through_a_server_restart() {
     assert!(matches!(got, Ok(Some(_))), "{got:?}");
     drop(held);
 }
+
+/// With `auto_refresh(false)` a lease lasts `lease` after the grant unless renewed by
+/// hand: a permit the queue hands to a blocked waiter (which the script grants for a
+/// heartbeat only, so that a dead waiter's permit comes back soon) must still get the
+/// full lease, since no background renewal will extend it.
+#[test]
+fn a_waiter_served_from_the_queue_gets_the_full_lease_without_auto_refresh() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let s = client
+        .semaphore_builder("manual-served")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = s.try_acquire().unwrap().unwrap();
+    let waiter = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire_timeout(WAIT))
+    };
+    queue_reaches(&s, 1);
+    held.release().unwrap();
+    let p = waiter.join().unwrap().unwrap().unwrap();
+    assert!(
+        p.lease_left() > Duration::from_secs(20),
+        "lease left {:?}",
+        p.lease_left()
+    );
+    let mut conn = server.conn();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg("redsem:{manual-served}:h")
+        .arg(p.id())
+        .query(&mut conn)
+        .unwrap();
+    let left_ms = score as i64 - support::server_ms(&mut conn);
+    assert!(left_ms > 20_000, "server lease left {left_ms} ms");
+    p.release().unwrap();
+}
