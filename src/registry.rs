@@ -371,7 +371,11 @@ impl Registry {
     ) {
         if let Some(g) = self.groups.get_mut(key) {
             for p in lost {
-                g.permits.remove(&p.id);
+                // only that entry: a waiter told of the loss may already have
+                // registered a new heartbeat under the same id
+                if g.permits.get(&p.id).is_some_and(|q| Arc::ptr_eq(q, p)) {
+                    g.permits.remove(&p.id);
+                }
             }
             if failed {
                 g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
@@ -417,6 +421,28 @@ mod tests {
             reg.earliest_deadline_after(now).map(|t| t > now),
             Some(true)
         );
+    }
+
+    #[test]
+    fn settling_a_loss_keeps_a_heartbeat_registered_anew_under_the_same_id() {
+        let mut reg = Registry::default();
+        let key = GroupKey {
+            name: Arc::from("w"),
+            lease_ms: 300,
+            auto: true,
+        };
+        let keys = Arc::new(Keys::new("w"));
+        let period = Duration::from_millis(100);
+        let valid = Instant::now() + Duration::from_secs(1);
+        let (old, _old_rx) = PermitState::new("w:x".into(), valid);
+        reg.register(key.clone(), &keys, period, Arc::clone(&old));
+        // the waiter, told of the loss, registers a new heartbeat before it is settled
+        reg.deregister(&key, "w:x");
+        let (new, _new_rx) = PermitState::new("w:x".into(), valid);
+        reg.register(key.clone(), &keys, period, Arc::clone(&new));
+        reg.settle(&key, &[old], false, Instant::now());
+        let kept = reg.groups[&key].permits.get("w:x");
+        assert!(kept.is_some_and(|p| Arc::ptr_eq(p, &new)));
     }
 
     #[test]

@@ -441,3 +441,43 @@ fn a_waiter_served_from_the_queue_gets_the_full_lease_without_auto_refresh() {
     assert!(left_ms > 20_000, "server lease left {left_ms} ms");
     p.release().unwrap();
 }
+
+/// Every waiter whose heartbeat the server lost (here all at once: the keys flushed)
+/// queues again and is kept alive from then on: the background thread must not drop
+/// the heartbeat a waiter registers anew while it settles the lost ones.
+#[test]
+fn waiters_that_queue_again_after_losing_their_heartbeat_keep_their_place() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let s = client.semaphore("requeued", 1).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let held = other.semaphore("requeued", 1).unwrap().acquire().unwrap();
+    let n = 64;
+    // a served waiter holds its permit until `done` is dropped
+    let (done, held_until) = crossbeam_channel::bounded::<()>(0);
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let s = s.clone();
+            let held_until = held_until.clone();
+            thread::spawn(move || {
+                let p = s.acquire_timeout(Duration::from_secs(30))?;
+                let _ = held_until.recv();
+                Ok::<_, redis_semaphore::Error>(p.is_some())
+            })
+        })
+        .collect();
+    queue_reaches(&s, n);
+    let mut conn = server.conn();
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // one waiter takes the free permit, the others queue again
+    queue_reaches(&s, n - 1);
+    drop(held);
+    // three heartbeats later, none of them has lapsed
+    let t = support::server_ms(&mut conn);
+    support::wait_past_server_ms(&mut conn, t + 3000);
+    assert_eq!(s.queue_len().unwrap(), n - 1);
+    drop(done);
+    for w in waiters {
+        assert!(w.join().unwrap().unwrap());
+    }
+}
