@@ -29,7 +29,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use crate::clock::lease_end;
 use crate::error::LostReason;
@@ -56,11 +56,25 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         if let Err(RecvTimeoutError::Disconnected) = woke {
             return;
         }
-        tick(&shared);
+        tick(&shared, &wake);
     }
 }
 
-fn tick(shared: &Shared) {
+/// Whether every client handle is gone (nudges still queued are dropped: the loop
+/// reads the schedule again after each tick anyway).
+fn stopping(wake: &Receiver<()>) -> bool {
+    loop {
+        match wake.try_recv() {
+            Ok(()) => {}
+            Err(TryRecvError::Empty) => return false,
+            Err(TryRecvError::Disconnected) => return true,
+        }
+    }
+}
+
+/// One round of work; it stops between calls once the last handle is gone, so that
+/// the drop which joins the thread waits for one call at most, not the whole round.
+fn tick(shared: &Shared, wake: &Receiver<()>) {
     let now = Instant::now();
     let (batches, expired, mut horizon) = {
         let mut registry = shared.registry.lock();
@@ -76,6 +90,9 @@ fn tick(shared: &Shared) {
     }
     let cleanups = shared.registry.lock().take_cleanups(now);
     for c in cleanups {
+        if stopping(wake) {
+            return;
+        }
         let result = shared
             .pool
             .get(Some(shared.op_timeout))
@@ -103,6 +120,9 @@ fn tick(shared: &Shared) {
         }
     }
     for batch in batches {
+        if stopping(wake) {
+            return;
+        }
         Counters::bump(&shared.stats.refresh_calls);
         // Never wait on Redis past the next deadline: a refused connect or a hung server
         // would otherwise hold every loss back for the whole operation timeout.

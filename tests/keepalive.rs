@@ -572,3 +572,60 @@ fn a_manual_refresh_after_max_hold_is_refused() {
     let msg = p.refresh().unwrap_err().to_string();
     assert!(msg.contains("max_hold"), "{msg}");
 }
+
+/// Dropping the last handle of a client (here through `into_parts`, which sends
+/// nothing) while its refresher works through a tick of several batches against a hung
+/// network stops the thread after the call in flight: the drop does not wait for every
+/// batch of the tick, one operation timeout each.
+#[test]
+fn dropping_the_last_handle_mid_tick_does_not_wait_for_the_ticks_other_batches() {
+    const OP: Duration = Duration::from_millis(1000);
+    // scheduling on a loaded machine; well below another operation timeout
+    const SLACK: Duration = Duration::from_millis(400);
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .build(proxy.url())
+        .unwrap();
+    let build = |name: &str, every_ms: u64| {
+        client
+            .semaphore_builder(name)
+            .limit(1)
+            .lease(Duration::from_secs(30))
+            .refresh_interval(Duration::from_millis(every_ms))
+            .build()
+            .unwrap()
+    };
+    // "a" comes due first; the others come due while its renewal hangs, so the next
+    // tick takes all four groups at once
+    let sems = [
+        build("midtick-a", 300),
+        build("midtick-b", 500),
+        build("midtick-c", 500),
+        build("midtick-d", 500),
+    ];
+    let permits: Vec<Permit> = sems
+        .iter()
+        .map(|s| s.try_acquire().unwrap().unwrap())
+        .collect();
+    let base = client.stats();
+    proxy.cut();
+    // the first tick's one batch failed, and the second tick's first batch is in flight
+    wait_until(Duration::from_secs(10), "the second tick", || {
+        let s = client.stats();
+        s.refresh_failed > base.refresh_failed && s.refresh_calls >= base.refresh_calls + 2
+    });
+    drop(sems);
+    drop(client);
+    let start = Instant::now();
+    for p in permits {
+        let _ = p.into_parts();
+    }
+    let took = start.elapsed();
+    proxy.heal();
+    assert!(
+        took <= OP + SLACK,
+        "dropping the last handle blocked {took:?} (operation timeout {OP:?})"
+    );
+}
