@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::combine::SemCombiner;
@@ -11,7 +11,7 @@ use crate::connect::{
     with_credentials,
 };
 use crate::error::{Error, Result};
-use crate::listener::{Hub, Listener};
+use crate::listener::{Hub, Listener, join_by};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
@@ -19,7 +19,7 @@ use crate::scripts::leased::{self, Kind};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 use crate::topology::{self, ClusterSource, Connector, SentinelTarget, SentinelUrl, Watcher};
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
@@ -54,6 +54,8 @@ pub(crate) struct ClientInner {
     /// The refresher's command channel; dropping it stops the thread.
     wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the refresher thread ends.
+    thread_done: Receiver<()>,
     /// The wake-up listener, started by the first blocking wait.
     listener: parking_lot::Mutex<Option<Listener>>,
     /// One combiner per semaphore name, shared by every handle of this client, so that
@@ -107,11 +109,15 @@ impl ClientInner {
             clock: Default::default(),
         });
         let (wake, rx) = crossbeam_channel::unbounded();
+        let (done_tx, thread_done) = crossbeam_channel::bounded::<()>(0);
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("redsem-refresh".into())
-                .spawn(move || refresher::run(shared, rx))
+                .spawn(move || {
+                    let _done = done_tx;
+                    refresher::run(shared, rx)
+                })
                 .map_err(|e| {
                     Error::InvalidArgument(format!("cannot start the refresher thread: {e}"))
                 })?
@@ -121,6 +127,7 @@ impl ClientInner {
                 shared,
                 wake: Some(wake),
                 thread: Some(thread),
+                thread_done,
                 listener: parking_lot::Mutex::new(None),
                 combiners: parking_lot::Mutex::new(HashMap::new()),
                 clocks: parking_lot::Mutex::new(HashMap::new()),
@@ -162,14 +169,19 @@ impl ClientInner {
 }
 
 impl Drop for ClientInner {
+    /// Stops both threads at once and joins them within one operation timeout; a
+    /// thread still in a call to a hung server then ends by itself (see `join_by`).
     fn drop(&mut self) {
+        let deadline = Instant::now() + self.shared.op_timeout;
         drop(self.wake.take());
+        let mut listener = self.listener.get_mut().take();
+        if let Some(l) = &mut listener {
+            l.signal();
+        }
         drop(self.watcher.take());
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-            && t.join().is_err()
-        {
-            log::error!("redis-semaphore: the refresher thread panicked");
+        join_by(self.thread.take(), &self.thread_done, deadline, "refresher");
+        if let Some(l) = listener {
+            l.stop_by(deadline);
         }
     }
 }

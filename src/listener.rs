@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
 use crate::pool::Pool;
@@ -168,6 +168,36 @@ pub(crate) struct Listener {
     pub(crate) hub: Arc<Hub>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    done: Receiver<()>,
+    op_timeout: Duration,
+}
+
+/// Joins background thread `what` if it ends by `deadline` (`done` disconnects when
+/// it does); else leaves it to end by itself once the call to Redis it is in returns,
+/// so that a drop never waits on a hung server past the deadline. Never joins the
+/// calling thread itself.
+pub(crate) fn join_by(
+    thread: Option<JoinHandle<()>>,
+    done: &Receiver<()>,
+    deadline: Instant,
+    what: &str,
+) {
+    let Some(t) = thread else { return };
+    if t.thread().id() == std::thread::current().id() {
+        return;
+    }
+    match done.recv_deadline(deadline) {
+        Err(RecvTimeoutError::Disconnected) => {
+            if t.join().is_err() {
+                log::error!("redis-semaphore: the {what} thread panicked");
+            }
+        }
+        _ => log::warn!(
+            "redis-semaphore: the {what} thread is still in a call to Redis; it ends by \
+             itself when the call does"
+        ),
+    }
 }
 
 impl std::fmt::Debug for Listener {
@@ -188,31 +218,45 @@ impl Listener {
             stopping: AtomicBool::new(false),
         });
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+        let op_timeout = shared.op_timeout;
         let thread = {
             let hub = Arc::clone(&hub);
             std::thread::Builder::new()
                 .name("redsem-listen".into())
-                .spawn(move || run(&shared, &hub, &stop_rx))?
+                .spawn(move || {
+                    let _done = done_tx;
+                    run(&shared, &hub, &stop_rx)
+                })?
         };
         Ok(Listener {
             hub,
             stop: Some(stop),
             thread: Some(thread),
+            done,
+            op_timeout,
         })
+    }
+
+    /// Tells the thread to stop, without waiting for it.
+    pub(crate) fn signal(&mut self) {
+        self.hub.stopping.store(true, Ordering::Relaxed);
+        self.hub.ready_cv.notify_all();
+        drop(self.stop.take());
+    }
+
+    /// Stops the thread, joining it if it ends by `deadline` (see [`join_by`]).
+    pub(crate) fn stop_by(mut self, deadline: Instant) {
+        self.signal();
+        join_by(self.thread.take(), &self.done, deadline, "listener");
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        self.hub.stopping.store(true, Ordering::Relaxed);
-        self.hub.ready_cv.notify_all();
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-            && t.join().is_err()
-        {
-            log::error!("redis-semaphore: the listener thread panicked");
-        }
+        self.signal();
+        let deadline = Instant::now() + self.op_timeout;
+        join_by(self.thread.take(), &self.done, deadline, "listener");
     }
 }
 

@@ -481,3 +481,53 @@ fn waiters_that_queue_again_after_losing_their_heartbeat_keep_their_place() {
         assert!(w.join().unwrap().unwrap());
     }
 }
+
+/// Dropping the last handle of a client whose wake-up listener is reconnecting to a
+/// network that swallows every byte (a connect is accepted, its handshake never
+/// answered) ends within the operation timeout: the drop does not wait for the
+/// handshake's own timeouts.
+#[test]
+fn dropping_a_client_whose_listener_is_reconnecting_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_millis(1000);
+    // scheduling on a loaded machine; well below a second operation timeout
+    const SLACK: Duration = Duration::from_millis(400);
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .build(proxy.url())
+        .unwrap();
+    let sem = client.semaphore("listener-drop", 1).unwrap();
+    let p = sem.try_acquire().unwrap().unwrap();
+    // a wait starts the listener
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none()
+    );
+    p.release().unwrap();
+    drop(sem);
+    let mut admin = server.conn();
+    let ids = |admin: &mut redis::Connection| -> Vec<String> {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines()
+            .filter_map(|l| l.split(' ').next().map(str::to_owned))
+            .collect()
+    };
+    let before = ids(&mut admin);
+    proxy.cut();
+    proxy.reset();
+    // the listener saw its connection close and opened a new one (nothing else of the
+    // client connects: it holds nothing)
+    wait_until(WAIT, "the listener's new connection", || {
+        ids(&mut admin).iter().any(|id| !before.contains(id))
+    });
+    let start = Instant::now();
+    drop(client);
+    let took = start.elapsed();
+    proxy.heal();
+    assert!(
+        took <= OP + SLACK,
+        "dropping the client blocked {took:?} (operation timeout {OP:?})"
+    );
+}
