@@ -823,21 +823,30 @@ struct PesGrant {
 
 /// The background renewal of a grant's permits: `updateLeaseTime(id, lease)`'s steps
 /// for all of them in one script call.
+///
+/// It holds the semaphore weakly: the refresher keeps it (in the client's registry)
+/// until its group comes due, and a strong handle would keep the client alive from
+/// inside the client, its threads running for up to a renewal period after the last
+/// handle is gone. A live permit holds the semaphore through its grant.
 struct PesRenewer {
-    inner: Arc<PesInner>,
+    inner: std::sync::Weak<PesInner>,
     lease: Duration,
 }
 
 impl Renew for PesRenewer {
     fn renew(&self, permits: &[Arc<PermitState>]) -> Result<Vec<String>> {
-        let publish = self.inner.publish();
+        // gone: so are its permits (each holds it), nothing to renew
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(Vec::new());
+        };
+        let publish = inner.publish();
         let ids = permits
             .iter()
             .map(|p| decode_id(&p.id))
             .collect::<Result<Vec<_>>>()?;
         let now = now_ms();
         let deadline = lease_deadline(now, Some(self.lease));
-        let held = self.inner.common.run_write(
+        let held = inner.common.run_write(
             "update_lease_time",
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
             |_| false,
@@ -1162,7 +1171,7 @@ impl RPermitExpirableSemaphore {
                 let client = &self.inner.common.client.inner;
                 let renewer: Option<Arc<dyn Renew>> = renewed.map(|l| {
                     Arc::new(PesRenewer {
-                        inner: Arc::clone(&self.inner),
+                        inner: Arc::downgrade(&self.inner),
                         lease: l,
                     }) as Arc<dyn Renew>
                 });
