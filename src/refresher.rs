@@ -85,8 +85,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         (batches, expired, registry.earliest_deadline_after(now))
     };
     for p in expired {
-        count_loss(shared, &p);
-        p.mark_lost(p.expiry_reason());
+        lose(shared, &p, p.expiry_reason());
     }
     let cleanups = shared.registry.lock().take_cleanups(now);
     for c in cleanups {
@@ -137,8 +136,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
             Counters::bump(&shared.stats.refresh_failed);
         }
         for p in &lost {
-            count_loss(shared, &p.1);
-            p.1.mark_lost(p.0);
+            lose(shared, &p.1, p.0);
         }
         let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
         shared
@@ -155,16 +153,16 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
                 registry.take_expired(now)
             };
             for p in expired {
-                count_loss(shared, &p);
-                p.mark_lost(p.expiry_reason());
+                lose(shared, &p, p.expiry_reason());
             }
         }
     }
 }
 
-/// Counts the loss of a permit (not of a waiter's heartbeat), once.
-fn count_loss(shared: &Shared, p: &PermitState) {
-    if p.lost_reason().is_none() && !p.id.starts_with("w:") {
+/// Marks `p` lost, counting the loss of a permit (not of a waiter's heartbeat) once,
+/// also when a manual refresh marks it at the same moment.
+fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
+    if p.mark_lost(reason) && !p.id.starts_with("w:") {
         Counters::bump(&shared.stats.lost);
     }
 }

@@ -105,9 +105,11 @@ impl PermitState {
     }
 
     /// Records the loss once and fires the `lost()` channel: the reason is sent, then
-    /// the sender dropped, so every receiver sees the loss.
-    pub(crate) fn mark_lost(&self, reason: LostReason) {
-        if self.reason.set(reason).is_ok() {
+    /// the sender dropped, so every receiver sees the loss. Whether this call recorded
+    /// it (false: it was already lost), so that racing callers count a loss once.
+    pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
+        if first {
             let tx = self.tx.lock().take();
             if let Some(tx) = tx {
                 let _ = tx.try_send(reason);
@@ -117,6 +119,7 @@ impl PermitState {
                 log::info!("redis-semaphore: permit {} lost: {reason}", self.id);
             }
         }
+        first
     }
 
     /// Why the lease is gone, judged from the client's clock and what Redis said.
@@ -421,6 +424,19 @@ mod tests {
             reg.earliest_deadline_after(now).map(|t| t > now),
             Some(true)
         );
+    }
+
+    /// Review: the refresher and a manual refresh both checked "not lost yet" and then
+    /// marked the loss, so racing they could count one loss twice in `Stats::lost`.
+    /// Marking says whether it recorded the loss, and the callers count only then.
+    #[test]
+    fn a_loss_is_recorded_once_and_its_channel_fires_once() {
+        let (p, lost) = PermitState::new("x".into(), Instant::now());
+        assert!(p.mark_lost(LostReason::Expired));
+        assert!(!p.mark_lost(LostReason::Released));
+        assert_eq!(p.lost_reason(), Some(LostReason::Expired));
+        assert_eq!(lost.try_recv(), Ok(LostReason::Expired));
+        assert!(lost.try_recv().is_err());
     }
 
     #[test]

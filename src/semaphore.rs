@@ -1623,10 +1623,9 @@ impl Grantor for SemInner {
             Renewal::Lost(_) => permit.reason_for_missing(now, false),
             Renewal::Reset => permit.reason_for_missing(now, true),
         };
-        if permit.lost_reason().is_none() {
+        if permit.mark_lost(reason) {
             Counters::bump(&shared.stats.lost);
         }
-        permit.mark_lost(reason);
         let reason = permit.lost_reason().unwrap_or(reason);
         Err(Error::PermitLost {
             id: permit.id.clone(),

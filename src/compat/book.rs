@@ -524,10 +524,9 @@ impl BookInner {
     }
 
     fn lost(&self, permit: &PermitState, reason: LostReason) -> Error {
-        if permit.lost_reason().is_none() {
+        if permit.mark_lost(reason) {
             Counters::bump(&self.stats().lost);
         }
-        permit.mark_lost(reason);
         Error::PermitLost {
             id: permit.id.clone(),
             reason: permit.lost_reason().unwrap_or(reason),

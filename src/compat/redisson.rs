@@ -1008,10 +1008,9 @@ impl Grantor for PesGrant {
             return Ok(());
         }
         let reason = permit.gone_reason();
-        if permit.lost_reason().is_none() {
+        if permit.mark_lost(reason) {
             Counters::bump(&stats.lost);
         }
-        permit.mark_lost(reason);
         Err(Error::PermitLost {
             id: permit.id.clone(),
             reason: permit.lost_reason().unwrap_or(reason),
