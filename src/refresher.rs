@@ -92,10 +92,14 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
-        let result = shared
-            .pool
-            .get(Some(shared.op_timeout))
-            .and_then(|mut conn| leased::release(&mut conn, &c.keys, &c.id, false));
+        // bounded as the renewals below: a hung server must not hold back the losses
+        // due before the next deadline (a clean-up that runs out is tried again)
+        let wait = until_next(shared, horizon);
+        let result = shared.pool.get(Some(wait)).and_then(|mut conn| {
+            conn.within(wait, shared.op_timeout, |c2| {
+                leased::release(c2, &c.keys, &c.id, false)
+            })
+        });
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
             Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
@@ -123,14 +127,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
             return;
         }
         Counters::bump(&shared.stats.refresh_calls);
-        // Never wait on Redis past the next deadline: a refused connect or a hung server
-        // would otherwise hold every loss back for the whole operation timeout.
-        let wait = horizon
-            .map_or(shared.op_timeout, |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .max(MIN_WAIT)
-            .min(shared.op_timeout);
+        let wait = until_next(shared, horizon);
         let (lost, failed) = renew(shared, &batch, wait);
         if failed {
             Counters::bump(&shared.stats.refresh_failed);
@@ -157,6 +154,18 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
             }
         }
     }
+}
+
+/// How long a call of the thread may wait on Redis: never past the next deadline
+/// (`horizon`), since a refused connect or a hung server would otherwise hold every
+/// loss back for the whole operation timeout; at least [`MIN_WAIT`].
+fn until_next(shared: &Shared, horizon: Option<Instant>) -> Duration {
+    horizon
+        .map_or(shared.op_timeout, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
+        .max(MIN_WAIT)
+        .min(shared.op_timeout)
 }
 
 /// Marks `p` lost, counting the loss of a permit (not of a waiter's heartbeat) once,
