@@ -631,12 +631,7 @@ fn acquire_timeout_under_a_held_lock_returns_by_its_deadline() {
 fn a_timeout_names_the_operation_and_the_semaphore() {
     const OP: Duration = Duration::from_millis(300);
     for what in ["acquire", "refresh", "release"] {
-        let server = RedisServer::start();
-        let proxy = support::Proxy::start(server.port());
-        let client = Client::builder()
-            .operation_timeout(OP)
-            .build(proxy.url())
-            .unwrap();
+        let (_server, proxy, client) = support::proxied(OP);
         let sem = book(&client, BookVariant::Fair, 2).build().unwrap();
         let p = sem.try_acquire().unwrap().unwrap();
         proxy.cut();

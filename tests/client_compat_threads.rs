@@ -9,20 +9,12 @@ mod support;
 use std::time::Duration;
 
 use redis_semaphore::Client;
-use support::{RedisServer, wait_until};
-
-fn our_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("redsem-"))
-        .count()
-}
+use support::{RedisServer, library_threads, wait_until};
 
 #[test]
 fn dropping_the_client_after_a_renewed_redisson_permit_ends_its_threads() {
     let server = RedisServer::start();
-    let before = our_threads();
+    let before = library_threads();
     let client = Client::open(server.url()).unwrap();
     let pes = client
         .redisson_permit_expirable_semaphore("pes-threads")
@@ -33,11 +25,16 @@ fn dropping_the_client_after_a_renewed_redisson_permit_ends_its_threads() {
         .try_acquire(Some(Duration::from_secs(60)))
         .unwrap()
         .unwrap();
-    assert!(our_threads() > before);
+    // (a new thread names itself once it runs: until then it shows its parent's name)
+    wait_until(
+        Duration::from_secs(5),
+        "the client's threads to start",
+        || library_threads() > before,
+    );
     permit.release().unwrap();
     drop(pes);
     drop(client);
     wait_until(Duration::from_secs(5), "threads end", || {
-        our_threads() == before
+        library_threads() == before
     });
 }

@@ -474,23 +474,35 @@ fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Runs `op` while node `k` is busy, so that its reply is late: checks that it timed
-/// out and that the cluster client resent it.
-fn resent_while_busy<T: std::fmt::Debug>(
+/// Runs `op` while node `k` is busy for `busy`, so that its reply is late: checks that
+/// the cluster client resent it, and returns its outcome.
+fn while_busy<T>(
     cluster: &RedisCluster,
     k: usize,
+    busy: Duration,
     op: impl FnOnce() -> Result<T, Error>,
-) {
+) -> Result<T, Error> {
     let mut conn = cluster.nodes[k].conn();
     let before = evalsha_calls(&mut conn);
-    let busy = keep_busy(cluster, k, Duration::from_millis(700));
+    let busy = keep_busy(cluster, k, busy);
     let r = op();
-    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
     busy.join().unwrap();
     assert!(
         evalsha_calls(&mut conn) >= before + 2,
         "the cluster client resent the call"
     );
+    r
+}
+
+/// [`while_busy`] past the whole operation timeout (300 ms in these tests): the call
+/// times out, and is resent.
+fn resent_while_busy<T: std::fmt::Debug>(
+    cluster: &RedisCluster,
+    k: usize,
+    op: impl FnOnce() -> Result<T, Error>,
+) {
+    let r = while_busy(cluster, k, Duration::from_millis(700), op);
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
 }
 
 /// Review: the cluster client resends a command whose reply did not come within its
@@ -602,16 +614,8 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     let pes = patient.redisson_permit_expirable_semaphore("pdup");
     let permit = pes.try_acquire(None).unwrap().expect("a permit");
     assert_eq!(counter(&mut conn, "pdup").as_deref(), Some("1"));
-    let before = evalsha_calls(&mut conn);
     // busy past the first attempt's share of the timeout (200 ms), not past the second's
-    let busy = keep_busy(&cluster, k, Duration::from_millis(350));
-    let released = permit.release();
-    busy.join().unwrap();
-    assert!(
-        evalsha_calls(&mut conn) >= before + 2,
-        "the release was resent"
-    );
-    released.unwrap();
+    while_busy(&cluster, k, Duration::from_millis(350), || permit.release()).unwrap();
     assert_eq!(
         counter(&mut conn, "pdup").as_deref(),
         Some("2"),
@@ -634,16 +638,7 @@ fn a_release_the_cluster_client_resends_is_not_reported_as_a_loss() {
     sem.acquire().unwrap().release().unwrap();
     let permit = sem.acquire().unwrap();
     let k = cluster.primary_of("redsem:{resent}:h");
-    let mut conn = cluster.nodes[k].conn();
-    let before = evalsha_calls(&mut conn);
     // busy past the first attempt's share of the timeout (200 ms), not past the second's
-    let busy = keep_busy(&cluster, k, Duration::from_millis(350));
-    let released = permit.release();
-    busy.join().unwrap();
-    assert!(
-        evalsha_calls(&mut conn) >= before + 2,
-        "the release was resent"
-    );
-    released.unwrap();
+    while_busy(&cluster, k, Duration::from_millis(350), || permit.release()).unwrap();
     assert_eq!(sem.available().unwrap(), 2);
 }

@@ -1138,12 +1138,7 @@ fn a_stored_count_that_reads_like_a_range_refusal_is_a_wrong_type() {
 /// operation now, as the leased semaphore's errors do.
 #[test]
 fn a_timeout_names_the_operation_and_the_semaphore() {
-    let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_millis(300))
-        .build(proxy.url())
-        .unwrap();
+    let (_server, proxy, client) = support::proxied(Duration::from_millis(300));
     let sem = client.counting_semaphore("named").unwrap();
     sem.release(1).unwrap();
     proxy.cut();

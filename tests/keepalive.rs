@@ -582,12 +582,7 @@ fn dropping_the_last_handle_mid_tick_does_not_wait_for_the_ticks_other_batches()
     const OP: Duration = Duration::from_millis(1000);
     // scheduling on a loaded machine; well below another operation timeout
     const SLACK: Duration = Duration::from_millis(400);
-    let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(OP)
-        .build(proxy.url())
-        .unwrap();
+    let (_server, proxy, client) = support::proxied(OP);
     let build = |name: &str, every_ms: u64| {
         client
             .semaphore_builder(name)
@@ -639,12 +634,7 @@ fn a_clean_up_against_a_hung_server_does_not_hold_back_a_loss() {
     const OP: Duration = Duration::from_secs(3);
     // scheduling on a loaded machine; well below the 2.5 s the clean-up would add
     const SLACK: Duration = Duration::from_millis(1000);
-    let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(OP)
-        .build(proxy.url())
-        .unwrap();
+    let (_server, proxy, client) = support::proxied(OP);
     let sem = client
         .semaphore_builder("held-back")
         .limit(2)

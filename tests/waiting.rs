@@ -491,12 +491,7 @@ fn dropping_a_client_whose_listener_is_reconnecting_ends_within_the_operation_ti
     const OP: Duration = Duration::from_millis(1000);
     // scheduling on a loaded machine; well below a second operation timeout
     const SLACK: Duration = Duration::from_millis(400);
-    let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(OP)
-        .build(proxy.url())
-        .unwrap();
+    let (server, proxy, client) = support::proxied(OP);
     let sem = client.semaphore("listener-drop", 1).unwrap();
     let p = sem.try_acquire().unwrap().unwrap();
     // a wait starts the listener

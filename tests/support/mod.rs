@@ -1153,3 +1153,24 @@ pub fn assert_timeout<T: std::fmt::Debug>(
         other => panic!("{operation} through a cut: {other:?}"),
     }
 }
+
+/// A private server behind a [`Proxy`] (for network faults), and a client through the
+/// proxy whose operation timeout is `op`.
+pub fn proxied(op: Duration) -> (RedisServer, Proxy, redis_semaphore::Client) {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = redis_semaphore::Client::builder()
+        .operation_timeout(op)
+        .build(proxy.url())
+        .unwrap();
+    (server, proxy, client)
+}
+
+/// How many of this process's threads are the library's (named `redsem-*`).
+pub fn library_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("redsem-"))
+        .count()
+}
