@@ -70,6 +70,14 @@ pub(crate) fn lease_end(sent: Instant, lease: Duration) -> Instant {
     sent + shrink(lease.saturating_sub(Duration::from_millis(1)))
 }
 
+/// The instant `timeout` from now; a timeout past what `Instant` can hold is a
+/// hundred years ("for ever") instead of an overflow.
+pub(crate) fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// The freshest anchor of a client, shared by its threads.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {

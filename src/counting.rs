@@ -304,10 +304,7 @@ impl CountingSemaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub fn acquire_timeout(&self, permits: u32, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now()
-            .checked_add(timeout)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
-        self.wait_for(permits, Some(deadline))
+        self.wait_for(permits, Some(crate::clock::deadline_in(timeout)))
     }
 
     /// Gives `permits` back (*V*), from any process, whether or not it acquired them;

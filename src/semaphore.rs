@@ -4,7 +4,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{Anchor, Clock, lease_end, shrink};
+use crate::clock::{Anchor, Clock, deadline_in, lease_end, shrink};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -713,10 +713,9 @@ impl Semaphore {
     ///
     /// As [`acquire_many`](Semaphore::acquire_many).
     pub fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Option<Permit>> {
-        let deadline = Instant::now().checked_add(timeout);
         self.wait_for(
             n,
-            Some(deadline.unwrap_or_else(far_future)),
+            Some(deadline_in(timeout)),
             &crossbeam_channel::never::<()>(),
         )
     }
@@ -1528,10 +1527,6 @@ fn check_label(label: &str) -> Result<()> {
 
 fn new_id() -> String {
     uuid::Uuid::new_v4().hyphenated().to_string()
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 fn bad(detail: &str) -> Error {

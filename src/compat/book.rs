@@ -118,6 +118,9 @@ use crate::registry::PermitState;
 use crate::scripts::book::{self, BookKeys};
 use crate::stats::Counters;
 
+/// The longest timeout, lock wait and lock timeout a builder takes.
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Which of the book's semaphores to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -285,20 +288,20 @@ impl BookSemaphoreBuilder {
         if self.timeout < Duration::from_millis(1) {
             return invalid("timeout must be at least 1 ms");
         }
-        if self.timeout > Duration::from_secs(365 * 24 * 3600) {
+        if self.timeout > YEAR {
             return invalid("timeout must be at most a year");
         }
         if self.variant == BookVariant::FairWithLock {
             if self.lock_wait.is_zero() {
                 return invalid("lock wait must be above zero");
             }
-            if self.lock_wait > Duration::from_secs(365 * 24 * 3600) {
+            if self.lock_wait > YEAR {
                 return invalid("lock wait must be at most a year");
             }
             if self.lock_timeout < Duration::from_millis(1) {
                 return invalid("lock timeout must be at least 1 ms");
             }
-            if self.lock_timeout > Duration::from_secs(365 * 24 * 3600) {
+            if self.lock_timeout > YEAR {
                 return invalid("lock timeout must be at most a year");
             }
         }
@@ -664,11 +667,9 @@ impl BookSemaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
-        // a timeout past what `Instant` can hold waits "for ever" (as the crate's
-        // other semaphores do), instead of overflowing
-        let deadline = Instant::now()
-            .checked_add(timeout)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
+        // a timeout past what `Instant` can hold waits "for ever", as the crate's
+        // other semaphores do
+        let deadline = crate::clock::deadline_in(timeout);
         loop {
             if let Some(p) = self.try_until(Some(deadline))? {
                 return Ok(Some(p));
