@@ -1698,22 +1698,16 @@ impl SemInner {
             Released::Late => Err(Error::LeaseExpired {
                 id: permit.id.clone(),
             }),
-            // the first try may have run before its connection broke: then it released
-            // the permit, and "not held" is its own doing, not a loss
-            Released::NotHeld if retried && permit.lost_reason().is_none() => Ok(()),
-            // the same on a cluster, whose client resends a command whose reply is late
-            // by itself: while the lease surely runs, only that first run (or an
-            // operator's force_release) can have taken the permit away
+            // an earlier run of this release may have freed the permit, and then "not
+            // held" is its own doing, not a loss: the first try, before its connection
+            // broke, or on a cluster, whose client resends a late command by itself,
+            // the first send (while the lease surely runs, nothing else but an
+            // operator's force_release can have taken it)
             Released::NotHeld
-                if self.client.inner.shared.is_cluster()
-                    && permit.lost_reason().is_none()
-                    && Instant::now() < permit.valid_until() =>
+                if permit.lost_reason().is_none()
+                    && (retried
+                        || shared.is_cluster() && Instant::now() < permit.valid_until()) =>
             {
-                log::debug!(
-                    "redis-semaphore: release of {} found it gone while its lease ran \
-                     (a resent release on the cluster)",
-                    permit.id
-                );
                 Ok(())
             }
             Released::NotHeld => {
