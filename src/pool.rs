@@ -67,38 +67,42 @@ impl RConn {
     }
 }
 
-/// Passes `result` on, noting in `broken` an error that says a node could not be
-/// reached or did not answer, or sent a reply that could not be parsed.
-fn noting<T>(broken: &mut bool, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+/// Passes `result` on, noting in `flag` an error after which `breaks` says the
+/// connection is not to be used again.
+fn noting<T>(
+    flag: &mut bool,
+    breaks: fn(&redis::RedisError) -> bool,
+    result: redis::RedisResult<T>,
+) -> redis::RedisResult<T> {
     if let Err(e) = &result
-        && (e.is_io_error()
-            || e.is_connection_refusal()
-            || e.is_connection_dropped()
-            || e.is_timeout()
-            || e.kind() == redis::ErrorKind::Parse)
+        && breaks(e)
     {
-        *broken = true;
+        *flag = true;
     }
     result
 }
 
-/// Passes `result` on, noting in `desynced` a reply that could not be parsed: what is
-/// left of it would be read as the next command's reply, so the pool drops the
-/// connection (`is_open`). (A redis error reply whose text is not UTF-8 is one.)
-fn noting_parse<T>(desynced: &mut bool, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
-    if let Err(e) = &result
-        && e.kind() == redis::ErrorKind::Parse
-    {
-        *desynced = true;
-    }
-    result
+/// A reply that could not be parsed: what is left of it would be read as the next
+/// command's reply. (A redis error reply whose text is not UTF-8 is one.)
+fn unparsed(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Parse
+}
+
+/// On a cluster connection, also a node that could not be reached or did not answer:
+/// the connection's slot map may name a node that is gone.
+fn node_failed(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || unparsed(e)
 }
 
 impl ConnectionLike for RConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting_parse(&mut c.desynced, c.conn.req_packed_command(cmd)),
-            RConn::Cluster(c, broken) => noting(broken, c.req_packed_command(cmd)),
+            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_packed_command(cmd)),
+            RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_packed_command(cmd)),
         }
     }
 
@@ -109,18 +113,23 @@ impl ConnectionLike for RConn {
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
         match self {
-            RConn::Primary(c) => noting_parse(
+            RConn::Primary(c) => noting(
                 &mut c.desynced,
+                unparsed,
                 c.conn.req_packed_commands(cmd, offset, count),
             ),
-            RConn::Cluster(c, broken) => noting(broken, c.req_packed_commands(cmd, offset, count)),
+            RConn::Cluster(c, broken) => noting(
+                broken,
+                node_failed,
+                c.req_packed_commands(cmd, offset, count),
+            ),
         }
     }
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting_parse(&mut c.desynced, c.conn.req_command(cmd)),
-            RConn::Cluster(c, broken) => noting(broken, c.req_command(cmd)),
+            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_command(cmd)),
+            RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_command(cmd)),
         }
     }
 
