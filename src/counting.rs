@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
 use crate::scripts::counting::{self as calls, Look};
-use crate::scripts::{CountingKeys, Once, once_retention_ms};
+use crate::scripts::{CountingKeys, Once};
 use crate::stats::Counters;
 
 /// How often a queued waiter looks again without being told to: the safety net for a
@@ -447,9 +447,7 @@ impl CountingSemaphore {
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
-        let once = shared
-            .is_cluster()
-            .then(|| self.inner.keys.once(once_retention_ms(shared.op_timeout)));
+        let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
         self.run(op, |c, k| call(c, k, once.as_ref()))
     }
 

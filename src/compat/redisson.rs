@@ -118,7 +118,7 @@ use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
 };
-use crate::scripts::{Keys, Once, once_retention_ms};
+use crate::scripts::{Keys, Once};
 use crate::shared::Shared;
 use crate::stats::Counters;
 
@@ -308,9 +308,7 @@ impl Common {
     /// and a resent run of the call then changes nothing.
     fn once(&self) -> Option<Once> {
         let shared = self.shared();
-        shared
-            .is_cluster()
-            .then(|| self.keys.once(once_retention_ms(shared.op_timeout)))
+        self.keys.once(shared.is_cluster(), shared.op_timeout)
     }
 
     fn publish(&self) -> &'static str {

@@ -10,7 +10,7 @@ use redis::ConnectionLike;
 
 use super::{
     COUNTING_ACQUIRE, COUNTING_ADD, COUNTING_CANCEL, COUNTING_DRAIN, COUNTING_INSPECT,
-    COUNTING_RELEASE, COUNTING_TRY_SET, CountingKeys, Once, once_arg,
+    COUNTING_RELEASE, COUNTING_TRY_SET, CountingKeys, Once, with_once,
 };
 use crate::error::{Error, Result};
 
@@ -37,14 +37,14 @@ pub(crate) fn acquire(
         Look::Waiter { id, channel } => ("w", id, channel),
         Look::Try => ("t", "", ""),
     };
-    let mut inv = keys.invoke_once(&COUNTING_ACQUIRE, once);
+    let mut inv = keys.invoke(&COUNTING_ACQUIRE);
     inv.arg(permits)
         .arg(mode)
         .arg(id)
         .arg(channel)
         .arg(heartbeat_ms)
         .arg(pad_ms);
-    once_arg(&mut inv, once);
+    with_once(&mut inv, once);
     let reply: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
     match reply.as_slice() {
         [1, _] => Ok(true),
@@ -61,9 +61,9 @@ pub(crate) fn release(
     permits: u32,
     once: Option<&Once>,
 ) -> Result<i64> {
-    let mut inv = keys.invoke_once(&COUNTING_RELEASE, once);
+    let mut inv = keys.invoke(&COUNTING_RELEASE);
     inv.arg(permits);
-    once_arg(&mut inv, once);
+    with_once(&mut inv, once);
     inv.invoke(conn).map_err(Error::Redis)
 }
 
@@ -74,9 +74,9 @@ pub(crate) fn add(
     delta: i64,
     once: Option<&Once>,
 ) -> Result<i64> {
-    let mut inv = keys.invoke_once(&COUNTING_ADD, once);
+    let mut inv = keys.invoke(&COUNTING_ADD);
     inv.arg(delta);
-    once_arg(&mut inv, once);
+    with_once(&mut inv, once);
     inv.invoke(conn).map_err(Error::Redis)
 }
 
@@ -88,9 +88,9 @@ pub(crate) fn try_set(
     permits: u32,
     once: Option<&Once>,
 ) -> Result<bool> {
-    let mut inv = keys.invoke_once(&COUNTING_TRY_SET, once);
+    let mut inv = keys.invoke(&COUNTING_TRY_SET);
     inv.arg(permits);
-    once_arg(&mut inv, once);
+    with_once(&mut inv, once);
     let set: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     Ok(set == 1)
 }
@@ -102,8 +102,8 @@ pub(crate) fn drain(
     keys: &CountingKeys,
     once: Option<&Once>,
 ) -> Result<u32> {
-    let mut inv = keys.invoke_once(&COUNTING_DRAIN, once);
-    once_arg(&mut inv, once);
+    let mut inv = keys.invoke(&COUNTING_DRAIN);
+    with_once(&mut inv, once);
     let taken: i64 = inv.invoke(conn).map_err(Error::Redis)?;
     u32::try_from(taken).map_err(|_| Error::reply("counting_drain", taken.to_string()))
 }

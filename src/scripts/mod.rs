@@ -22,6 +22,7 @@ pub(crate) mod redisson;
 mod sources;
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 /// The largest limit and permit count the scripts take (`MAX_LIMIT` in head.lua),
 /// and the most permits the acquires of one batch may ask for in all (K9).
@@ -87,30 +88,41 @@ pub(crate) struct CountingKeys {
     op_prefix: String,
 }
 
-/// A counting call's operation key on Redis Cluster (C7 of `counting_common.lua`):
-/// the cluster client resends a command whose reply did not come in time, and the
-/// script's first run records its reply here, so that a resent run changes nothing.
+/// A call's operation key on Redis Cluster (C7 of `counting_common.lua`,
+/// `redisson_once.lua`): the cluster client resends a command whose reply did not
+/// come in time, and the script's first run records its reply here, so that a resent
+/// run changes nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Once {
-    pub(crate) key: String,
+    key: String,
     /// How long the key stays (ms): longer than every resend of the call can come.
-    pub(crate) retention_ms: u64,
+    retention_ms: u64,
 }
 
-/// How long an operation key stays (ms): twice the operation timeout and ten seconds
-/// more, since every resend of a call is sent within one operation timeout; at most
-/// 2^32 - 1 ms (49 days), which the scripts take.
-pub(crate) fn once_retention_ms(op_timeout: std::time::Duration) -> u64 {
-    let retention = op_timeout
-        .saturating_mul(2)
-        .saturating_add(std::time::Duration::from_secs(10));
-    retention.as_millis().min(u128::from(u32::MAX)) as u64
+impl Once {
+    /// On Redis Cluster (`cluster`), a fresh operation key under `prefix` for one call,
+    /// kept twice the operation timeout and ten seconds more, since every resend of a
+    /// call is sent within one operation timeout (at most 2^32 - 1 ms, 49 days, which
+    /// the scripts take). `None` on one server, where nothing resends.
+    fn on_cluster(cluster: bool, prefix: &str, op_timeout: Duration) -> Option<Once> {
+        cluster.then(|| {
+            let retention = op_timeout
+                .saturating_mul(2)
+                .saturating_add(Duration::from_secs(10));
+            Once {
+                key: format!("{prefix}{}", uuid::Uuid::new_v4()),
+                retention_ms: retention.as_millis().min(u128::from(u32::MAX)) as u64,
+            }
+        })
+    }
 }
 
-/// Adds the operation key's retention, the last argument of a call with one.
-pub(crate) fn once_arg(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
+/// Adds the operation key `once`, if any, after the script's keys and its retention
+/// as the script's last argument (an invocation keeps keys and arguments apart, so
+/// after the other arguments is all that matters).
+pub(crate) fn with_once(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
     if let Some(o) = once {
-        inv.arg(o.retention_ms);
+        inv.key(&o.key).arg(o.retention_ms);
     }
 }
 
@@ -126,27 +138,9 @@ impl CountingKeys {
         }
     }
 
-    /// A fresh operation key for one call, kept `retention_ms` after the call ran.
-    pub(crate) fn once(&self, retention_ms: u64) -> Once {
-        Once {
-            key: format!("{}{}", self.op_prefix, uuid::Uuid::new_v4()),
-            retention_ms,
-        }
-    }
-
-    /// As [`invoke`](Self::invoke), with the operation key `once` as the fifth key when
-    /// given (its retention is the script's last argument: the caller adds it with
-    /// [`once_arg`]).
-    pub(crate) fn invoke_once<'a>(
-        &self,
-        script: &'a Script,
-        once: Option<&Once>,
-    ) -> redis::ScriptInvocation<'a> {
-        let mut inv = self.invoke(script);
-        if let Some(o) = once {
-            inv.key(&o.key);
-        }
-        inv
+    /// On Redis Cluster, a fresh operation key for one call ([`Once`]).
+    pub(crate) fn once(&self, cluster: bool, op_timeout: Duration) -> Option<Once> {
+        Once::on_cluster(cluster, &self.op_prefix, op_timeout)
     }
 
     /// Starts an invocation of `script` with the keys in place.

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use redis::{ConnectionLike, Script, Value};
 
-use super::{Once, once_arg};
+use super::{Once, with_once};
 use crate::error::{Error, Result};
 
 /// The lease zset's score for a permit without lease (Redisson's
@@ -93,13 +93,10 @@ impl RedissonKeys {
         }
     }
 
-    /// A fresh operation key for one call that changes a count, kept `retention_ms`
-    /// after it ran (Redis Cluster: `redisson_once.lua`).
-    pub(crate) fn once(&self, retention_ms: u64) -> Once {
-        Once {
-            key: format!("{}{}", self.op_prefix, uuid::Uuid::new_v4()),
-            retention_ms,
-        }
+    /// On Redis Cluster, a fresh operation key for one call that changes a count
+    /// ([`Once`], `redisson_once.lua`).
+    pub(crate) fn once(&self, cluster: bool, op_timeout: std::time::Duration) -> Option<Once> {
+        Once::on_cluster(cluster, &self.op_prefix, op_timeout)
     }
 
     /// The counter and the channel (the `RSemaphore` scripts and try-set).
@@ -125,15 +122,6 @@ impl RedissonKeys {
             .arg(now_ms);
         inv
     }
-}
-
-/// Adds the operation key `once` after the layout's keys, and its retention as the
-/// last argument (`redisson_once.lua`).
-fn with_once(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
-    if let Some(o) = once {
-        inv.key(&o.key);
-    }
-    once_arg(inv, once);
 }
 
 /// `RSemaphore.tryAcquire(n)`: whether `n` permits were taken.
