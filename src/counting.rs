@@ -440,7 +440,7 @@ impl CountingSemaphore {
 
     /// [`run`](Self::run) for a call that may change the count: on Redis Cluster, whose
     /// client resends a command whose reply did not come in time, with an operation
-    /// key that makes a resent run change nothing (C7 of `counting_common.lua`).
+    /// key that makes a resent run change nothing (C7 of `counting_common.lua`, `once.lua`).
     fn run_once<T>(
         &self,
         op: &'static str,

@@ -17,6 +17,18 @@ use std::time::{Duration, Instant};
 use redis_semaphore::{Client, CountingSemaphore, Error};
 use support::{RedisServer, keys, wait_until};
 
+/// Counting script `$file` as the library builds it (prelude + body), to send what the
+/// public API never would.
+macro_rules! counting_script {
+    ($file:literal) => {
+        redis::Script::new(concat!(
+            include_str!("../src/scripts/once.lua"),
+            include_str!("../src/scripts/counting_common.lua"),
+            include_str!(concat!("../src/scripts/", $file))
+        ))
+    };
+}
+
 const WAIT: Duration = Duration::from_secs(10);
 
 fn counting(server: &RedisServer, name: &str) -> CountingSemaphore {
@@ -524,10 +536,7 @@ impl Listen {
 /// The cancel script, run as the library runs it (prelude + body), to play a waiter
 /// that gives up.
 fn cancel_by_hand(conn: &mut redis::Connection, name: &str, id: &str) {
-    let script = redis::Script::new(concat!(
-        include_str!("../src/scripts/counting_common.lua"),
-        include_str!("../src/scripts/counting_cancel.lua")
-    ));
+    let script = counting_script!("counting_cancel.lua");
     let _: i64 = script
         .key(format!("redsem:{{{name}}}:count"))
         .key(format!("redsem:{{{name}}}:cq"))
@@ -778,17 +787,6 @@ fn a_key_of_the_wrong_type_is_an_error() {
         .query(&mut conn)
         .unwrap();
     assert_ne!(ty, "string");
-}
-
-/// Counting script `$file` as the library builds it (prelude + body), to send what the
-/// public API never would.
-macro_rules! counting_script {
-    ($file:literal) => {
-        redis::Script::new(concat!(
-            include_str!("../src/scripts/counting_common.lua"),
-            include_str!(concat!("../src/scripts/", $file))
-        ))
-    };
 }
 
 /// Runs `script` on the keys of counting semaphore `name` with `args`.

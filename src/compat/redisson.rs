@@ -304,7 +304,7 @@ impl Common {
     }
 
     /// On Redis Cluster, a fresh operation key for one call that changes a count
-    /// (`redisson_once.lua`): the cluster client resends a command whose reply is late,
+    /// (`once.lua`): the cluster client resends a command whose reply is late,
     /// and a resent run of the call then changes nothing.
     fn once(&self) -> Option<Once> {
         let shared = self.shared();

@@ -24,15 +24,15 @@ if mode == 'w' then
     end
     hb_ms, pad = arg_int(ARGV[5], 1, 'heartbeat ms'), arg_int(ARGV[6], 0, 'pad ms')
 end
-local retention = once_retention(7)
-local done = once_done()
+local done, bad_once = once_done(4)
+if bad_once then return bad_once end
 if done then return {1, tonumber(done)} end
 fix_waiter_keys()
 local c = count() or 0
 if c >= n then
     local left = redis.call('DECRBY', C, int(n))
     if mode == 'w' then leave(id) end
-    once_record(int(left), retention)
+    once_record(4, int(left))
     return {1, left}
 end
 if mode ~= 'w' then return {0, c} end

@@ -13,13 +13,13 @@
 
 local delta = arg_int(ARGV[1], -MAX, 'delta')
 if delta == 0 then error('invalid argument: delta must not be 0', 0) end
-local retention = once_retention(2)
-local done = once_done()
+local done, bad_once = once_done(4)
+if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()
 local c = count() or 0
 check_range(c, delta)
 local after = redis.call('INCRBY', C, int(delta))
 if delta > 0 then wake(after) end
-once_record(int(after), retention)
+once_record(4, int(after))
 return after

@@ -14,7 +14,7 @@
 --   KEYS[4]  redsem:{NAME}:cw     hash    waiter id -> "n|channel"
 --   KEYS[5]  redsem:{NAME}:op:<uuid>  string  (Redis Cluster only, and only for the
 --                                          scripts that change the count) this call's
---                                          operation key: see once_done()
+--                                          operation key: see once.lua
 --
 -- The three waiter keys only tell blocked acquires when to look again; no permit is
 -- ever handed to a waiter through them, so losing them loses no permit (a waiter also
@@ -36,7 +36,8 @@
 --   C6  Time is read once, from TIME, here; a waiter is live while now < its
 --       heartbeat deadline, and dead waiters are purged before waking anyone.
 --   C7  With an operation key (KEYS[5], Redis Cluster), one call changes the count
---       at most once, however often the cluster client resends it (see once_done).
+--       at most once, however often the cluster client resends it (once.lua, which
+--       comes before this prelude).
 
 --
 -- Failure points. Redis does not undo a script's writes, so every script fails before
@@ -61,7 +62,7 @@
 --     a script's first write).
 -- Work per call is bounded: a wake-up pass looks at SCAN waiters, a purge at 256.
 
-local C, Q, HB, W, OP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local C, Q, HB, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local MAX = 4294967295
 -- how many queued waiters one wake-up pass looks at (bounds the script's work)
@@ -106,35 +107,6 @@ local function arg_int(v, lo, what)
             .. '..=4294967295, found ' .. string.sub(tostring(v), 1, 40), 0)
     end
     return x
-end
-
--- Once (C7). The cluster client resends a command whose reply did not come in time,
--- and it may have run; these scripts are not idempotent (there is no owner to check:
--- a release sent twice gives twice). So on a cluster each call that may change the
--- count names its own operation key (KEYS[5], a fresh uuid per call, with the
--- retention as an argument): the run that changes the count records its reply there
--- for `retention` ms (once_record, its last write), and a resent run finds it
--- (once_done, before its first write) and answers that reply, changing nothing.
--- Without KEYS[5] (one server, where nothing resends) both do nothing.
-
--- The reply text a run of this same call recorded, or nil.
-local function once_done()
-    if not OP then return nil end
-    local v = redis.call('GET', OP)
-    if v == false then return nil end
-    return v
-end
-
--- Records `text` as this call's reply for `retention` ms (on a cluster).
-local function once_record(text, retention)
-    if OP then redis.call('SET', OP, text, 'PX', int(retention)) end
-end
-
--- The retention of the operation key: ARGV[k] when KEYS[5] is given (checked before
--- any write), else nil.
-local function once_retention(k)
-    if not OP then return nil end
-    return arg_int(ARGV[k], 1, 'operation key retention ms')
 end
 
 -- A waiter key of another type is deleted before anything else is written; the count

@@ -9,8 +9,8 @@
 -- Keeps: C2 (what it takes is exactly what was free); C4 (KEEPTTL: the value changes,
 -- nothing else).
 
-local retention = once_retention(1)
-local done = once_done()
+local done, bad_once = once_done(4)
+if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()
 local c = count()
@@ -18,5 +18,5 @@ if c == nil or c == 0 then return 0 end
 redis.call('SET', C, 0, 'KEEPTTL')
 local taken = c
 if c < 0 then taken = 0 end
-once_record(int(taken), retention)
+once_record(4, int(taken))
 return taken

@@ -12,13 +12,13 @@
 -- n is checked, and written back by int(), before any write.
 
 local n = arg_int(ARGV[1], 1, 'n')
-local retention = once_retention(2)
-local done = once_done()
+local done, bad_once = once_done(4)
+if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()
 local c = count() or 0
 check_range(c, n)
 local after = redis.call('INCRBY', C, int(n))
 wake(after)
-once_record(int(after), retention)
+once_record(4, int(after))
 return after

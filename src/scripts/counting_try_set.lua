@@ -10,12 +10,12 @@
 -- the unset semaphore are told).
 
 local n = arg_int(ARGV[1], 0, 'n')
-local retention = once_retention(2)
-local done = once_done()
+local done, bad_once = once_done(4)
+if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()
 if count() ~= nil then return 0 end
 redis.call('SET', C, int(n))
 wake(n)
-once_record('1', retention)
+once_record(4, '1')
 return 1

@@ -55,6 +55,7 @@ macro_rules! counting_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("once.lua"),
                 include_str!("counting_common.lua"),
                 include_str!($file)
             ))
@@ -84,14 +85,13 @@ pub(crate) struct CountingKeys {
     pub(crate) queue: String,
     pub(crate) heartbeats: String,
     pub(crate) waiters: String,
-    /// The prefix of the operation keys (C7 of `counting_common.lua`).
+    /// The prefix of the operation keys (`once.lua`).
     op_prefix: String,
 }
 
-/// A call's operation key on Redis Cluster (C7 of `counting_common.lua`,
-/// `redisson_once.lua`): the cluster client resends a command whose reply did not
-/// come in time, and the script's first run records its reply here, so that a resent
-/// run changes nothing.
+/// A call's operation key on Redis Cluster (`once.lua`): the cluster client resends a
+/// command whose reply did not come in time, and the script's first run records its
+/// reply here, so that a resent run changes nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Once {
     key: String,

@@ -20,15 +20,10 @@ use crate::error::{Error, Result};
 /// `nonExpirableTimeout`, about `Long.MAX_VALUE / 10000`).
 pub(crate) const NO_LEASE: i64 = 922_337_203_685_477;
 
-/// A script of the `RSemaphore` layout, after the once prelude (`redisson_once.lua`).
+/// A script of the `RSemaphore` layout, after the once prelude (`once.lua`).
 macro_rules! rs_script {
     ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("redisson_once.lua"),
-                include_str!($file)
-            ))
-        })
+        LazyLock::new(|| Script::new(concat!(include_str!("once.lua"), include_str!($file))))
     };
 }
 
@@ -43,7 +38,7 @@ macro_rules! pes_script {
         LazyLock::new(|| {
             Script::new(concat!(
                 include_str!("redisson_pes_common.lua"),
-                include_str!("redisson_once.lua"),
+                include_str!("once.lua"),
                 include_str!($file)
             ))
         })
@@ -64,7 +59,7 @@ pub(crate) struct RedissonKeys {
     pub(crate) counter: String,
     pub(crate) timeout: String,
     pub(crate) channel: String,
-    /// The prefix of this library's operation keys (`redisson_once.lua`), in the
+    /// The prefix of this library's operation keys (`once.lua`), in the
     /// counter's hash slot as the lease zset is.
     op_prefix: String,
 }
@@ -94,7 +89,7 @@ impl RedissonKeys {
     }
 
     /// On Redis Cluster, a fresh operation key for one call that changes a count
-    /// ([`Once`], `redisson_once.lua`).
+    /// ([`Once`], `once.lua`).
     pub(crate) fn once(&self, cluster: bool, op_timeout: std::time::Duration) -> Option<Once> {
         Once::on_cluster(cluster, &self.op_prefix, op_timeout)
     }

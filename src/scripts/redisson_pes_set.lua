@@ -5,7 +5,7 @@
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
 -- ARGV 5, KEYS 4 (add only): the operation key's retention and the key (Redis Cluster,
--- see redisson_once.lua).
+-- see once.lua).
 -- Reply: the counter after (add, resent: its first run's).
 -- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused
 -- first (not 'inf', not '1.5', which would be stored as such); a counter

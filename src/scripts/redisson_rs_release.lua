@@ -3,7 +3,7 @@
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 n (>= 1), 3 '1' for releaseIfExists
 -- ARGV 4, KEYS 3: the operation key's retention and the key (Redis Cluster, see
--- redisson_once.lua).
+-- once.lua).
 -- Reply: {1, counter after} released (the new value was published; a resent call:
 --        its first run's reply);
 --        {0, 0} releaseIfExists on a missing counter: nothing changed.

@@ -1,12 +1,13 @@
--- Once, for the Redisson-layout scripts that change a count (prepended to them). On
--- Redis Cluster, whose client resends a command whose reply is late (it may have run),
--- each such call of this library names an operation key of its own after the layout's
--- keys: '{NAME}:redsem-op:<uuid>' (in NAME's hash slot; made by the client), with its
--- retention in ms as the script's last argument. The run that changes the count
--- records its reply there (once_record, its last write: SET takes a key of any type),
--- and a resent run finds it (once_done, before any write) and answers that reply,
--- changing nothing. Without the key (one server, where nothing resends; Redisson's own
--- clients) both do nothing. `base`: how many keys the script's layout has.
+-- Once, for the scripts that change a count without an owner to check (the counting
+-- semaphore's, the Redisson layouts'), prepended to them. On Redis Cluster, whose
+-- client resends a command whose reply is late (it may have run), each such call of
+-- this library names an operation key of its own after the layout's keys (made by the
+-- client, in the layout's hash slot), with its retention in ms as the script's last
+-- argument. The run that changes the count records its reply there (once_record, its
+-- last write: SET takes a key of any type), and a resent run finds it (once_done,
+-- before any write) and answers that reply, changing nothing. Without the key (one
+-- server, where nothing resends; Redisson's own clients) both do nothing. `base`: how
+-- many keys the script's layout has.
 -- Errors: a retention that is no integer from 1 is refused by once_done, and the key
 -- of another type fails its GET, both before any write.
 
