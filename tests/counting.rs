@@ -1022,17 +1022,7 @@ fn a_count_that_is_no_integer_text_fails_before_any_write_and_inspect_writes_not
 /// left unusable: every later call on it, for any semaphore, failed the same way.
 #[test]
 fn a_count_that_is_not_utf8_is_a_wrong_type_and_the_connection_stays_usable() {
-    let server = RedisServer::start();
-    redis::cmd("SET")
-        .arg("redsem:{bytes}:count")
-        .arg(b"\xff\xfe7".as_slice())
-        .exec(&mut server.conn())
-        .unwrap();
-    // one connection: a poisoned one would be the one every later call gets
-    let client = Client::builder()
-        .max_connections(1)
-        .build(server.url())
-        .unwrap();
+    let (_server, client) = support::non_utf8_at("redsem:{bytes}:count");
     let bad = client.counting_semaphore("bytes").unwrap();
     let good = client.counting_semaphore("fine").unwrap();
     for _ in 0..2 {

@@ -705,17 +705,7 @@ fn permit_expirable_permits_are_kept_alive_with_auto_refresh_and_their_loss_is_s
 /// bytes, and the pool drops a connection whose reply could not be parsed.
 #[test]
 fn draining_a_counter_that_is_not_utf8_is_a_wrong_type_and_the_connection_stays_usable() {
-    let server = RedisServer::start();
-    redis::cmd("SET")
-        .arg("bytes")
-        .arg(b"\xff\xfe7".as_slice())
-        .exec(&mut server.conn())
-        .unwrap();
-    // one connection: a poisoned one would be the one every later call gets
-    let client = Client::builder()
-        .max_connections(1)
-        .build(server.url())
-        .unwrap();
+    let (_server, client) = support::non_utf8_at("bytes");
     let bad = client.redisson_semaphore("bytes");
     let good = client.redisson_semaphore("fine");
     for _ in 0..2 {

@@ -1174,3 +1174,20 @@ pub fn library_threads() -> usize {
         .filter(|name| name.starts_with("redsem-"))
         .count()
 }
+
+/// A private server whose `key` holds bytes that are not UTF-8, and a client of one
+/// connection to it (a connection a bad reply left unusable would be the one every
+/// later call gets).
+pub fn non_utf8_at(key: &str) -> (RedisServer, redis_semaphore::Client) {
+    let server = RedisServer::start();
+    redis::cmd("SET")
+        .arg(key)
+        .arg(b"\xff\xfe7".as_slice())
+        .exec(&mut server.conn())
+        .unwrap();
+    let client = redis_semaphore::Client::builder()
+        .max_connections(1)
+        .build(server.url())
+        .unwrap();
+    (server, client)
+}
