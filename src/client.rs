@@ -11,13 +11,14 @@ use crate::connect::{
     with_credentials,
 };
 use crate::error::{Error, Result};
-use crate::listener::{Hub, Listener, join_by};
+use crate::listener::{Hub, Listener};
 use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased::{self, Kind};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
+use crate::threads::{drop_deadline, join_by};
 use crate::topology::{self, ClusterSource, Connector, SentinelTarget, SentinelUrl, Watcher};
 use crossbeam_channel::{Receiver, Sender};
 use redis::IntoConnectionInfo;
@@ -169,10 +170,11 @@ impl ClientInner {
 }
 
 impl Drop for ClientInner {
-    /// Stops both threads at once and joins them within one operation timeout; a
-    /// thread still in a call to a hung server then ends by itself (see `join_by`).
+    /// Stops both threads at once and joins them within one operation timeout (or
+    /// what is left of the budget of the drop this one is part of, see `threads.rs`);
+    /// a thread still in a call to a hung server then ends by itself (see `join_by`).
     fn drop(&mut self) {
-        let deadline = Instant::now() + self.shared.op_timeout;
+        let deadline = drop_deadline(Instant::now() + self.shared.op_timeout);
         drop(self.wake.take());
         let mut listener = self.listener.get_mut().take();
         if let Some(l) = &mut listener {
@@ -447,8 +449,9 @@ impl ClientBuilder {
         self
     }
 
-    /// How long opening one connection (TCP connect and handshake) may take.
-    /// Defaults to 2 s.
+    /// How long opening one connection may take: the TCP connect, the TLS handshake,
+    /// `AUTH` and `SELECT` where the URL asks for them, and the `PING` that checks a
+    /// connection without a password, all within about this. Defaults to 2 s.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self

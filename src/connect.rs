@@ -18,6 +18,7 @@
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 use std::path::Path;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
@@ -65,7 +66,9 @@ pub(crate) struct Credentials {
     pub(crate) password: Option<String>,
 }
 
-/// `settings` with `username` and `password` set where given (kept where not).
+/// `settings` with `username` and `password` set where given (kept where not), and
+/// without redis-rs's `CLIENT SETINFO` on connect (see [`connect_within`]). Every
+/// connection's settings pass through here.
 pub(crate) fn with_credentials(
     mut settings: redis::RedisConnectionInfo,
     username: Option<&str>,
@@ -77,7 +80,24 @@ pub(crate) fn with_credentials(
     if let Some(p) = password {
         settings = settings.set_password(p);
     }
-    settings
+    settings.set_skip_set_lib_name()
+}
+
+/// A connection by `client`, its set-up ending within about `timeout` in all.
+///
+/// redis-rs bounds the TCP connect by the timeout and then each reply of its set-up by
+/// what is left of it, so a set-up of n replies into a partition that swallows bytes
+/// takes up to n times the timeout. Our settings leave out the two replies of `CLIENT
+/// SETINFO` ([`with_credentials`]); the timeout is divided among the replies that are
+/// left (`AUTH` or `HELLO`, `SELECT`), so that n of them end within it.
+pub(crate) fn connect_within(
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let s = client.get_connection_info().redis_settings();
+    let auth = s.password().is_some() || s.protocol() != redis::ProtocolVersion::RESP2;
+    let replies = u32::from(auth) + u32::from(s.db() != 0);
+    client.get_connection_with_timeout(timeout / replies.max(1))
 }
 
 impl Credentials {

@@ -222,8 +222,8 @@ mod stats;
 // Background machinery: the connection layer (URL forms, TLS, connect errors), where
 // the primary is (one server, a Sentinel service and its watcher, a Redis Cluster), the
 // pool, the combiner of concurrent calls, the registry of live permits, the state
-// shared with the threads, the refresher thread and the wake-up listener. None of it
-// imports the public types.
+// shared with the threads, the refresher thread and the wake-up listener, and the
+// helpers for joining threads and bounding drops. None of it imports the public types.
 mod combine;
 mod connect;
 mod listener;
@@ -231,6 +231,7 @@ mod pool;
 mod refresher;
 mod registry;
 mod shared;
+mod threads;
 mod topology;
 // Public types.
 mod client;

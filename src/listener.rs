@@ -28,12 +28,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
+use crate::threads::{drop_deadline, join_by};
 use crate::topology::PrimaryConn;
 
 /// How long one read of the subscription may block: bounds how late the thread sees
@@ -173,33 +174,6 @@ pub(crate) struct Listener {
     op_timeout: Duration,
 }
 
-/// Joins background thread `what` if it ends by `deadline` (`done` disconnects when
-/// it does); else leaves it to end by itself once the call to Redis it is in returns,
-/// so that a drop never waits on a hung server past the deadline. Never joins the
-/// calling thread itself.
-pub(crate) fn join_by(
-    thread: Option<JoinHandle<()>>,
-    done: &Receiver<()>,
-    deadline: Instant,
-    what: &str,
-) {
-    let Some(t) = thread else { return };
-    if t.thread().id() == std::thread::current().id() {
-        return;
-    }
-    match done.recv_deadline(deadline) {
-        Err(RecvTimeoutError::Disconnected) => {
-            if t.join().is_err() {
-                log::error!("redis-semaphore: the {what} thread panicked");
-            }
-        }
-        _ => log::warn!(
-            "redis-semaphore: the {what} thread is still in a call to Redis; it ends by \
-             itself when the call does"
-        ),
-    }
-}
-
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
@@ -255,7 +229,7 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         self.signal();
-        let deadline = Instant::now() + self.op_timeout;
+        let deadline = drop_deadline(Instant::now() + self.op_timeout);
         join_by(self.thread.take(), &self.done, deadline, "listener");
     }
 }

@@ -1,10 +1,11 @@
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use crate::error::{Error, LostReason, Result};
 use crate::registry::PermitState;
+use crate::threads::DropBudget;
 
 /// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
 ///
@@ -194,7 +195,33 @@ pub(crate) trait Grantor: Send + Sync + 'static {
     fn refresh(&self, permit: &PermitState) -> Result<()>;
     /// Stops renewing the permit here without giving it back ([`Permit::into_parts`]).
     fn detach(&self, _permit: &PermitState) {}
+    /// The operation timeout of the client: what a drop of a permit may take in all.
+    fn op_timeout(&self) -> Duration;
 }
+
+/// What a dropped [`Permit`] holds in place of its grantor, so that the grantor (and
+/// perhaps the last handle of its client) goes inside the drop's budget.
+struct Released;
+
+impl Grantor for Released {
+    fn name(&self) -> &str {
+        ""
+    }
+
+    fn release(&self, _permit: &PermitState) -> Result<()> {
+        Ok(())
+    }
+
+    fn refresh(&self, _permit: &PermitState) -> Result<()> {
+        Ok(())
+    }
+
+    fn op_timeout(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+static RELEASED: LazyLock<Arc<dyn Grantor>> = LazyLock::new(|| Arc::new(Released));
 
 impl Drop for Permit {
     fn drop(&mut self) {
@@ -202,6 +229,9 @@ impl Drop for Permit {
             return;
         }
         self.released = true;
+        // one budget for the release and, when this permit held the last handle of its
+        // client, the client's joins of its threads (invariant 13)
+        let _budget = DropBudget::start(self.grantor.op_timeout());
         match self.grantor.release(&self.state) {
             Ok(()) => {}
             // a lease that ended while held: the holder's work may have overlapped
@@ -219,6 +249,7 @@ impl Drop for Permit {
             }
             Err(e) => log::warn!("redis-semaphore: releasing permit on drop: {e}"),
         }
+        self.grantor = Arc::clone(&RELEASED);
     }
 }
 

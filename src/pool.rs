@@ -245,16 +245,26 @@ impl Manager {
         Ok(conn)
     }
 
+    /// Opens a connection, its set-up (connect, handshake and the `PING`) ending
+    /// within about `connect_timeout`, and leaves the operation timeout set on it.
     fn open_inner(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
         let (addr, tls) = (self.connector.addr(), self.connector.is_tls());
         let sort = |e: redis::RedisError| connect_error_at(&addr, tls, &e);
+        let started = Instant::now();
         let mut conn = self.connector.connect(connect_timeout).map_err(sort)?;
+        if !self.connector.has_password() {
+            // part of the set-up: what is left of its budget, not an operation timeout
+            // (a release resent on a fresh connection must end by its deadline)
+            let left = connect_timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1));
+            conn.set_read_timeout(Some(left)).map_err(sort)?;
+            conn.set_write_timeout(Some(left)).map_err(sort)?;
+            redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;
+        }
         conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
         conn.set_write_timeout(Some(self.op_timeout))
             .map_err(sort)?;
-        if !self.connector.has_password() {
-            redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;
-        }
         Ok(conn)
     }
 

@@ -1586,6 +1586,10 @@ impl Grantor for SemInner {
         &self.name
     }
 
+    fn op_timeout(&self) -> Duration {
+        self.client.inner.shared.op_timeout
+    }
+
     fn detach(&self, permit: &PermitState) {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);

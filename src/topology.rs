@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use crate::connect::{Endpoint, NodeTls, with_credentials};
+use crate::connect::{Endpoint, NodeTls, connect_within, with_credentials};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
@@ -84,7 +84,7 @@ impl ClusterSource {
         let mut last = None;
         for k in 0..self.nodes.len() {
             let info = self.nodes[(start + k) % self.nodes.len()].clone();
-            match redis::Client::open(info).and_then(|c| c.get_connection_with_timeout(timeout)) {
+            match redis::Client::open(info).and_then(|c| connect_within(&c, timeout)) {
                 Ok(conn) => return Ok(conn),
                 Err(e) => last = Some(e),
             }
@@ -152,7 +152,7 @@ impl Connector {
     pub(crate) fn connect(&self, timeout: Duration) -> redis::RedisResult<PrimaryConn> {
         match self {
             Connector::Single(ep) => Ok(PrimaryConn {
-                conn: ep.client.get_connection_with_timeout(timeout)?,
+                conn: connect_within(&ep.client, timeout)?,
                 generation: 0,
                 target: None,
                 desynced: false,
@@ -378,7 +378,7 @@ impl SentinelTarget {
             .into_connection_info()?
             .set_redis_settings(settings)
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let conn = redis::Client::open(info)?.get_connection_with_timeout(timeout)?;
+        let conn = connect_within(&redis::Client::open(info)?, timeout)?;
         conn.set_read_timeout(Some(timeout))?;
         conn.set_write_timeout(Some(timeout))?;
         Ok(conn)

@@ -523,6 +523,49 @@ fn drops_with_a_hung_server_end_within_the_operation_timeout() {
     assert_ttls(&mut admin, "hung");
 }
 
+/// Audit of 2026-11-26 (time bounds): dropping the last permit, which holds the last
+/// handle of its client, during a partition takes one operation timeout in all. Two
+/// waits went past it: a release resent on a fresh connection sent that connection's
+/// set-up `PING` with a whole operation timeout of its own, and the client's joins of
+/// its threads (here the wake-up listener, reconnecting into the partition) had
+/// another operation timeout after the release's.
+#[test]
+fn dropping_the_last_handle_in_a_partition_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_millis(1000);
+    // scheduling on a loaded machine; well below the half timeout each wait added
+    const SLACK: Duration = Duration::from_millis(300);
+    let (_server, proxy, client) = support::proxied(OP);
+    let permit = {
+        let sem = client.semaphore("last-handle", 1).unwrap();
+        let p = sem.try_acquire().unwrap().unwrap();
+        // a waiter that gives up: the wake-up listener runs from now on
+        assert!(
+            sem.acquire_timeout(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+        p
+    };
+    drop(client);
+    proxy.cut();
+    let dropper = std::thread::spawn(move || {
+        let start = Instant::now();
+        drop(permit);
+        start.elapsed()
+    });
+    // The scenario's timing, not a wait for a condition: halfway through the release's
+    // timeout every connection closes, so the release goes again on a fresh one (into
+    // the partition, with half its time left) and the listener reconnects into it.
+    std::thread::sleep(OP / 2);
+    proxy.reset();
+    let took = dropper.join().unwrap();
+    proxy.heal();
+    assert!(
+        took <= OP + SLACK,
+        "the drop blocked {took:?} (operation timeout {OP:?})"
+    );
+}
+
 /// The keys of semaphore `name` with their types and contents, to compare before and
 /// after a call that must write nothing.
 fn snapshot(conn: &mut redis::Connection, name: &str) -> Vec<(String, String, String)> {

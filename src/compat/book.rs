@@ -542,6 +542,10 @@ impl Grantor for BookInner {
         &self.name
     }
 
+    fn op_timeout(&self) -> Duration {
+        self.client.inner.shared.op_timeout
+    }
+
     fn release(&self, permit: &PermitState) -> Result<()> {
         // Drop runs this: wait for a busy pool no longer than the operation timeout
         // (not the checkout timeout of acquires); the entry then ends with its timeout

@@ -952,6 +952,10 @@ impl Grantor for PesGrant {
         &self.inner.common.name
     }
 
+    fn op_timeout(&self) -> Duration {
+        self.inner.common.shared().op_timeout
+    }
+
     fn detach(&self, permit: &PermitState) {
         if let Some(key) = &self.group {
             let shared = self.inner.common.shared();

@@ -1,0 +1,107 @@
+//! Helpers for the client's background threads and for what may block while a handle
+//! is dropped: joining a thread by a deadline, and one time budget for a whole drop.
+//!
+//! Invariant 13 bounds a `Drop` by the operation timeout. Dropping the last
+//! [`Permit`](crate::Permit) that holds the last handle of its client runs two waits on
+//! one thread: the release, then the client's joins of its threads. Both take their
+//! deadline from [`drop_deadline`], so the second gets only what the first left of the
+//! budget that [`DropBudget::start`] opened.
+
+use std::cell::Cell;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+thread_local! {
+    /// The end of the budget of the drop this thread is in, if any.
+    static DROP_BY: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// A drop's time budget, open on this thread until this guard is dropped.
+#[derive(Debug)]
+pub(crate) struct DropBudget {
+    /// The budget that was open before (a drop inside a drop keeps the earlier end).
+    outer: Option<Instant>,
+}
+
+impl DropBudget {
+    /// Opens a budget of `len` from now for everything this thread waits for until the
+    /// guard goes; an enclosing budget that ends sooner stays in force.
+    pub(crate) fn start(len: Duration) -> Self {
+        let end = Instant::now().checked_add(len);
+        let outer = DROP_BY.get();
+        let new = match (outer, end) {
+            (Some(o), Some(e)) => Some(o.min(e)),
+            (o, e) => o.or(e),
+        };
+        DROP_BY.set(new);
+        DropBudget { outer }
+    }
+}
+
+impl Drop for DropBudget {
+    fn drop(&mut self) {
+        DROP_BY.set(self.outer);
+    }
+}
+
+/// `deadline`, or the end of the drop budget open on this thread if that is sooner.
+pub(crate) fn drop_deadline(deadline: Instant) -> Instant {
+    DROP_BY.get().map_or(deadline, |end| end.min(deadline))
+}
+
+/// Joins background thread `what` if it ends by `deadline` (`done` disconnects when
+/// it does); else leaves it to end by itself once the call to Redis it is in returns,
+/// so that a drop never waits on a hung server past the deadline. Never joins the
+/// calling thread itself.
+pub(crate) fn join_by(
+    thread: Option<JoinHandle<()>>,
+    done: &Receiver<()>,
+    deadline: Instant,
+    what: &str,
+) {
+    let Some(t) = thread else { return };
+    if t.thread().id() == std::thread::current().id() {
+        return;
+    }
+    match done.recv_deadline(deadline) {
+        Err(RecvTimeoutError::Disconnected) => {
+            if t.join().is_err() {
+                log::error!("redis-semaphore: the {what} thread panicked");
+            }
+        }
+        _ => log::warn!(
+            "redis-semaphore: the {what} thread is still in a call to Redis; it ends by \
+             itself when the call does"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_bounds_later_deadlines_on_its_thread_until_it_ends() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(drop_deadline(far), far);
+        {
+            let _outer = DropBudget::start(Duration::from_secs(10));
+            let outer_end = drop_deadline(far);
+            assert!(outer_end < far);
+            {
+                // a longer inner budget keeps the outer end
+                let _inner = DropBudget::start(Duration::from_secs(100));
+                assert_eq!(drop_deadline(far), outer_end);
+            }
+            assert_eq!(drop_deadline(far), outer_end);
+            // another thread has no budget
+            let other = std::thread::spawn(move || drop_deadline(far))
+                .join()
+                .unwrap();
+            assert_eq!(other, far);
+        }
+        assert_eq!(drop_deadline(far), far);
+    }
+}
