@@ -603,11 +603,19 @@ impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.finish();
-            if let Err(e) = self.sem.run_cancel(&self.id) {
-                log::warn!(
+            match self.sem.run_cancel(&self.id) {
+                // a grant that came as this waiter left on an error: given back now,
+                // not left to lapse with its heartbeat
+                Ok(Some((token, deadline_ms, slots))) => {
+                    let n = slots.len() as u32;
+                    let valid_until = self.sem.client_deadline(deadline_ms);
+                    drop(self.sem.permit(self.id.clone(), token, slots, n, valid_until));
+                }
+                Ok(None) => {}
+                Err(e) => log::warn!(
                     "redis-semaphore: could not leave the queue of {}: {e}",
                     self.sem.name()
-                );
+                ),
             }
         }
     }
