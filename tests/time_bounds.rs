@@ -28,6 +28,41 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (r, start.elapsed())
 }
 
+/// Pauses every write of `admin`'s server (`CLIENT PAUSE WRITE`, scripts included) and
+/// starts a counting release on `client`, which hangs on the client's only connection
+/// until its operation timeout `op`; returns a little after the server shows it hung.
+fn hang_the_only_connection(
+    admin: &mut redis::Connection,
+    client: &Client,
+    op: Duration,
+) -> thread::JoinHandle<()> {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(admin)
+        .unwrap();
+    let busy = {
+        let cs = client.counting_semaphore("busy").unwrap();
+        thread::spawn(move || drop(cs.release(1)))
+    };
+    // a paused call is a blocked client (flags b) with its command named
+    wait_until(Duration::from_secs(5), "the busy call hangs", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines()
+            .any(|l| l.contains(" flags=b ") && l.contains(" cmd=evalsha "))
+    });
+    // The scenario's timing, not a wait for a condition: the caller's call starts a
+    // tenth of the operation timeout after the busy one, so that the connection comes
+    // free surely within its checkout, with most of its time spent.
+    thread::sleep(op / 10);
+    busy
+}
+
+fn unpause(admin: &mut redis::Connection) {
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
+}
+
 /// A counting `acquire_timeout` is "bounded by timeout (plus at most one round trip to
 /// leave the queue)": a queued waiter whose look fails against a stopped server used
 /// to send the cancel as well, a second operation timeout.
@@ -57,5 +92,29 @@ fn a_counting_acquire_timeout_ends_within_its_timeout_and_one_round_trip_on_a_st
     assert!(
         matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
         "{r:?}"
+    );
+}
+
+/// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
+/// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
+/// it used to wait for one as long as the checkout timeout (5 s) allows, and then an
+/// operation timeout for its call.
+#[test]
+fn dropping_a_redisson_permit_with_a_busy_pool_and_a_paused_server_ends_within_the_operation_timeout()
+ {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 1);
+    let pes = client.redisson_permit_expirable_semaphore("pes");
+    assert!(pes.try_set_permits(2).unwrap());
+    let permit = pes.try_acquire(None).unwrap().expect("a free permit");
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let ((), took) = timed(|| drop(permit));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert!(
+        took <= OP + SLACK,
+        "a Redisson permit's drop blocked {took:?} (operation timeout {OP:?})"
     );
 }
