@@ -7,6 +7,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redis_semaphore::compat::book::BookVariant;
 use redis_semaphore::{Client, Error};
 use support::{RedisServer, wait_until};
 
@@ -117,4 +118,62 @@ fn dropping_a_redisson_permit_with_a_busy_pool_and_a_paused_server_ends_within_t
         took <= OP + SLACK,
         "a Redisson permit's drop blocked {took:?} (operation timeout {OP:?})"
     );
+}
+
+/// Dropping a book permit never blocks longer than the operation timeout (DESIGN
+/// invariant 13), also when it must wait for a connection: it used to wait up to an
+/// operation timeout for the checkout, then one per reply of its transaction (four
+/// for the fair variants).
+#[test]
+fn dropping_a_book_permit_with_a_busy_pool_and_a_paused_server_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 1);
+    let book = client
+        .book_semaphore("book", 2)
+        .variant(BookVariant::Fair)
+        .build()
+        .unwrap();
+    let permit = book.try_acquire().unwrap().expect("a free permit");
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let ((), took) = timed(|| drop(permit));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert!(
+        took <= OP + SLACK,
+        "a book permit's drop blocked {took:?} (operation timeout {OP:?})"
+    );
+}
+
+/// A book `try_acquire` against a stopped server fails within two operation timeouts:
+/// its transaction, and the clean-up of an entry it may have added, each within one
+/// (the basic variant's "two round trips on failure"). It used to wait an operation
+/// timeout per reply of the transaction (five), then, with a pool of one connection,
+/// the whole checkout timeout (5 s) for a second connection to clean up on.
+#[test]
+fn a_failed_book_try_acquire_with_one_connection_does_not_wait_for_a_second() {
+    const OP: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    for variant in [BookVariant::Basic, BookVariant::Fair] {
+        let book = client
+            .book_semaphore(&format!("book-{variant:?}"), 2)
+            .variant(variant)
+            .build()
+            .unwrap();
+        assert!(book.held().unwrap() == 0);
+        let paused = server.pause();
+        let (r, took) = timed(|| book.try_acquire());
+        drop(paused);
+        assert!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?}: {r:?}"
+        );
+        // its transaction and the clean-up, one operation timeout each
+        assert!(
+            took <= 2 * OP + SLACK,
+            "{variant:?}: a failed try_acquire took {took:?} (operation timeout {OP:?})"
+        );
+    }
 }
