@@ -177,3 +177,138 @@ fn a_failed_book_try_acquire_with_one_connection_does_not_wait_for_a_second() {
         );
     }
 }
+
+/// Pins the bound of the calls that already keep it: against a stopped server, each
+/// of these fails within one operation timeout (a pooled connection is idle, as in a
+/// client in use; the leased tries come last, since the clean-up each leaves to the
+/// background thread takes a connection for a while).
+#[test]
+fn every_other_call_on_a_stopped_server_fails_within_one_operation_timeout() {
+    const OP: Duration = Duration::from_millis(800);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let sem = client.semaphore("pinned", 2).unwrap();
+    let cs = client.counting_semaphore("pinned").unwrap();
+    let rs = client.redisson_semaphore("rs");
+    let pes = client.redisson_permit_expirable_semaphore("pes");
+    let book = client.book_semaphore("book", 2).build().unwrap();
+    // every handle has made its first call (its connection and clock anchor)
+    client.ping().unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    assert!(!cs.try_acquire(1).unwrap());
+    assert!(!rs.try_acquire(1).unwrap());
+    assert!(pes.try_acquire(None).unwrap().is_none());
+    assert_eq!(book.held().unwrap(), 0);
+    type Call<'a> = (&'static str, Box<dyn Fn() -> Result<(), Error> + 'a>);
+    let calls: Vec<Call> = vec![
+        ("Client::ping", Box::new(|| client.ping())),
+        ("available", Box::new(|| sem.available().map(drop))),
+        ("holders", Box::new(|| sem.holders().map(drop))),
+        ("set_limit", Box::new(|| sem.set_limit(3))),
+        (
+            "counting try_acquire",
+            Box::new(|| cs.try_acquire(1).map(drop)),
+        ),
+        ("counting release", Box::new(|| cs.release(1))),
+        ("counting available", Box::new(|| cs.available().map(drop))),
+        (
+            "RSemaphore try_acquire",
+            Box::new(|| rs.try_acquire(1).map(drop)),
+        ),
+        (
+            "RSemaphore available",
+            Box::new(|| rs.available_permits().map(drop)),
+        ),
+        (
+            "RPermitExpirable try_acquire",
+            Box::new(|| pes.try_acquire(None).map(drop)),
+        ),
+        (
+            "RPermitExpirable available",
+            Box::new(|| pes.available_permits().map(drop)),
+        ),
+        ("book held", Box::new(|| book.held().map(drop))),
+        ("try_acquire", Box::new(|| sem.try_acquire().map(drop))),
+        (
+            "acquire_timeout",
+            Box::new(|| sem.acquire_timeout(Duration::from_secs(10)).map(drop)),
+        ),
+    ];
+    let paused = server.pause();
+    for (what, call) in calls {
+        let (r, took) = timed(call);
+        assert!(r.as_ref().is_err_and(Error::is_timeout), "{what}: {r:?}");
+        assert!(
+            took <= OP + SLACK,
+            "{what} took {took:?} on a stopped server (operation timeout {OP:?})"
+        );
+    }
+    drop(paused);
+}
+
+/// Pins `Semaphore::acquire_timeout`'s bound for a waiter already queued when the
+/// server stops: its timeout, plus the one round trip in flight or leaving the queue.
+#[test]
+fn a_queued_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_round_trip() {
+    const OP: Duration = Duration::from_millis(800);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let sem = client.semaphore("queued", 1).unwrap();
+    let held = sem.try_acquire().unwrap().expect("a free permit");
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    assert!(
+        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+    drop(held);
+}
+
+/// Pins `RSemaphore::acquire_timeout`'s bound for a waiter already subscribed when the
+/// server stops: its timeout, plus the one try in flight.
+#[test]
+fn a_subscribed_redisson_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_try() {
+    const OP: Duration = Duration::from_millis(800);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let rs = client.redisson_semaphore("rs");
+    assert!(rs.try_set_permits(0).unwrap());
+    let waiter = {
+        let rs = rs.clone();
+        thread::spawn(move || timed(|| rs.acquire_timeout(1, TIMEOUT)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter subscribes", || {
+        let subs: (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{rs}")
+            .query(&mut admin)
+            .unwrap();
+        subs.1 == 1
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    assert!(
+        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+}
