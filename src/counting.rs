@@ -297,8 +297,11 @@ impl CountingSemaphore {
     ///
     /// # Blocking
     ///
-    /// As [`acquire`](Self::acquire), bounded by `timeout` (plus at most one round
-    /// trip to leave the queue).
+    /// As [`acquire`](Self::acquire), bounded by `timeout` plus at most one round trip
+    /// (one operation timeout): the look in flight at the deadline, or the one that
+    /// leaves the queue. A look that fails because the server does not answer ends the
+    /// wait with its error at once; its queue entry then lapses with its heartbeat
+    /// (about 2 s).
     ///
     /// # Errors
     ///
@@ -538,9 +541,21 @@ impl CountingSemaphore {
         waiter: &mut Waiter<'_>,
     ) -> Result<bool> {
         loop {
-            if self.look(permits, Some((&waiter.id, &waiter.hub.channel)))? {
-                waiter.finish();
-                return Ok(true);
+            match self.look(permits, Some((&waiter.id, &waiter.hub.channel))) {
+                Ok(true) => {
+                    waiter.finish();
+                    return Ok(true);
+                }
+                Ok(false) => {}
+                // The server is not answering: leave without the cancel round trip,
+                // which would wait out a second operation timeout (the wait is
+                // bounded by its timeout and one round trip). The queue entry lapses
+                // with its heartbeat.
+                Err(e) if crate::semaphore::is_outage(&e) => {
+                    waiter.finish();
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
             }
             let every = if waiter.hub.is_ready() {
                 RECHECK

@@ -1491,7 +1491,7 @@ const RIDE_THROUGH: Duration = Duration::from_secs(30);
 
 /// Whether `e` says the server could not be reached or is moving (a failover): a
 /// waiter may look again later.
-fn is_outage(e: &Error) -> bool {
+pub(crate) fn is_outage(e: &Error) -> bool {
     match e {
         Error::Pool(_) | Error::Timeout { .. } => true,
         Error::Connect { .. } => e.is_retryable(),

@@ -44,25 +44,6 @@ fn leases(server: &RedisServer, name: &str) -> u64 {
         .unwrap()
 }
 
-/// Stops `replica` (SIGSTOP) until dropped (SIGCONT).
-struct Stalled(i32);
-
-impl Stalled {
-    fn new(replica: &RedisServer) -> Stalled {
-        let pid = replica.pid().unwrap() as i32;
-        // SAFETY: a signal to a child process this test started
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-        Stalled(pid)
-    }
-}
-
-impl Drop for Stalled {
-    fn drop(&mut self) {
-        // SAFETY: as above
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
-
 #[test]
 fn every_write_is_on_the_replica_when_the_call_returns() {
     let (primary, replica) = primary_and_replica();
@@ -116,7 +97,7 @@ fn with_a_stalled_replica_acquires_give_their_permits_back_and_writes_fail() {
     assert!(pes.try_set_permits(2).unwrap());
 
     {
-        let _stalled = Stalled::new(&replica);
+        let _stalled = replica.pause();
         match rs.try_acquire(1) {
             Err(Error::ReplicasNotAcked {
                 name,

@@ -102,11 +102,9 @@ fn without_enough_replicas_the_grant_is_given_back_and_the_call_fails() {
 fn a_stalled_replica_fails_the_grant_and_a_recovered_one_confirms_it() {
     let (primary, replica) = primary_and_replica();
     let sem = sem(&primary, "stalled", 1, 1, 100);
-    let pid = replica.pid().unwrap() as i32;
-    // SAFETY: signals to a child process this test started
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let paused = replica.pause();
     let stalled = sem.try_acquire();
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    drop(paused);
     assert!(
         matches!(stalled, Err(Error::ReplicasNotAcked { acked: 0, .. })),
         "{stalled:?}"

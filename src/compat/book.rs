@@ -109,11 +109,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use redis::{ConnectionLike, RedisResult, Value};
+
 use crate::client::Client;
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
-use crate::pool::Conn;
+use crate::pool::{Conn, TIMEOUT_SLACK};
 use crate::registry::PermitState;
 use crate::scripts::book::{self, BookKeys};
 use crate::stats::Counters;
@@ -357,6 +359,121 @@ struct Stamp {
     at: Instant,
 }
 
+/// A checked-out connection of a book semaphore on which every call (one command, or
+/// one transaction: `MULTI`, its commands and `EXEC`, sent together) ends within the
+/// operation timeout, or by the deadline of the whole operation when that comes first
+/// (a release's, which `Drop` runs).
+///
+/// redis-rs reads each reply of a pipeline with the connection's full read timeout,
+/// also after one has timed out: against a server that stopped answering, a
+/// transaction of five replies blocked five operation timeouts. Here each reply is read
+/// with what is left of the call's time, so those after a timed-out one wait about a
+/// millisecond each; the connection skips every such late reply when it comes, as it
+/// does after any timeout.
+///
+/// (The replies are read on the plain connection: the book's commands never quote a
+/// stored value in an error, so no reply can fail to parse and leave the connection
+/// out of step.)
+struct BookConn {
+    conn: Conn,
+    op: Duration,
+    /// The operation's deadline, if it has one of its own.
+    deadline: Option<Instant>,
+}
+
+impl BookConn {
+    /// Sends `cmd` (a packed command or pipeline) and reads `offset + count` replies,
+    /// returning those from `offset` on, as redis-rs does, each read waiting no longer
+    /// than the call's deadline.
+    fn call(&mut self, cmd: &[u8], offset: usize, count: usize) -> RedisResult<Vec<Value>> {
+        let op = self.op;
+        let now = Instant::now();
+        let deadline = self.deadline.map_or(now + op, |d| d.min(now + op));
+        let Some(c) = self.conn.plain() else {
+            // never for a book semaphore, which refuses a cluster client
+            return self.conn.req_packed_commands(cmd, offset, count);
+        };
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        // the timeouts are changed only when the call has less than the operation
+        // timeout left (a release's deadline, or a transaction's later replies)
+        let mut shortened = false;
+        let mut shorten = |c: &mut redis::Connection, write: bool| {
+            let budget = left();
+            if shortened || budget + TIMEOUT_SLACK.min(op / 10) < op {
+                shortened = true;
+                let _ = c.set_read_timeout(Some(budget));
+                if write {
+                    let _ = c.set_write_timeout(Some(budget));
+                }
+            }
+        };
+        shorten(c, true);
+        let result = (|| {
+            c.send_packed_command(cmd)?;
+            let (mut replies, mut first_err) = (Vec::with_capacity(count), None);
+            let (mut idx, mut total) = (0, offset + count);
+            while idx < total {
+                if idx > 0 {
+                    shorten(c, false);
+                }
+                match c.recv_response() {
+                    // RESP3 push data between replies is not a reply
+                    Ok(Value::Push { .. }) => total += 1,
+                    Ok(v) if idx >= offset => replies.push(v),
+                    // a command refused inside MULTI: EXEC answers EXECABORT
+                    Ok(_) => {}
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                idx += 1;
+            }
+            first_err.map_or(Ok(replies), Err)
+        })();
+        if shortened {
+            let restored = c
+                .set_read_timeout(Some(op))
+                .and_then(|()| c.set_write_timeout(Some(op)));
+            if let Err(e) = restored {
+                log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
+            }
+        }
+        result
+    }
+}
+
+impl ConnectionLike for BookConn {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        let mut replies = self.call(cmd, 0, 1)?;
+        Ok(replies.pop().unwrap_or(Value::Nil))
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.call(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
+}
+
 impl BookInner {
     fn stamp(&self) -> Stamp {
         let at = Instant::now();
@@ -382,8 +499,24 @@ impl BookInner {
         Stamp { now, cutoff, at }
     }
 
-    fn conn(&self) -> Result<Conn> {
-        self.client.inner.shared.pool.get(None)
+    /// A connection, waiting for one up to the checkout timeout.
+    fn conn(&self) -> Result<BookConn> {
+        self.conn_by(None)
+    }
+
+    /// A connection on which every call ends within the operation timeout, and all of
+    /// it (the checkout included) by `deadline` when one is given.
+    fn conn_by(&self, deadline: Option<Instant>) -> Result<BookConn> {
+        let shared = &self.client.inner.shared;
+        let wait = deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        });
+        Ok(BookConn {
+            conn: shared.pool.get(wait)?,
+            op: shared.op_timeout,
+            deadline,
+        })
     }
 
     fn err(&self, e: redis::RedisError) -> Error {
@@ -398,7 +531,7 @@ impl BookInner {
     /// the caller's deadline, which also ends `FairWithLock`'s spin for the lock.
     fn attempt(
         &self,
-        conn: &mut Conn,
+        conn: &mut BookConn,
         until: Option<Instant>,
     ) -> Result<Option<(String, u64, Stamp)>> {
         let id = uuid::Uuid::new_v4().to_string();
@@ -413,9 +546,16 @@ impl BookInner {
             Err(e) => {
                 // A failed transaction may still have added the entry (a read timeout
                 // after the server ran it): take it out rather than let it hold a
-                // place until it expires.
-                if let Ok(mut c) = self.conn() {
-                    let _ = self.remove(&mut c, &id);
+                // place until it expires. On this connection while it is open (one
+                // more round trip; a pool of one connection has no other to give),
+                // else on another, waiting for it no longer than the operation timeout.
+                if conn.is_open() {
+                    let _ = self.remove(conn, &id);
+                } else {
+                    let op = self.client.inner.shared.op_timeout;
+                    if let Ok(mut c) = self.conn_by(Some(Instant::now() + op)) {
+                        let _ = self.remove(&mut c, &id);
+                    }
                 }
                 Err(e)
             }
@@ -423,7 +563,7 @@ impl BookInner {
     }
 
     /// Listing 12.
-    fn acquire_basic(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
+    fn acquire_basic(&self, conn: &mut BookConn, id: &str) -> Result<Option<(u64, Stamp)>> {
         let stamp = self.stamp();
         let rank = book::basic_enter(conn, &self.keys, &stamp.now, &stamp.cutoff, id)
             .map_err(|e| self.err(e))?;
@@ -436,7 +576,7 @@ impl BookInner {
 
     /// Listing 14, on the book's keys or (`NodeFair`) the Node port's: the ticket comes
     /// from `NAME:counter` or the global `semaphore:count`.
-    fn acquire_fair(&self, conn: &mut Conn, id: &str) -> Result<Option<(u64, Stamp)>> {
+    fn acquire_fair(&self, conn: &mut BookConn, id: &str) -> Result<Option<(u64, Stamp)>> {
         let stamp = self.stamp();
         let counter =
             book::fair_purge_and_count(conn, &self.keys, &stamp.cutoff).map_err(|e| self.err(e))?;
@@ -452,7 +592,7 @@ impl BookInner {
     /// Listing 17: the fair acquire under `lock:NAME`; no lock, no permit.
     fn acquire_with_lock(
         &self,
-        conn: &mut Conn,
+        conn: &mut BookConn,
         id: &str,
         until: Option<Instant>,
     ) -> Result<Option<(u64, Stamp)>> {
@@ -482,7 +622,7 @@ impl BookInner {
     /// has no expiry (its holder died between the book's two commands, or used the
     /// book's expiry-less `acquire_lock`), give it one. Spins every 1 ms for
     /// `lock_wait` (or until `until`, if sooner), trying at least once.
-    fn acquire_lock(&self, conn: &mut Conn, until: Option<Instant>) -> Result<Option<String>> {
+    fn acquire_lock(&self, conn: &mut BookConn, until: Option<Instant>) -> Result<Option<String>> {
         let lock_id = uuid::Uuid::new_v4().to_string();
         let lock_ms = self.lock_timeout.as_millis() as u64;
         let end = Instant::now() + self.lock_wait;
@@ -501,7 +641,7 @@ impl BookInner {
 
     /// The book's `release_lock`: `WATCH`, `GET`, and `MULTI`/`DEL`/`EXEC` when the
     /// value is ours, retried when the transaction aborts. `false`: not ours any more.
-    fn release_lock(&self, conn: &mut Conn, lock_id: &str) -> Result<bool> {
+    fn release_lock(&self, conn: &mut BookConn, lock_id: &str) -> Result<bool> {
         // The book retries for ever; the only writer that can abort our EXEC is the
         // lock's own expiry, after which GET no longer matches, so a few rounds suffice.
         for _ in 0..16 {
@@ -516,7 +656,7 @@ impl BookInner {
 
     /// Listing 13 (basic) or 15 (fair; the Node port's clean-up, from both of its
     /// zsets): whether the entry was still there.
-    fn remove(&self, conn: &mut Conn, id: &str) -> Result<bool> {
+    fn remove(&self, conn: &mut BookConn, id: &str) -> Result<bool> {
         match self.variant {
             BookVariant::Basic => book::basic_remove(conn, &self.keys, id),
             BookVariant::Fair | BookVariant::FairWithLock | BookVariant::NodeFair => {
@@ -547,12 +687,12 @@ impl Grantor for BookInner {
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
-        // Drop runs this: wait for a busy pool no longer than the operation timeout
-        // (not the checkout timeout of acquires); the entry then ends with its timeout
-        let shared = &self.client.inner.shared;
-        let result = shared
-            .pool
-            .get(Some(shared.op_timeout))
+        // Drop runs this: all of it, a wait for a busy pool included, ends within the
+        // operation timeout (not the checkout timeout of acquires, nor an operation
+        // timeout per reply of its transaction); else the entry ends with its timeout
+        let deadline = Instant::now() + self.client.inner.shared.op_timeout;
+        let result = self
+            .conn_by(Some(deadline))
             .and_then(|mut c| self.remove(&mut c, &permit.id))
             .map_err(|e| e.during("release"));
         match result {
@@ -711,7 +851,7 @@ impl BookSemaphore {
     /// Redis and pool errors.
     pub fn held(&self) -> Result<u32> {
         let stamp = self.inner.stamp();
-        let n = book::count_younger(&mut *self.inner.conn()?, &self.inner.keys, &stamp.cutoff)
+        let n = book::count_younger(&mut self.inner.conn()?, &self.inner.keys, &stamp.cutoff)
             .map_err(|e| self.inner.err(e))?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }

@@ -219,13 +219,54 @@ impl Common {
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
         undo: impl FnOnce(&T) -> bool,
     ) -> Result<T> {
-        let Some(timeout) = self.replica_wait else {
-            return self.run(call);
-        };
+        self.run_write_by(operation, None, call, undo)
+    }
+
+    /// [`run_write`](Self::run_write), all of it (the checkout, the call and the
+    /// replica wait) ending by `deadline` when one is given: a permit's release, which
+    /// `Drop` runs, waits no longer than the operation timeout (DESIGN invariant 13),
+    /// not the checkout timeout and then an operation timeout per command. Without a
+    /// deadline, a checkout waits up to the checkout timeout and each command up to
+    /// the operation timeout.
+    fn run_write_by<T>(
+        &self,
+        operation: &'static str,
+        deadline: Option<Instant>,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
         Error::check_name(&self.name, false)?;
-        let mut conn = self.shared().pool.get(None)?;
-        let value = call(&mut conn, &self.keys).map_err(|e| self.named(e))?;
+        let op = self.shared().op_timeout;
+        let left = || {
+            deadline.map_or(op, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1))
+            })
+        };
+        let mut conn = self.shared().pool.get(deadline.map(|_| left()))?;
+        let value = conn
+            .within(left(), op, |c| call(c, &self.keys))
+            .map_err(|e| self.named(e))?;
+        let Some(timeout) = self.replica_wait else {
+            return Ok(value);
+        };
+        // the replica wait's commands end by the deadline too (on a cluster, `WAIT`
+        // sets its own read timeout: the replica wait and one attempt's share)
+        let budget = left();
+        let shorten = deadline.is_some() && budget < op;
+        if shorten {
+            let _ = conn.set_read_timeout(Some(budget));
+            let _ = conn.set_write_timeout(Some(budget));
+        }
         let synced = self.sync(&mut conn, timeout);
+        if shorten {
+            let restored = conn
+                .set_read_timeout(Some(op))
+                .and_then(|()| conn.set_write_timeout(Some(op)));
+            if let Err(e) = restored {
+                log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
+            }
+        }
         drop(conn);
         match synced {
             Ok(None) => Ok(value),
@@ -933,14 +974,17 @@ impl PesInner {
             .run(|c, k| calls::pes_release(c, k, publish, now, &id, None, once.as_ref()))
     }
 
-    fn release_raw(&self, hex: &str) -> Result<PesReleased> {
+    /// Releases `hex` (with the replica wait when it is on); all of it ends by
+    /// `deadline` when one is given (a permit's release, see [`Common::run_write_by`]).
+    fn release_raw(&self, hex: &str, deadline: Option<Instant>) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
         let now = now_ms();
         let once = self.common.once();
-        self.common.run_write(
+        self.common.run_write_by(
             "release",
+            deadline,
             |c, k| calls::pes_release(c, k, publish, now, &id, legacy, once.as_ref()),
             |_| false,
         )
@@ -963,10 +1007,14 @@ impl Grantor for PesGrant {
         }
     }
 
+    /// Gives the permit back, all of it (the checkout included) ending within one
+    /// operation timeout: `Drop` runs this.
     fn release(&self, permit: &PermitState) -> Result<()> {
-        let stats = &self.inner.common.shared().stats;
+        let shared = self.inner.common.shared();
+        let stats = &shared.stats;
+        let deadline = Instant::now() + shared.op_timeout;
         self.detach(permit);
-        match self.inner.release_raw(&permit.id) {
+        match self.inner.release_raw(&permit.id, Some(deadline)) {
             Ok(PesReleased::Live) => {
                 Counters::bump(&stats.released);
                 Ok(())
@@ -1341,7 +1389,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn release(&self, id: &str) -> Result<()> {
-        match self.inner.release_raw(id)? {
+        match self.inner.release_raw(id, None)? {
             PesReleased::Live => Ok(()),
             PesReleased::Late => Err(Error::LeaseExpired { id: id.to_owned() }),
             PesReleased::NotHeld => Err(Error::PermitLost {
@@ -1360,7 +1408,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn try_release(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.release_raw(id)? == PesReleased::Live)
+        Ok(self.inner.release_raw(id, None)? == PesReleased::Live)
     }
 
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming

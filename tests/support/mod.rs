@@ -260,6 +260,15 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server with SIGSTOP until the guard is dropped (SIGCONT): the kernel
+    /// still accepts connections to it, but nothing is answered, as with a hung host.
+    pub fn pause(&self) -> Paused {
+        let pid = self.pid().expect("a running server") as i32;
+        // SAFETY: a signal to a child process this test started
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        Paused(pid)
+    }
+
     /// A client for this server.
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("redis::Client::open")
@@ -1151,6 +1160,16 @@ pub fn assert_timeout<T: std::fmt::Debug>(
             assert!(e.to_string().contains(operation), "{e}");
         }
         other => panic!("{operation} through a cut: {other:?}"),
+    }
+}
+
+/// A server stopped by [`RedisServer::pause`]; dropping it lets the server run again.
+pub struct Paused(i32);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // SAFETY: as in `RedisServer::pause`
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
 

@@ -1,0 +1,314 @@
+//! Time bounds of the public blocking calls when the server stops answering (SIGSTOP,
+//! or `CLIENT PAUSE` where the test must see which call hangs): each call returns,
+//! with an error or its answer, within the bound its documentation gives.
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_semaphore::compat::book::BookVariant;
+use redis_semaphore::{Client, Error};
+use support::{RedisServer, wait_until};
+
+/// Scheduling on a loaded two-core machine; well below the operation timeouts used.
+const SLACK: Duration = Duration::from_millis(500);
+
+fn client(server: &RedisServer, op: Duration, max_connections: u32) -> Client {
+    Client::builder()
+        .operation_timeout(op)
+        .max_connections(max_connections)
+        .build(server.url())
+        .unwrap()
+}
+
+/// Runs `f` and returns its result with how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let start = Instant::now();
+    let r = f();
+    (r, start.elapsed())
+}
+
+/// Pauses every write of `admin`'s server (`CLIENT PAUSE WRITE`, scripts included) and
+/// starts a counting release on `client`, which hangs on the client's only connection
+/// until its operation timeout `op`; returns a little after the server shows it hung.
+fn hang_the_only_connection(
+    admin: &mut redis::Connection,
+    client: &Client,
+    op: Duration,
+) -> thread::JoinHandle<()> {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(admin)
+        .unwrap();
+    let busy = {
+        let cs = client.counting_semaphore("busy").unwrap();
+        thread::spawn(move || drop(cs.release(1)))
+    };
+    // a paused call is a blocked client (flags b) with its command named
+    wait_until(Duration::from_secs(5), "the busy call hangs", || {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines()
+            .any(|l| l.contains(" flags=b ") && l.contains(" cmd=evalsha "))
+    });
+    // The scenario's timing, not a wait for a condition: the caller's call starts a
+    // tenth of the operation timeout after the busy one, so that the connection comes
+    // free surely within its checkout, with most of its time spent.
+    thread::sleep(op / 10);
+    busy
+}
+
+fn unpause(admin: &mut redis::Connection) {
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
+}
+
+/// A counting `acquire_timeout` is "bounded by timeout (plus at most one round trip to
+/// leave the queue)": a queued waiter whose look fails against a stopped server used
+/// to send the cancel as well, a second operation timeout.
+#[test]
+fn a_counting_acquire_timeout_ends_within_its_timeout_and_one_round_trip_on_a_stopped_server() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let cs = client.counting_semaphore("cs").unwrap();
+    assert!(cs.try_set_permits(0).unwrap());
+    let waiter = {
+        let cs = cs.clone();
+        thread::spawn(move || timed(|| cs.acquire_timeout(1, TIMEOUT)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        cs.queue_len().unwrap() == 1
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    // a look in flight at the deadline fails; a wait that reached it leaves the queue
+    assert!(
+        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+}
+
+/// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
+/// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
+/// it used to wait for one as long as the checkout timeout (5 s) allows, and then an
+/// operation timeout for its call.
+#[test]
+fn dropping_a_redisson_permit_with_a_busy_pool_and_a_paused_server_ends_within_the_operation_timeout()
+ {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 1);
+    let pes = client.redisson_permit_expirable_semaphore("pes");
+    assert!(pes.try_set_permits(2).unwrap());
+    let permit = pes.try_acquire(None).unwrap().expect("a free permit");
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let ((), took) = timed(|| drop(permit));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert!(
+        took <= OP + SLACK,
+        "a Redisson permit's drop blocked {took:?} (operation timeout {OP:?})"
+    );
+}
+
+/// Dropping a book permit never blocks longer than the operation timeout (DESIGN
+/// invariant 13), also when it must wait for a connection: it used to wait up to an
+/// operation timeout for the checkout, then one per reply of its transaction (four
+/// for the fair variants).
+#[test]
+fn dropping_a_book_permit_with_a_busy_pool_and_a_paused_server_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 1);
+    let book = client
+        .book_semaphore("book", 2)
+        .variant(BookVariant::Fair)
+        .build()
+        .unwrap();
+    let permit = book.try_acquire().unwrap().expect("a free permit");
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let ((), took) = timed(|| drop(permit));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert!(
+        took <= OP + SLACK,
+        "a book permit's drop blocked {took:?} (operation timeout {OP:?})"
+    );
+}
+
+/// A book `try_acquire` against a stopped server fails within two operation timeouts:
+/// its transaction, and the clean-up of an entry it may have added, each within one
+/// (the basic variant's "two round trips on failure"). It used to wait an operation
+/// timeout per reply of the transaction (five), then, with a pool of one connection,
+/// the whole checkout timeout (5 s) for a second connection to clean up on.
+#[test]
+fn a_failed_book_try_acquire_with_one_connection_does_not_wait_for_a_second() {
+    const OP: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    for variant in [BookVariant::Basic, BookVariant::Fair] {
+        let book = client
+            .book_semaphore(&format!("book-{variant:?}"), 2)
+            .variant(variant)
+            .build()
+            .unwrap();
+        assert!(book.held().unwrap() == 0);
+        let paused = server.pause();
+        let (r, took) = timed(|| book.try_acquire());
+        drop(paused);
+        assert!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?}: {r:?}"
+        );
+        // its transaction and the clean-up, one operation timeout each
+        assert!(
+            took <= 2 * OP + SLACK,
+            "{variant:?}: a failed try_acquire took {took:?} (operation timeout {OP:?})"
+        );
+    }
+}
+
+/// Pins the bound of the calls that already keep it: against a stopped server, each
+/// of these fails within one operation timeout (a pooled connection is idle, as in a
+/// client in use; the leased tries come last, since the clean-up each leaves to the
+/// background thread takes a connection for a while).
+#[test]
+fn every_other_call_on_a_stopped_server_fails_within_one_operation_timeout() {
+    const OP: Duration = Duration::from_millis(800);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let sem = client.semaphore("pinned", 2).unwrap();
+    let cs = client.counting_semaphore("pinned").unwrap();
+    let rs = client.redisson_semaphore("rs");
+    let pes = client.redisson_permit_expirable_semaphore("pes");
+    let book = client.book_semaphore("book", 2).build().unwrap();
+    // every handle has made its first call (its connection and clock anchor)
+    client.ping().unwrap();
+    assert_eq!(sem.available().unwrap(), 2);
+    assert!(!cs.try_acquire(1).unwrap());
+    assert!(!rs.try_acquire(1).unwrap());
+    assert!(pes.try_acquire(None).unwrap().is_none());
+    assert_eq!(book.held().unwrap(), 0);
+    type Call<'a> = (&'static str, Box<dyn Fn() -> Result<(), Error> + 'a>);
+    let calls: Vec<Call> = vec![
+        ("Client::ping", Box::new(|| client.ping())),
+        ("available", Box::new(|| sem.available().map(drop))),
+        ("holders", Box::new(|| sem.holders().map(drop))),
+        ("set_limit", Box::new(|| sem.set_limit(3))),
+        (
+            "counting try_acquire",
+            Box::new(|| cs.try_acquire(1).map(drop)),
+        ),
+        ("counting release", Box::new(|| cs.release(1))),
+        ("counting available", Box::new(|| cs.available().map(drop))),
+        (
+            "RSemaphore try_acquire",
+            Box::new(|| rs.try_acquire(1).map(drop)),
+        ),
+        (
+            "RSemaphore available",
+            Box::new(|| rs.available_permits().map(drop)),
+        ),
+        (
+            "RPermitExpirable try_acquire",
+            Box::new(|| pes.try_acquire(None).map(drop)),
+        ),
+        (
+            "RPermitExpirable available",
+            Box::new(|| pes.available_permits().map(drop)),
+        ),
+        ("book held", Box::new(|| book.held().map(drop))),
+        ("try_acquire", Box::new(|| sem.try_acquire().map(drop))),
+        (
+            "acquire_timeout",
+            Box::new(|| sem.acquire_timeout(Duration::from_secs(10)).map(drop)),
+        ),
+    ];
+    let paused = server.pause();
+    for (what, call) in calls {
+        let (r, took) = timed(call);
+        assert!(r.as_ref().is_err_and(Error::is_timeout), "{what}: {r:?}");
+        assert!(
+            took <= OP + SLACK,
+            "{what} took {took:?} on a stopped server (operation timeout {OP:?})"
+        );
+    }
+    drop(paused);
+}
+
+/// Pins `Semaphore::acquire_timeout`'s bound for a waiter already queued when the
+/// server stops: its timeout, plus the one round trip in flight or leaving the queue.
+#[test]
+fn a_queued_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_round_trip() {
+    const OP: Duration = Duration::from_millis(800);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let sem = client.semaphore("queued", 1).unwrap();
+    let held = sem.try_acquire().unwrap().expect("a free permit");
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    assert!(
+        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+    drop(held);
+}
+
+/// Pins `RSemaphore::acquire_timeout`'s bound for a waiter already subscribed when the
+/// server stops: its timeout, plus the one try in flight.
+#[test]
+fn a_subscribed_redisson_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_try() {
+    const OP: Duration = Duration::from_millis(800);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let rs = client.redisson_semaphore("rs");
+    assert!(rs.try_set_permits(0).unwrap());
+    let waiter = {
+        let rs = rs.clone();
+        thread::spawn(move || timed(|| rs.acquire_timeout(1, TIMEOUT)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter subscribes", || {
+        let subs: (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{rs}")
+            .query(&mut admin)
+            .unwrap();
+        subs.1 == 1
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    assert!(
+        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+}
