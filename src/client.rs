@@ -465,7 +465,9 @@ impl ClientBuilder {
     }
 
     /// How long an operation waits for a free connection when all are busy.
-    /// Defaults to 5 s.
+    /// Defaults to 5 s. A connection that cannot be opened ends the wait at once: a
+    /// refused connection, refused credentials, or a server that did not answer within
+    /// the [`connect_timeout`](Self::connect_timeout).
     pub fn checkout_timeout(mut self, d: Duration) -> Self {
         self.checkout_timeout = d;
         self

@@ -670,6 +670,8 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
         }
     } else if e.is_connection_refusal() || lower.contains("refused") {
         text
+    } else if e.is_timeout() {
+        format!("no answer within the connect timeout: {text}")
     } else if e.is_connection_dropped()
         || ["reset", "broken pipe", "end of file", "eof"]
             .iter()

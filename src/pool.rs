@@ -2,6 +2,7 @@
 //! TCP_NODELAY, connect errors sorted) to one server, a Sentinel service's current
 //! primary or a Redis Cluster, or a pool the user built, behind one checkout call.
 
+use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -182,7 +183,8 @@ pub(crate) struct ManagerInner {
     pub(crate) connector: Connector,
     pub(crate) connect_timeout: Duration,
     pub(crate) op_timeout: Duration,
-    last_failure: Mutex<Option<(Instant, Error)>>,
+    /// The last connect error, when it happened, and whether it was a timeout.
+    last_failure: Mutex<Option<(Instant, Error, bool)>>,
 }
 
 impl Deref for Manager {
@@ -214,12 +216,15 @@ impl Manager {
 
     /// [`open`](Self::open) with its own connect timeout.
     pub(crate) fn open_within(&self, connect_timeout: Duration) -> Result<RConn> {
+        let timed_out = Cell::new(false);
         let result = match &self.connector {
             Connector::Cluster(c) => self.open_cluster(c),
-            _ => self.open_inner(connect_timeout).map(RConn::Primary),
+            _ => self
+                .open_inner(connect_timeout, &timed_out)
+                .map(RConn::Primary),
         };
         if let Err(e) = &result {
-            *self.last_failure.lock() = Some((Instant::now(), e.copy()));
+            *self.last_failure.lock() = Some((Instant::now(), e.copy(), timed_out.get()));
         }
         result
     }
@@ -227,9 +232,10 @@ impl Manager {
     /// A plain connection with its timeouts set: to the current primary, or to one
     /// node of a cluster (for the wake-up listener's subscription).
     pub(crate) fn open_plain(&self) -> Result<PrimaryConn> {
-        let result = self.open_inner(self.connect_timeout);
+        let timed_out = Cell::new(false);
+        let result = self.open_inner(self.connect_timeout, &timed_out);
         if let Err(e) = &result {
-            *self.last_failure.lock() = Some((Instant::now(), e.copy()));
+            *self.last_failure.lock() = Some((Instant::now(), e.copy(), timed_out.get()));
         }
         result
     }
@@ -247,9 +253,13 @@ impl Manager {
 
     /// Opens a connection, its set-up (connect, handshake and the `PING`) ending
     /// within about `connect_timeout`, and leaves the operation timeout set on it.
-    fn open_inner(&self, connect_timeout: Duration) -> Result<PrimaryConn> {
+    /// `timed_out` is set when it fails for want of an answer in time.
+    fn open_inner(&self, connect_timeout: Duration, timed_out: &Cell<bool>) -> Result<PrimaryConn> {
         let (addr, tls) = (self.connector.addr(), self.connector.is_tls());
-        let sort = |e: redis::RedisError| connect_error_at(&addr, tls, &e);
+        let sort = |e: redis::RedisError| {
+            timed_out.set(timed_out.get() || e.is_timeout());
+            connect_error_at(&addr, tls, &e)
+        };
         let started = Instant::now();
         let mut conn = self.connector.connect(connect_timeout).map_err(sort)?;
         if !self.connector.has_password() {
@@ -291,10 +301,11 @@ impl Manager {
         }
     }
 
-    /// The last connect error if it happened at or after `since`.
-    fn failure_since(&self, since: Instant) -> Option<Error> {
+    /// The last connect error if it happened at or after `since`, and whether it was
+    /// a timeout.
+    fn failure_since(&self, since: Instant) -> Option<(Error, bool)> {
         match &*self.last_failure.lock() {
-            Some((at, e)) if *at >= since => Some(e.copy()),
+            Some((at, e, timed_out)) if *at >= since => Some((e.copy(), *timed_out)),
             _ => None,
         }
     }
@@ -366,12 +377,17 @@ impl Pool {
                             let failure = m.failure_since(start);
                             match failure {
                                 // refused credentials or certificates, or no server
-                                // there at all: waiting will not help
-                                Some(f) if is_config_error(&f) || is_unreachable(&f) => {
+                                // there at all: waiting will not help; nor a server
+                                // that did not answer within the connect timeout (a
+                                // call waits about that long then, not the whole
+                                // checkout timeout)
+                                Some((f, timed_out))
+                                    if timed_out || is_config_error(&f) || is_unreachable(&f) =>
+                                {
                                     return Err(f);
                                 }
                                 _ if Instant::now() < deadline => {}
-                                Some(f) => return Err(f),
+                                Some((f, _)) => return Err(f),
                                 // no connection at all, and none failed: connecting hangs
                                 None if p.state().connections == 0 => return Err(m.stalled()),
                                 None => return Err(Error::Pool(e)),

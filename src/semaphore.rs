@@ -609,7 +609,10 @@ impl Drop for Waiter<'_> {
                 Ok(Some((token, deadline_ms, slots))) => {
                     let n = slots.len() as u32;
                     let valid_until = self.sem.client_deadline(deadline_ms);
-                    drop(self.sem.permit(self.id.clone(), token, slots, n, valid_until));
+                    drop(
+                        self.sem
+                            .permit(self.id.clone(), token, slots, n, valid_until),
+                    );
                 }
                 Ok(None) => {}
                 Err(e) => log::warn!(

@@ -312,3 +312,33 @@ fn a_subscribed_redisson_acquire_timeout_on_a_stopped_server_ends_within_its_tim
         "{r:?}"
     );
 }
+
+/// A call that must open a connection (none idle) to a server that does not answer
+/// fails once the connect attempt times out, not after the whole checkout timeout:
+/// before, `ping()` and `available()` on a fresh client took the checkout timeout
+/// (5 s) whatever the operation and connect timeouts.
+#[test]
+fn a_call_that_must_connect_to_a_stopped_server_fails_within_the_connect_timeout() {
+    const CONNECT: Duration = Duration::from_millis(600);
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(600))
+        .connect_timeout(CONNECT)
+        .checkout_timeout(Duration::from_secs(10))
+        .build(server.url())
+        .unwrap();
+    let sem = client.semaphore("fresh", 1).unwrap();
+    let _paused = server.pause();
+    let (r, took) = timed(|| client.ping());
+    assert!(took <= CONNECT + SLACK, "ping took {took:?}: {r:?}");
+    match r {
+        Err(e @ Error::Connect { .. }) => {
+            assert!(e.to_string().contains("connect timeout"), "{e}");
+            assert!(e.is_retryable(), "{e}");
+        }
+        other => panic!("ping of a stopped server: {other:?}"),
+    }
+    let (r, took) = timed(|| sem.available());
+    assert!(r.is_err(), "{r:?}");
+    assert!(took <= CONNECT + SLACK, "available took {took:?}: {r:?}");
+}
