@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::book::BookVariant;
 use redis_semaphore::{Client, Error};
-use support::{RedisServer, wait_until};
+use support::{RedisServer, proxied, wait_until};
 
 /// Scheduling on a loaded two-core machine; well below the operation timeouts used.
 const SLACK: Duration = Duration::from_millis(500);
@@ -341,4 +341,53 @@ fn a_call_that_must_connect_to_a_stopped_server_fails_within_the_connect_timeout
     let (r, took) = timed(|| sem.available());
     assert!(r.is_err(), "{r:?}");
     assert!(took <= CONNECT + SLACK, "available took {took:?}: {r:?}");
+}
+
+/// Redisson `acquire_timeout` (both types) is bounded by its timeout plus one
+/// operation timeout, the try in flight at the deadline. When the server stopped
+/// answering between the first try and the subscription, the subscription's set-up
+/// took its own timeouts: a connect timeout for the new connection's check `PING`, or
+/// an operation timeout for `SUBSCRIBE`, and then came the try (3.5 s and 3.0 s for a
+/// 300 ms timeout with a 1.5 s operation timeout). The set-up now ends by the deadline.
+#[test]
+fn a_redisson_acquire_timeout_whose_subscription_hangs_ends_within_its_timeout_and_one_try() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    // what the waiter's own connection sends as the server stops answering: the check
+    // of a new connection, or the subscription on it
+    for step in ["PING", "SUBSCRIBE"] {
+        for expirable in [false, true] {
+            let (_server, proxy, client) = proxied(OP);
+            let rs = client.redisson_semaphore("rs");
+            let pes = client.redisson_permit_expirable_semaphore("pes");
+            // the first try goes on the pooled connection these made
+            if expirable {
+                assert!(pes.try_set_permits(0).unwrap());
+            } else {
+                assert!(rs.try_set_permits(0).unwrap());
+            }
+            proxy.cut_when_sent(step.as_bytes());
+            let (r, took) = timed(|| {
+                if expirable {
+                    pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some())
+                } else {
+                    rs.acquire_timeout(1, TIMEOUT)
+                }
+            });
+            let what = if expirable {
+                "RPermitExpirable"
+            } else {
+                "RSemaphore"
+            };
+            assert!(
+                took <= TIMEOUT + OP + SLACK,
+                "{what} acquire_timeout({TIMEOUT:?}) took {took:?} with the server stopping at \
+                 {step} (operation timeout {OP:?}): {r:?}"
+            );
+            assert!(
+                matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+                "{what}, {step}: {r:?}"
+            );
+        }
+    }
 }
