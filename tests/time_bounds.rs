@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::book::BookVariant;
-use redis_semaphore::{Client, Error};
+use redis_semaphore::{Client, Error, LostReason};
 use support::{RedisServer, proxied, wait_until};
 
 /// Scheduling on a loaded two-core machine; well below the operation timeouts used.
@@ -390,4 +390,46 @@ fn a_redisson_acquire_timeout_whose_subscription_hangs_ends_within_its_timeout_a
             );
         }
     }
+}
+
+/// The background renewal of Redisson expirable permits waits on Redis no longer than
+/// the refresher's other calls (until the next deadline of any permit): it used to
+/// take the pool's checkout timeout and an operation timeout, so a stopped server held
+/// back the loss of the client's other permits (`lost()` of a 1.5 s lease fired 3.1 s
+/// after the server stopped, with a 3 s operation timeout).
+#[test]
+fn a_redisson_renewal_on_a_stopped_server_does_not_hold_back_another_permits_loss() {
+    const OP: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let pes = client
+        .redisson_permit_expirable_semaphore("pes")
+        .with_auto_refresh(true);
+    assert!(pes.try_set_permits(1).unwrap());
+    // renewed every 200 ms: a renewal is under way soon after the server stops
+    let _renewed = pes
+        .try_acquire(Some(Duration::from_millis(600)))
+        .unwrap()
+        .expect("a free Redisson permit");
+    let sem = client
+        .semaphore_builder("leased")
+        .limit(1)
+        .lease(LEASE)
+        .build()
+        .unwrap();
+    let permit = sem.try_acquire().unwrap().expect("a free permit");
+    let paused = server.pause();
+    let stopped = Instant::now();
+    let reason = permit.lost().recv_timeout(LEASE + OP + SLACK);
+    let took = stopped.elapsed();
+    drop(paused);
+    assert_eq!(reason, Ok(LostReason::Expired));
+    // its last renewal was sent before the server stopped: its deadline is within a
+    // lease of that
+    assert!(
+        took <= LEASE + SLACK,
+        "lost() fired {took:?} after the server stopped (lease {LEASE:?}, operation \
+         timeout {OP:?})"
+    );
 }

@@ -895,7 +895,7 @@ struct PesRenewer {
 }
 
 impl Renew for PesRenewer {
-    fn renew(&self, permits: &[Arc<PermitState>]) -> Result<Vec<String>> {
+    fn renew(&self, permits: &[Arc<PermitState>], wait: Duration) -> Result<Vec<String>> {
         // gone: so are its permits (each holds it), nothing to renew
         let Some(inner) = self.inner.upgrade() else {
             return Ok(Vec::new());
@@ -907,8 +907,13 @@ impl Renew for PesRenewer {
             .collect::<Result<Vec<_>>>()?;
         let now = now_ms();
         let deadline = lease_deadline(now, Some(self.lease));
-        let held = inner.common.run_write(
+        // the refresher's bound (the checkout, the call and a replica wait, all in
+        // `wait`), not the checkout timeout and an operation timeout: a server that
+        // stopped answering must not hold back the loss of the client's other permits
+        let by = Instant::now() + wait.min(inner.common.shared().op_timeout);
+        let held = inner.common.run_write_by(
             "update_lease_time",
+            Some(by),
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
             |_| false,
         )?;
