@@ -433,3 +433,122 @@ fn a_redisson_renewal_on_a_stopped_server_does_not_hold_back_another_permits_los
          timeout {OP:?})"
     );
 }
+
+/// Releases the permit `id` of semaphore `name` (one nobody renews) through `admin`,
+/// and pauses every write of the server (scripts included) in the same transaction:
+/// the release hands the permit to the waiter at the head of the queue, and the
+/// waiter's next script call hangs.
+fn release_and_pause_writes(admin: &mut redis::Connection, name: &str, id: &str) {
+    let sha = support::release_script().load(admin).unwrap();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("EVALSHA")
+        .arg(sha)
+        .arg(4)
+        .arg(
+            ["h", "i", "s", "q"]
+                .map(|part| format!("redsem:{{{name}}}:{part}"))
+                .to_vec(),
+        )
+        .arg(id)
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(admin)
+        .unwrap();
+}
+
+/// A waiter of a semaphore without automatic refresh renews the permit pushed to it
+/// (a heartbeat long) to a full lease before `acquire_timeout` returns. When the
+/// server stopped answering after the grant, that renewal took an operation timeout
+/// and the permit's release another (4.0 s for a 1 s timeout with a 2 s operation
+/// timeout); the renewal now ends by the call's bound and by the grant's own deadline,
+/// and a grant whose deadline passed is given back in the background (1.0 s).
+#[test]
+fn a_manual_refresh_acquire_timeout_served_from_the_queue_on_a_stopped_server_ends_within_its_timeout_and_one_round_trip()
+ {
+    const OP: Duration = Duration::from_secs(2);
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let sem = client
+        .semaphore_builder("manual")
+        .limit(1)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "manual", held.id());
+    let (r, took) = waiter.join().unwrap();
+    unpause(&mut admin);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    // the pushed grant lasted a heartbeat (1 s), over before its renewal could end
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+}
+
+/// The same with an operation timeout shorter than the heartbeat: the renewal fails
+/// while the pushed grant still runs, and the permit is returned valid until the
+/// deadline the client knew (the grant's, never later than the server's), its loss
+/// told by `lost()` then. It used to fail with the renewal's timeout, the permit
+/// given back.
+#[test]
+fn a_manual_refresh_permit_served_from_the_queue_whose_renewal_fails_keeps_its_first_deadline() {
+    const OP: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let sem = client
+        .semaphore_builder("manual")
+        .limit(1)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "manual", held.id());
+    let r = waiter.join().unwrap();
+    let permit = match r {
+        Ok(Some(p)) => p,
+        other => {
+            unpause(&mut admin);
+            panic!("a permit pushed to the waiter: {other:?}");
+        }
+    };
+    assert!(!permit.is_lost());
+    let left = permit.lease_left();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(1),
+        "the pushed grant's heartbeat, not a lease it could not renew: {left:?}"
+    );
+    assert_eq!(
+        permit.lost().recv_timeout(left + SLACK),
+        Ok(LostReason::Expired)
+    );
+    unpause(&mut admin);
+}
