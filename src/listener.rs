@@ -268,15 +268,25 @@ impl SubConn {
 
 /// A connection to subscribe on: a new one to the current primary when the client
 /// built its own pool, else one from the user's pool (redis-rs unsubscribes when the
-/// subscription is dropped, before the connection goes back).
-pub(crate) fn open_subscriber(shared: &Shared) -> crate::Result<SubConn> {
+/// subscription is dropped, before the connection goes back). With a deadline `by`,
+/// getting it ends by then (a connect, or a checkout of the user's pool), else within
+/// the connect timeout (the checkout within the operation timeout).
+pub(crate) fn open_subscriber(shared: &Shared, by: Option<Instant>) -> crate::Result<SubConn> {
+    let within = |cap: Duration| {
+        by.map_or(cap, |d| {
+            d.saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), cap)
+        })
+    };
     match &shared.pool {
         // the pool's manager: the current primary, with the same credentials, TLS and
         // error sorting
-        Pool::Own(_, m) => m.open_plain().map(SubConn::Own),
+        Pool::Own(_, m) => m
+            .open_plain_within(within(m.connect_timeout))
+            .map(SubConn::Own),
         Pool::User(..) => shared
             .pool
-            .get(Some(shared.op_timeout))
+            .get(Some(within(shared.op_timeout)))
             .map(SubConn::Pooled),
     }
 }
@@ -288,7 +298,7 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
         if stopped(stop) {
             return;
         }
-        let mut conn = match open_subscriber(shared) {
+        let mut conn = match open_subscriber(shared, None) {
             Ok(c) => c,
             Err(e) => {
                 failed_before = true;

@@ -230,11 +230,18 @@ impl Manager {
     }
 
     /// A plain connection with its timeouts set: to the current primary, or to one
-    /// node of a cluster (for the wake-up listener's subscription).
-    pub(crate) fn open_plain(&self) -> Result<PrimaryConn> {
+    /// node of a cluster (for a subscription), its set-up ending within `budget` (at
+    /// most the connect timeout: a caller with a deadline of its own passes what is
+    /// left of it). A set-up that runs out of a budget shorter than the connect timeout
+    /// is not recorded as the pool's last connect failure: it says nothing of the
+    /// server, and a checkout waiting meanwhile would end with it.
+    pub(crate) fn open_plain_within(&self, budget: Duration) -> Result<PrimaryConn> {
+        let budget = budget.min(self.connect_timeout);
         let timed_out = Cell::new(false);
-        let result = self.open_inner(self.connect_timeout, &timed_out);
-        if let Err(e) = &result {
+        let result = self.open_inner(budget, &timed_out);
+        if let Err(e) = &result
+            && !(timed_out.get() && budget < self.connect_timeout)
+        {
             *self.last_failure.lock() = Some((Instant::now(), e.copy(), timed_out.get()));
         }
         result

@@ -185,7 +185,7 @@ fn renew(
 ) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
     let sent = Instant::now();
     if let Some(renewer) = &batch.renewer {
-        return renew_custom(renewer.as_ref(), batch, sent);
+        return renew_custom(renewer.as_ref(), batch, sent, wait);
     }
     let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
     let result = ids
@@ -252,16 +252,18 @@ fn expired(batch: &Batch, now: Instant) -> Vec<(LostReason, Arc<PermitState>)> {
         .collect()
 }
 
-/// Renews a batch of a compat layout through its renewer (sent at `sent`).
+/// Renews a batch of a compat layout through its renewer (sent at `sent`), each call
+/// waiting on Redis at most `wait`, as [`call_refresh`] does.
 fn renew_custom(
     renewer: &dyn Renew,
     batch: &Batch,
     sent: Instant,
+    wait: Duration,
 ) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
     let result = batch.permits.chunks(REFRESH_CHUNK).try_fold(
         Vec::new(),
         |mut gone, chunk| -> crate::Result<Vec<String>> {
-            gone.extend(renewer.renew(chunk)?);
+            gone.extend(renewer.renew(chunk, wait)?);
             Ok(gone)
         },
     );

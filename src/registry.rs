@@ -155,9 +155,10 @@ impl GroupKey {
 /// semaphore's refresh), in the background thread.
 pub(crate) trait Renew: Send + Sync {
     /// Renews each permit for another lease, with one script call (the refresher
-    /// passes a bounded chunk); returns the ids found gone. An error means nothing is
-    /// known (the permits stay, their deadlines unchanged).
-    fn renew(&self, permits: &[Arc<PermitState>]) -> crate::Result<Vec<String>>;
+    /// passes a bounded chunk), waiting on Redis (pool checkout and the call) at most
+    /// `wait` in all, as the refresher's own renewals do; returns the ids found gone.
+    /// An error means nothing is known (the permits stay, their deadlines unchanged).
+    fn renew(&self, permits: &[Arc<PermitState>], wait: Duration) -> crate::Result<Vec<String>>;
 }
 
 struct Group {

@@ -989,7 +989,7 @@ impl Semaphore {
         let result = self
             .wait_riding_through(n, deadline, cancel, &hub, id)
             .and_then(|p| {
-                p.map(|p| self.full_lease(p).and_then(|p| self.confirm(p)))
+                p.map(|p| self.full_lease(p, deadline).and_then(|p| self.confirm(p)))
                     .transpose()
             });
         match &result {
@@ -1013,14 +1013,58 @@ impl Semaphore {
     /// A permit served from the queue lasts only a heartbeat until its client renews it
     /// (`serve` in common.lua); without automatic refresh nothing would, so it is
     /// renewed here to the full lease, as a grant of the caller's own call has.
-    fn full_lease(&self, p: Permit) -> Result<Permit> {
+    ///
+    /// The renewal ends by the wait's bound (its `deadline` plus one operation
+    /// timeout, the look in flight at the deadline) and by the grant's own deadline,
+    /// after which the permit is lost whatever the renewal says. A renewal that cannot
+    /// finish for want of the server leaves the permit valid until the deadline the
+    /// client already knows (never later than the server's); when that has passed
+    /// too, the grant is given back in the background and the wait ends with the
+    /// error, as an acquire whose reply came too late.
+    fn full_lease(&self, p: Permit, deadline: Option<Instant>) -> Result<Permit> {
         let sem = &self.inner;
         let hb = Duration::from_millis(scripts::heartbeat_ms(sem.group.lease_ms));
         if sem.group.auto || p.lease_left() > hb || p.state.held_out(Instant::now()) {
             return Ok(p);
         }
-        p.refresh()?;
-        Ok(p)
+        let op = sem.client.inner.shared.op_timeout;
+        let mut until = p.state.valid_until();
+        if let Some(d) = deadline {
+            until = until.min(d + op);
+        }
+        let wait = until.saturating_duration_since(Instant::now()).min(op);
+        match sem.renew_within(&p.state, wait) {
+            Ok(()) if !p.is_lost() => Ok(p),
+            // renewed, but its deadline passed meanwhile and the refresher said so
+            Ok(()) => {
+                self.give_back_later(p);
+                Err(late_reply(&sem.name))
+            }
+            Err(e) if is_outage(&e) => {
+                if !p.is_lost() && p.lease_left() > Duration::ZERO {
+                    log::debug!(
+                        "redis-semaphore: a permit of {} served from the queue keeps its \
+                         first deadline: its renewal failed: {e}",
+                        sem.name
+                    );
+                    return Ok(p);
+                }
+                self.give_back_later(p);
+                Err(e)
+            }
+            // the permit is gone (marked lost), or an error of another kind: dropping
+            // it gives it back, one round trip to a server that answers
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives `p` back through the background thread (the release sent at once, and
+    /// retried until its lease has surely ended), without waiting for it here.
+    fn give_back_later(&self, p: Permit) {
+        let id = p.id().to_owned();
+        // stops its renewal here and sends nothing
+        let _ = p.into_parts();
+        self.clean_up_after(&id, Instant::now());
     }
 
     /// The queued part of [`wait_for`](Semaphore::wait_for), riding through a failover
@@ -1607,40 +1651,7 @@ impl Grantor for SemInner {
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
-        let shared = &self.client.inner.shared;
-        let sent = Instant::now();
-        if permit.held_out(sent) {
-            return Err(Error::InvalidArgument(format!(
-                "permit {} of semaphore {:?} has been held for its max_hold: it is not \
-                 renewed any more and ends with its lease",
-                permit.id, self.name
-            )));
-        }
-        let renewal = refresher::call_refresh(
-            shared,
-            &self.keys,
-            self.lease(),
-            &[&permit.id],
-            shared.op_timeout,
-        )
-        .map_err(|e| self.sorted(e).during("refresh"))?;
-        let now = Instant::now();
-        let reason = match renewal {
-            Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(lease_end(sent, self.lease()));
-                return Ok(());
-            }
-            Renewal::Lost(_) => permit.reason_for_missing(now, false),
-            Renewal::Reset => permit.reason_for_missing(now, true),
-        };
-        if permit.mark_lost(reason) {
-            Counters::bump(&shared.stats.lost);
-        }
-        let reason = permit.lost_reason().unwrap_or(reason);
-        Err(Error::PermitLost {
-            id: permit.id.clone(),
-            reason,
-        })
+        self.renew_within(permit, self.client.inner.shared.op_timeout)
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
@@ -1673,6 +1684,40 @@ impl Grantor for SemInner {
 }
 
 impl SemInner {
+    /// Renews `permit` for a full lease (a manual refresh), waiting on Redis (the pool
+    /// checkout and the call) at most `wait`.
+    fn renew_within(&self, permit: &PermitState, wait: Duration) -> Result<()> {
+        let shared = &self.client.inner.shared;
+        let sent = Instant::now();
+        if permit.held_out(sent) {
+            return Err(Error::InvalidArgument(format!(
+                "permit {} of semaphore {:?} has been held for its max_hold: it is not \
+                 renewed any more and ends with its lease",
+                permit.id, self.name
+            )));
+        }
+        let renewal =
+            refresher::call_refresh(shared, &self.keys, self.lease(), &[&permit.id], wait)
+                .map_err(|e| self.sorted(e).during("refresh"))?;
+        let now = Instant::now();
+        let reason = match renewal {
+            Renewal::Lost(gone) if gone.is_empty() => {
+                permit.renewed(lease_end(sent, self.lease()));
+                return Ok(());
+            }
+            Renewal::Lost(_) => permit.reason_for_missing(now, false),
+            Renewal::Reset => permit.reason_for_missing(now, true),
+        };
+        if permit.mark_lost(reason) {
+            Counters::bump(&shared.stats.lost);
+        }
+        let reason = permit.lost_reason().unwrap_or(reason);
+        Err(Error::PermitLost {
+            id: permit.id.clone(),
+            reason,
+        })
+    }
+
     /// Sends the release, all of it (pool checkout, a wait for a shared call, the call,
     /// one retry) ending by one deadline: the operation timeout from now. A release
     /// that fails on a broken connection is sent once more on a fresh one (the script

@@ -8,8 +8,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::book::BookVariant;
-use redis_semaphore::{Client, Error};
-use support::{RedisServer, wait_until};
+use redis_semaphore::{Client, Error, LostReason};
+use support::{RedisServer, proxied, wait_until};
 
 /// Scheduling on a loaded two-core machine; well below the operation timeouts used.
 const SLACK: Duration = Duration::from_millis(500);
@@ -341,4 +341,214 @@ fn a_call_that_must_connect_to_a_stopped_server_fails_within_the_connect_timeout
     let (r, took) = timed(|| sem.available());
     assert!(r.is_err(), "{r:?}");
     assert!(took <= CONNECT + SLACK, "available took {took:?}: {r:?}");
+}
+
+/// Redisson `acquire_timeout` (both types) is bounded by its timeout plus one
+/// operation timeout, the try in flight at the deadline. When the server stopped
+/// answering between the first try and the subscription, the subscription's set-up
+/// took its own timeouts: a connect timeout for the new connection's check `PING`, or
+/// an operation timeout for `SUBSCRIBE`, and then came the try (3.5 s and 3.0 s for a
+/// 300 ms timeout with a 1.5 s operation timeout). The set-up now ends by the deadline.
+#[test]
+fn a_redisson_acquire_timeout_whose_subscription_hangs_ends_within_its_timeout_and_one_try() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    // what the waiter's own connection sends as the server stops answering: the check
+    // of a new connection, or the subscription on it
+    for step in ["PING", "SUBSCRIBE"] {
+        for expirable in [false, true] {
+            let (_server, proxy, client) = proxied(OP);
+            let rs = client.redisson_semaphore("rs");
+            let pes = client.redisson_permit_expirable_semaphore("pes");
+            // the first try goes on the pooled connection these made
+            if expirable {
+                assert!(pes.try_set_permits(0).unwrap());
+            } else {
+                assert!(rs.try_set_permits(0).unwrap());
+            }
+            proxy.cut_when_sent(step.as_bytes());
+            let (r, took) = timed(|| {
+                if expirable {
+                    pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some())
+                } else {
+                    rs.acquire_timeout(1, TIMEOUT)
+                }
+            });
+            let what = if expirable {
+                "RPermitExpirable"
+            } else {
+                "RSemaphore"
+            };
+            assert!(
+                took <= TIMEOUT + OP + SLACK,
+                "{what} acquire_timeout({TIMEOUT:?}) took {took:?} with the server stopping at \
+                 {step} (operation timeout {OP:?}): {r:?}"
+            );
+            assert!(
+                matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+                "{what}, {step}: {r:?}"
+            );
+        }
+    }
+}
+
+/// The background renewal of Redisson expirable permits waits on Redis no longer than
+/// the refresher's other calls (until the next deadline of any permit): it used to
+/// take the pool's checkout timeout and an operation timeout, so a stopped server held
+/// back the loss of the client's other permits (`lost()` of a 1.5 s lease fired 3.1 s
+/// after the server stopped, with a 3 s operation timeout).
+#[test]
+fn a_redisson_renewal_on_a_stopped_server_does_not_hold_back_another_permits_loss() {
+    const OP: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 16);
+    let pes = client
+        .redisson_permit_expirable_semaphore("pes")
+        .with_auto_refresh(true);
+    assert!(pes.try_set_permits(1).unwrap());
+    // renewed every 200 ms: a renewal is under way soon after the server stops
+    let _renewed = pes
+        .try_acquire(Some(Duration::from_millis(600)))
+        .unwrap()
+        .expect("a free Redisson permit");
+    let sem = client
+        .semaphore_builder("leased")
+        .limit(1)
+        .lease(LEASE)
+        .build()
+        .unwrap();
+    let permit = sem.try_acquire().unwrap().expect("a free permit");
+    let paused = server.pause();
+    let stopped = Instant::now();
+    let reason = permit.lost().recv_timeout(LEASE + OP + SLACK);
+    let took = stopped.elapsed();
+    drop(paused);
+    assert_eq!(reason, Ok(LostReason::Expired));
+    // its last renewal was sent before the server stopped: its deadline is within a
+    // lease of that
+    assert!(
+        took <= LEASE + SLACK,
+        "lost() fired {took:?} after the server stopped (lease {LEASE:?}, operation \
+         timeout {OP:?})"
+    );
+}
+
+/// Releases the permit `id` of semaphore `name` (one nobody renews) through `admin`,
+/// and pauses every write of the server (scripts included) in the same transaction:
+/// the release hands the permit to the waiter at the head of the queue, and the
+/// waiter's next script call hangs.
+fn release_and_pause_writes(admin: &mut redis::Connection, name: &str, id: &str) {
+    let sha = support::release_script().load(admin).unwrap();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("EVALSHA")
+        .arg(sha)
+        .arg(4)
+        .arg(
+            ["h", "i", "s", "q"]
+                .map(|part| format!("redsem:{{{name}}}:{part}"))
+                .to_vec(),
+        )
+        .arg(id)
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(admin)
+        .unwrap();
+}
+
+/// A waiter of a semaphore without automatic refresh renews the permit pushed to it
+/// (a heartbeat long) to a full lease before `acquire_timeout` returns. When the
+/// server stopped answering after the grant, that renewal took an operation timeout
+/// and the permit's release another (4.0 s for a 1 s timeout with a 2 s operation
+/// timeout); the renewal now ends by the call's bound and by the grant's own deadline,
+/// and a grant whose deadline passed is given back in the background (1.0 s).
+#[test]
+fn a_manual_refresh_acquire_timeout_served_from_the_queue_on_a_stopped_server_ends_within_its_timeout_and_one_round_trip()
+ {
+    const OP: Duration = Duration::from_secs(2);
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let sem = client
+        .semaphore_builder("manual")
+        .limit(1)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "manual", held.id());
+    let (r, took) = waiter.join().unwrap();
+    unpause(&mut admin);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    // the pushed grant lasted a heartbeat (1 s), over before its renewal could end
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
+}
+
+/// The same with an operation timeout shorter than the heartbeat: the renewal fails
+/// while the pushed grant still runs, and the permit is returned valid until the
+/// deadline the client knew (the grant's, never later than the server's), its loss
+/// told by `lost()` then. It used to fail with the renewal's timeout, the permit
+/// given back.
+#[test]
+fn a_manual_refresh_permit_served_from_the_queue_whose_renewal_fails_keeps_its_first_deadline() {
+    const OP: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let sem = client
+        .semaphore_builder("manual")
+        .limit(1)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "manual", held.id());
+    let r = waiter.join().unwrap();
+    let permit = match r {
+        Ok(Some(p)) => p,
+        other => {
+            unpause(&mut admin);
+            panic!("a permit pushed to the waiter: {other:?}");
+        }
+    };
+    assert!(!permit.is_lost());
+    let left = permit.lease_left();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(1),
+        "the pushed grant's heartbeat, not a lease it could not renew: {left:?}"
+    );
+    assert_eq!(
+        permit.lost().recv_timeout(left + SLACK),
+        Ok(LostReason::Expired)
+    );
+    unpause(&mut admin);
 }

@@ -111,7 +111,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
-use crate::listener::open_subscriber;
+use crate::listener::{SubConn, open_subscriber};
 use crate::permit::{Grantor, Permit};
 use crate::registry::{GroupKey, PermitState, Renew};
 use crate::scripts::leased;
@@ -383,8 +383,11 @@ impl Common {
         let stats = &self.shared().stats;
         Counters::bump(&stats.waits);
         let started = Instant::now();
+        // the subscription's set-up (connect, SUBSCRIBE) ends by the deadline: the
+        // bound is the timeout and the one try in flight at it, not a connect timeout
+        // and an operation timeout more
         let mut holder = match self.publish {
-            PublishCommand::Publish => match open_subscriber(self.shared()) {
+            PublishCommand::Publish => match open_subscriber(self.shared(), deadline) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     log::warn!(
@@ -396,11 +399,28 @@ impl Common {
             },
             PublishCommand::SPublish => None,
         };
+        let op = self.shared().op_timeout;
+        let own = matches!(holder, Some(SubConn::Own(_)));
         let mut sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
+            let budget = deadline.map_or(op, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .clamp(Duration::from_millis(1), op)
+            });
+            // the connection is this wait's own (or the user's pool sets its
+            // timeouts again on the next checkout)
+            let _ = c.set_read_timeout(Some(budget));
+            let _ = c.set_write_timeout(Some(budget));
             let mut ps = c.as_pubsub();
             match ps.subscribe(&self.keys.channel) {
                 Ok(()) => Some(ps),
                 Err(e) => {
+                    // leaving it (UNSUBSCRIBE on drop) must not wait out a second
+                    // budget on a server that did not answer: this wait's own
+                    // connection is closed anyway (a pooled one goes back to the
+                    // user's pool, and must leave the subscription for good)
+                    if own {
+                        let _ = ps.set_read_timeout(Some(Duration::from_millis(1)));
+                    }
                     log::warn!(
                         "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
                         self.keys.channel
@@ -732,7 +752,9 @@ impl RSemaphore {
     ///
     /// # Blocking
     ///
-    /// As [`acquire`](Self::acquire), bounded by `timeout`.
+    /// As [`acquire`](Self::acquire), bounded by `timeout` plus at most one operation
+    /// timeout: the try in flight at the deadline. Subscribing to the channel
+    /// (a connection and `SUBSCRIBE`) ends by the deadline too.
     ///
     /// # Errors
     ///
@@ -873,7 +895,7 @@ struct PesRenewer {
 }
 
 impl Renew for PesRenewer {
-    fn renew(&self, permits: &[Arc<PermitState>]) -> Result<Vec<String>> {
+    fn renew(&self, permits: &[Arc<PermitState>], wait: Duration) -> Result<Vec<String>> {
         // gone: so are its permits (each holds it), nothing to renew
         let Some(inner) = self.inner.upgrade() else {
             return Ok(Vec::new());
@@ -885,8 +907,13 @@ impl Renew for PesRenewer {
             .collect::<Result<Vec<_>>>()?;
         let now = now_ms();
         let deadline = lease_deadline(now, Some(self.lease));
-        let held = inner.common.run_write(
+        // the refresher's bound (the checkout, the call and a replica wait, all in
+        // `wait`), not the checkout timeout and an operation timeout: a server that
+        // stopped answering must not hold back the loss of the client's other permits
+        let by = Instant::now() + wait.min(inner.common.shared().op_timeout);
+        let held = inner.common.run_write_by(
             "update_lease_time",
+            Some(by),
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
             |_| false,
         )?;
@@ -1342,7 +1369,9 @@ impl RPermitExpirableSemaphore {
     ///
     /// # Blocking
     ///
-    /// As [`acquire`](Self::acquire), bounded by `wait`.
+    /// As [`acquire`](Self::acquire), bounded by `wait` plus at most one operation
+    /// timeout: the try in flight at the deadline. Subscribing to the channel
+    /// (a connection and `SUBSCRIBE`) ends by the deadline too.
     ///
     /// # Errors
     ///
@@ -1362,7 +1391,9 @@ impl RPermitExpirableSemaphore {
     ///
     /// # Blocking
     ///
-    /// As [`acquire`](Self::acquire), bounded by `wait`.
+    /// As [`acquire`](Self::acquire), bounded by `wait` plus at most one operation
+    /// timeout: the try in flight at the deadline. Subscribing to the channel
+    /// (a connection and `SUBSCRIBE`) ends by the deadline too.
     ///
     /// # Errors
     ///

@@ -663,9 +663,34 @@ struct ProxyShared {
     stop: std::sync::atomic::AtomicBool,
     /// Both sockets of every live connection, and whether it lived through a cut.
     conns: Mutex<Vec<(TcpStream, TcpStream, bool)>>,
+    /// Bytes whose passage from a client starts a cut ([`Proxy::cut_when_sent`]).
+    trigger: Mutex<Option<Vec<u8>>>,
 }
 
 impl ProxyShared {
+    /// Starts a partition (see [`Proxy::cut`]).
+    fn cut(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        self.cut.store(true, SeqCst);
+        for c in conns.iter_mut() {
+            c.2 = true;
+        }
+    }
+
+    /// Whether `chunk`, on its way from a client, holds the armed trigger (which it
+    /// then disarms).
+    fn triggered_by(&self, chunk: &[u8]) -> bool {
+        let mut trigger = self.trigger.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = trigger
+            .as_deref()
+            .is_some_and(|t| chunk.windows(t.len()).any(|w| w == t));
+        if hit {
+            *trigger = None;
+        }
+        hit
+    }
+
     fn close_where(&self, pred: impl Fn(bool) -> bool) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         Self::close_in(&mut conns, pred);
@@ -712,9 +737,9 @@ impl Proxy {
                     let cut = sh.cut.load(SeqCst);
                     conns.push((c2, s2, cut));
                 }
-                for (from, to) in [
-                    (client.try_clone(), server.try_clone()),
-                    (server.try_clone(), client.try_clone()),
+                for (from, to, from_client) in [
+                    (client.try_clone(), server.try_clone(), true),
+                    (server.try_clone(), client.try_clone(), false),
                 ] {
                     let (Ok(mut from), Ok(mut to)) = (from, to) else {
                         continue;
@@ -726,6 +751,9 @@ impl Proxy {
                             match from.read(&mut buf) {
                                 Ok(0) | Err(_) => break,
                                 Ok(n) => {
+                                    if from_client && sh.triggered_by(&buf[..n]) {
+                                        sh.cut(); // this chunk is the first to vanish
+                                    }
                                     if sh.cut.load(SeqCst) {
                                         continue; // the black hole
                                     }
@@ -756,12 +784,19 @@ impl Proxy {
 
     /// Starts a partition: from now on nothing goes through.
     pub fn cut(&self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let mut conns = self.shared.conns.lock().unwrap_or_else(|e| e.into_inner());
-        self.shared.cut.store(true, SeqCst);
-        for c in conns.iter_mut() {
-            c.2 = true;
-        }
+        self.shared.cut();
+    }
+
+    /// Starts a partition the moment a client sends `bytes` (within one read of the
+    /// proxy: a command's name, say): that chunk and everything after it vanish. For a
+    /// fault that must land between two steps of one call, where no test could time
+    /// a [`cut`](Proxy::cut).
+    pub fn cut_when_sent(&self, bytes: &[u8]) {
+        *self
+            .shared
+            .trigger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(bytes.to_vec());
     }
 
     /// Ends a partition: connections that lived through it are closed (their streams
