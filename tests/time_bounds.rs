@@ -64,6 +64,26 @@ fn unpause(admin: &mut redis::Connection) {
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
 }
 
+/// Asserts that an `acquire_timeout(timeout)` against a server that stopped answering
+/// took at most its bound (its timeout and one operation timeout `op`, the look or try
+/// in flight at the deadline) and gave up: `Ok(false)` at the deadline, or the timeout
+/// of that look.
+fn assert_gave_up_in_time(
+    r: &Result<bool, Error>,
+    took: Duration,
+    timeout: Duration,
+    op: Duration,
+) {
+    assert!(
+        took <= timeout + op + SLACK,
+        "acquire_timeout({timeout:?}) took {took:?} (operation timeout {op:?}): {r:?}"
+    );
+    assert!(
+        matches!(r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+}
+
 /// A counting `acquire_timeout` is "bounded by timeout (plus at most one round trip to
 /// leave the queue)": a queued waiter whose look fails against a stopped server used
 /// to send the cancel as well, a second operation timeout.
@@ -85,15 +105,8 @@ fn a_counting_acquire_timeout_ends_within_its_timeout_and_one_round_trip_on_a_st
     let paused = server.pause();
     let (r, took) = waiter.join().unwrap();
     drop(paused);
-    assert!(
-        took <= TIMEOUT + OP + SLACK,
-        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
-    );
     // a look in flight at the deadline fails; a wait that reached it leaves the queue
-    assert!(
-        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
-        "{r:?}"
-    );
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
 /// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
@@ -266,14 +279,7 @@ fn a_queued_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_
     let paused = server.pause();
     let (r, took) = waiter.join().unwrap();
     drop(paused);
-    assert!(
-        took <= TIMEOUT + OP + SLACK,
-        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
-    );
-    assert!(
-        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
-        "{r:?}"
-    );
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
     drop(held);
 }
 
@@ -303,14 +309,7 @@ fn a_subscribed_redisson_acquire_timeout_on_a_stopped_server_ends_within_its_tim
     let paused = server.pause();
     let (r, took) = waiter.join().unwrap();
     drop(paused);
-    assert!(
-        took <= TIMEOUT + OP + SLACK,
-        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
-    );
-    assert!(
-        matches!(&r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
-        "{r:?}"
-    );
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
 /// A call that must open a connection (none idle) to a server that does not answer
