@@ -570,3 +570,42 @@ fn the_cli_never_prints_a_query_password() {
         "{text}"
     );
 }
+
+/// A wrong password, a right one and a missing one against a server that requires
+/// one: no error, `Debug` output or log line shows either password.
+#[test]
+fn passwords_refused_by_a_server_are_never_shown() {
+    capture_logs();
+    let server = RedisServer::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("Pw0rd-right")
+        .query(&mut server.conn())
+        .unwrap();
+    let base = server.url().replace("redis://", "");
+    for url in [
+        format!("redis://:Pw0rd-wrong@{base}"),
+        format!("redis://u:Pw0rd-wrong@{base}"),
+        format!("redis://:Pw0rd-right@{base}0?protocol=resp3"),
+        format!("redis://{base}"),
+    ] {
+        let client = Client::builder().build(url.as_str()).unwrap();
+        let mut shown = vec![format!("{client:?}")];
+        match client.ping() {
+            Ok(()) => assert!(url.contains("right"), "{url}: accepted"),
+            Err(e) => {
+                assert!(matches!(e, Error::Auth { .. }), "{url}: {e:?}");
+                shown.push(format!("{e} {e:?}"));
+            }
+        }
+        if let Err(e) = client.semaphore("s", 1).and_then(|s| s.try_acquire()) {
+            shown.push(format!("{e} {e:?}"));
+        }
+        drop(client);
+        shown.extend(RECORDS.lock().unwrap().iter().cloned());
+        for text in shown {
+            assert!(!text.contains("Pw0rd-"), "{url}: {text}");
+        }
+    }
+}
