@@ -251,7 +251,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a pool of fewer than two connections; otherwise
+    /// [`Error::InvalidArgument`] for a pool of fewer than two connections or with a
+    /// connection timeout over [`MAX_TIMEOUT`]; otherwise
     /// only if the background thread cannot be started.
     pub fn from_pool(pool: r2d2::Pool<redis::Client>) -> Result<Client> {
         if pool.max_size() < 2 {
@@ -259,6 +260,15 @@ impl Client {
                 "a pool given to Client::from_pool needs at least 2 connections, this one has \
                  {}: the wake-up listener keeps one for the client's lifetime",
                 pool.max_size()
+            )));
+        }
+        // r2d2 waits until `Instant::now() + connection_timeout`, which overflows (a
+        // panic) for a huge timeout
+        if pool.connection_timeout() > MAX_TIMEOUT {
+            return Err(Error::InvalidArgument(format!(
+                "a pool given to Client::from_pool must have a connection timeout of at most \
+                 a day, this one has {:?}",
+                pool.connection_timeout()
             )));
         }
         let defaults = ClientBuilder::default();
@@ -368,6 +378,13 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// The most connections [`ClientBuilder::max_connections`] accepts.
+pub const MAX_CONNECTIONS: u32 = 10_000;
+
+/// The longest timeout [`ClientBuilder`] accepts (connect, operation and checkout): a
+/// day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// Settings of a [`Client`]: pool size, timeouts, credentials and TLS files.
 ///
 /// ```no_run
@@ -443,7 +460,8 @@ impl std::fmt::Debug for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The most connections the pool opens. Defaults to 16.
+    /// The most connections the pool opens. Defaults to 16; at most
+    /// [`MAX_CONNECTIONS`] (checked by [`build`](Self::build)).
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n;
         self
@@ -451,7 +469,8 @@ impl ClientBuilder {
 
     /// How long opening one connection may take: the TCP connect, the TLS handshake,
     /// `AUTH` and `SELECT` where the URL asks for them, and the `PING` that checks a
-    /// connection without a password, all within about this. Defaults to 2 s.
+    /// connection without a password, all within about this. Defaults to 2 s; at most
+    /// [`MAX_TIMEOUT`] (checked by [`build`](Self::build), as the other timeouts).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self
@@ -540,7 +559,8 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for zero sizes or durations, a URL that cannot be
+    /// [`Error::InvalidArgument`] for zero sizes or durations, more than
+    /// [`MAX_CONNECTIONS`] connections, a timeout over [`MAX_TIMEOUT`], a URL that cannot be
     /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
     /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
     /// `rediss+cluster://` URL in a build without the `tls-rustls` feature (redis-rs's
@@ -551,6 +571,14 @@ impl ClientBuilder {
                 "max_connections must be at least 1".into(),
             ));
         }
+        // r2d2 reserves room for the largest pool up front: u32::MAX would abort the
+        // process on a failed allocation instead of returning an error
+        if self.max_connections > MAX_CONNECTIONS {
+            return Err(Error::InvalidArgument(format!(
+                "max_connections must be at most {MAX_CONNECTIONS}, got {}",
+                self.max_connections
+            )));
+        }
         for (what, d) in [
             ("connect_timeout", self.connect_timeout),
             ("operation_timeout", self.operation_timeout),
@@ -558,6 +586,13 @@ impl ClientBuilder {
         ] {
             if d.is_zero() {
                 return Err(Error::InvalidArgument(format!("{what} must be above zero")));
+            }
+            // deadlines are `Instant::now() + timeout`: Duration::MAX would overflow
+            // (a panic, and an abort when it happens in a drop)
+            if d > MAX_TIMEOUT {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} must be at most a day, got {d:?}"
+                )));
             }
         }
         // messages name a hand-built target by its address (never a password)

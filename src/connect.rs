@@ -361,62 +361,102 @@ fn percent_decode(s: &str) -> std::result::Result<String, String> {
 /// `url` with any password replaced by `***`, for logs and messages: the password of
 /// the `user:password@` part (everything from the first `:` after the user name up to
 /// the last `@`), and the values of `pass=` / `password=` query parameters (the form of
-/// `unix://` URLs). When in doubt it hides more, never less. Every message of this
-/// crate that shows a URL shows it through this function.
+/// `unix://` URLs; a key is compared as the URL parser reads it: percent-decoded, tabs
+/// and line breaks dropped, in any case). When in doubt it hides more, never less.
+/// Every message of this crate that shows a URL shows it through this function.
 ///
 /// ```
 /// assert_eq!(
 ///     redis_semaphore::redact_url("rediss://app:s3cret@redis.internal:6380/0"),
 ///     "rediss://app:***@redis.internal:6380/0"
 /// );
+/// assert_eq!(
+///     redis_semaphore::redact_url("unix:///run/redis.sock?user=a@b&pa%73s=s3cret"),
+///     "unix:///run/redis.sock?user=a@b&pa%73s=***"
+/// );
 /// ```
 pub fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
+    // Two rules mark byte ranges to hide, each on the whole text, so that neither can
+    // hide what the other reveals (an `@` in a query, a `?` in a password).
+    let (scheme_len, has_scheme) = match url.find("://") {
+        Some(i) => (i + 3, true),
+        None => (0, false),
     };
-    let mut out = String::with_capacity(url.len());
-    if let Some(s) = scheme {
-        out.push_str(s);
-        out.push_str("://");
+    let rest = &url[scheme_len..];
+    let mut hide: Vec<(usize, usize)> = Vec::new();
+    // the user info: up to the last `@`
+    if let Some(at) = rest.rfind('@') {
+        let userinfo = &rest[..at];
+        match userinfo.find(':') {
+            // no scheme: we cannot tell what this is, hide all of it
+            _ if !has_scheme => hide.push((scheme_len, scheme_len + at)),
+            Some(colon) => hide.push((scheme_len + colon + 1, scheme_len + at)),
+            None => {}
+        }
     }
-    let rest = match rest.rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) if scheme.is_some() => {
-                    out.push_str(user);
-                    out.push_str(":***");
-                }
-                // no scheme: we cannot tell what this is, hide all of it
-                _ if scheme.is_none() => out.push_str("***"),
-                _ => out.push_str(userinfo),
+    // `pass=` / `password=` parameters, from the first `?` on (any `?`, `&` or `;`
+    // may start one: more than the URL parser splits on)
+    if let Some(q) = rest.find('?') {
+        let mut at = scheme_len + q + 1;
+        for param in url[at..].split(['&', ';', '?']) {
+            if let Some((key, value)) = param.split_once('=')
+                && is_password_key(key)
+            {
+                let from = at + key.len() + 1;
+                hide.push((from, from + value.len()));
             }
-            out.push('@');
-            &rest[at + 1..]
-        }
-        None => rest,
-    };
-    match rest.split_once('?') {
-        None => out.push_str(rest),
-        Some((before, query)) => {
-            out.push_str(before);
-            out.push('?');
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _))
-                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
-                    {
-                        format!("{k}=***")
-                    }
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
+            at += param.len() + 1;
         }
     }
+    hide.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(hide.len());
+    for (from, to) in hide {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => merged.push((from, to)),
+        }
+    }
+    let mut out = String::with_capacity(url.len());
+    let mut shown = 0;
+    for (from, to) in merged {
+        out.push_str(&url[shown..from]);
+        out.push_str("***");
+        shown = to;
+    }
+    out.push_str(&url[shown..]);
     out
+}
+
+/// Whether a query parameter named `key` carries a password, as a URL parser reads
+/// the key (tabs and line breaks dropped, percent-decoded), in any case.
+fn is_password_key(key: &str) -> bool {
+    let raw: Vec<u8> = key
+        .bytes()
+        .filter(|b| !matches!(b, b'\t' | b'\n' | b'\r'))
+        .collect();
+    let mut decoded = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (raw[i], hex) {
+            (b'%', Some(b)) => {
+                decoded.push(b);
+                i += 3;
+            }
+            (b'+', _) => {
+                decoded.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    decoded.eq_ignore_ascii_case(b"pass") || decoded.eq_ignore_ascii_case(b"password")
 }
 
 /// TLS files set on the builder: read when the client is built.

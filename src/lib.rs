@@ -240,7 +240,7 @@ mod counting;
 mod permit;
 mod semaphore;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, MAX_CONNECTIONS, MAX_TIMEOUT};
 pub use connect::{IntoRedisTarget, redact as redact_url};
 pub use counting::CountingSemaphore;
 pub use error::{Error, LostReason, Result};

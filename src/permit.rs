@@ -269,7 +269,9 @@ impl std::fmt::Debug for Permit {
 /// A held grant on its way to another process: what [`Permit::into_parts`] returns and
 /// [`Semaphore::adopt`](crate::Semaphore::adopt) takes. It prints as one line,
 /// `redsem-permit:1:ID:TOKEN:PERMITS:SLOTS:NAME` (slots comma-separated; the name last,
-/// as it is), and parses back from it.
+/// as it is), and parses back from it. A name that ends in a line break does not
+/// survive the text form (one line break after the text is dropped when it is read);
+/// [`Semaphore::adopt`](crate::Semaphore::adopt) then refuses the parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitParts {
     semaphore: String,
@@ -327,7 +329,10 @@ impl std::fmt::Display for PermitParts {
 impl std::str::FromStr for PermitParts {
     type Err = Error;
 
-    /// Parses the text [`Display`](std::fmt::Display) makes.
+    /// Parses the text [`Display`](std::fmt::Display) makes. Whitespace before it is
+    /// ignored, and one line break after it (`\n` or `\r\n`, as a line read from a pipe
+    /// ends); anything else after the name is part of the name, which may end in a
+    /// space.
     ///
     /// # Errors
     ///
@@ -339,8 +344,14 @@ impl std::str::FromStr for PermitParts {
                  {PARTS_PREFIX}ID:TOKEN:PERMITS:SLOTS:NAME"
             ))
         };
-        let rest = s
-            .trim()
+        // not trim(): the name, last, may end in whitespace (a name "jobs " is another
+        // semaphore than "jobs")
+        let line = s.trim_start();
+        let line = line
+            .strip_suffix("\r\n")
+            .or_else(|| line.strip_suffix('\n'))
+            .unwrap_or(line);
+        let rest = line
             .strip_prefix(PARTS_PREFIX)
             .ok_or_else(|| bad("prefix"))?;
         let mut fields = rest.splitn(5, ':');

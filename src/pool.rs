@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
+use crate::client::MAX_TIMEOUT;
 use crate::connect::{connect_error_at, is_config_error, is_unreachable};
 use crate::error::{Error, Result};
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
@@ -372,7 +373,11 @@ impl Pool {
         match self {
             Pool::Own(p, m) => {
                 let start = Instant::now();
-                let deadline = start + timeout.unwrap_or_else(|| p.connection_timeout());
+                // (a pool's own timeout is bounded by the builder; a caller's may be huge)
+                let wait = timeout.unwrap_or_else(|| p.connection_timeout());
+                let deadline = start
+                    .checked_add(wait)
+                    .unwrap_or_else(|| start + MAX_TIMEOUT);
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
                     match p.get_timeout(left.min(CHECKOUT_SLICE)) {

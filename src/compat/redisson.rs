@@ -645,11 +645,18 @@ impl RSemaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a TTL under 1 ms; as `try_set_permits`.
+    /// [`Error::InvalidArgument`] for a TTL under 1 ms or over ten years (before any
+    /// network call); as `try_set_permits`.
     pub fn try_set_permits_with_ttl(&self, permits: u32, ttl: Duration) -> Result<bool> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         if ms == 0 {
             return Err(Error::InvalidArgument("ttl must be at least 1 ms".into()));
+        }
+        // Redis refuses a `PX` past its own range (a Redis error after a round trip)
+        if ttl > MAX_LEASE {
+            return Err(Error::InvalidArgument(
+                "ttl must be at most ten years".into(),
+            ));
         }
         let publish = self.common.publish();
         let once = self.common.once();
