@@ -102,7 +102,10 @@ fn node_failed(e: &redis::RedisError) -> bool {
 impl ConnectionLike for RConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_packed_command(cmd)),
+            RConn::Primary(c) => {
+                let r = c.conn.req_packed_command(cmd).map(|v| [v]);
+                c.checked(r).map(|[v]| v)
+            }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_packed_command(cmd)),
         }
     }
@@ -114,11 +117,10 @@ impl ConnectionLike for RConn {
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
         match self {
-            RConn::Primary(c) => noting(
-                &mut c.desynced,
-                unparsed,
-                c.conn.req_packed_commands(cmd, offset, count),
-            ),
+            RConn::Primary(c) => {
+                let r = c.conn.req_packed_commands(cmd, offset, count);
+                c.checked(r)
+            }
             RConn::Cluster(c, broken) => noting(
                 broken,
                 node_failed,
@@ -129,7 +131,10 @@ impl ConnectionLike for RConn {
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_command(cmd)),
+            RConn::Primary(c) => {
+                let r = c.conn.req_command(cmd).map(|v| [v]);
+                c.checked(r).map(|[v]| v)
+            }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_command(cmd)),
         }
     }

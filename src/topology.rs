@@ -121,6 +121,36 @@ impl PrimaryConn {
             .is_some_and(|t| t.generation() != self.generation)
     }
 
+    /// Passes a reply on, noting what makes the connection unusable: a reply that
+    /// could not be parsed (the rest of it is still in the stream), or a `READONLY`
+    /// error from a Sentinel service's primary, which is then a replica (it was
+    /// demoted in a failover whose `+switch-master` the watcher has not heard, or never
+    /// will: it was cut off from the sentinels, or they were re-pointed by hand). That
+    /// marks its generation as replaced ([`SentinelTarget::demoted`]): every
+    /// connection to it is dropped at once, and the next one asks the sentinels.
+    /// (Redis error replies come back as `Ok(Value::ServerError)`.)
+    pub(crate) fn checked<T: AsRef<[redis::Value]>>(
+        &mut self,
+        result: redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        let read_only = match &result {
+            Ok(values) => values
+                .as_ref()
+                .iter()
+                .any(|v| matches!(v, redis::Value::ServerError(e) if e.code() == "READONLY")),
+            Err(e) => {
+                if e.kind() == ErrorKind::Parse {
+                    self.desynced = true;
+                }
+                e.code() == Some("READONLY")
+            }
+        };
+        if read_only && let Some(t) = &self.target {
+            t.demoted(self.generation);
+        }
+        result
+    }
+
     /// [`is_stale`](Self::is_stale) as a check that does not borrow the connection.
     pub(crate) fn stale_check(&self) -> impl Fn() -> bool + Send + 'static + use<> {
         let target = self.target.clone();
@@ -356,6 +386,31 @@ impl SentinelTarget {
             None => *primary = Some(addr),
         }
         self.generation()
+    }
+
+    /// Marks the primary of `generation` as replaced, because a connection to it was
+    /// refused a write (`READONLY`): the generation moves on (once, whichever of its
+    /// connections reports it), so every connection to that node counts as stale, the
+    /// listener subscribes again, and the next connection checks `ROLE` on the node
+    /// last known and, as it is no primary, asks the sentinels.
+    fn demoted(&self, generation: u64) {
+        if self
+            .generation
+            .compare_exchange(
+                generation,
+                generation + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            let primary = self.primary.lock().clone();
+            log::warn!(
+                "redis-semaphore: the primary of sentinel service {:?}{} refused a write                  (READONLY): it is a replica now; asking the sentinels again",
+                self.service,
+                primary.map_or(String::new(), |(h, p)| format!(", {h}:{p},"))
+            );
+        }
     }
 
     fn sentinel_conn(

@@ -574,3 +574,103 @@ fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly()
         );
     }
 }
+
+/// Failover audit (2026-11-26): a switch the client's watcher never hears (here the
+/// sentinels are re-pointed by hand, `SENTINEL REMOVE` + `MONITOR`, which publish no
+/// `+switch-master`; a client cut off from the sentinels while they fail over is in
+/// the same place) left every pooled connection on the demoted primary: each call
+/// failed with `READONLY`, which `is_retryable` called permanent, and the connections
+/// stayed in the pool (r2d2 retires them after 30 min). A `READONLY` reply now marks
+/// the primary as replaced: its connections are dropped, the next one asks the
+/// sentinels, and the error is retryable.
+#[test]
+fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    let sem = client.semaphore("ro", 2).unwrap();
+    // connections to the primary in the pool
+    for _ in 0..4 {
+        sem.acquire().unwrap().release().unwrap();
+    }
+    let held = sem.acquire().unwrap();
+    let old = set.primary_port();
+    let new = set.other_node(old).port();
+    // the roles swap behind the sentinels' back...
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .exec(&mut set.node_conn(new))
+        .unwrap();
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new)
+        .exec(&mut set.node_conn(old))
+        .unwrap();
+    let mut old_conn = set.node_conn(old);
+    wait_until(
+        Duration::from_secs(10),
+        "the old primary replicating",
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut old_conn)
+                .unwrap_or_default();
+            support::info_field(&info, "master_link_status") == Some("up")
+        },
+    );
+    // ...and the sentinels are told without a +switch-master
+    for s in &set.sentinels {
+        let mut c = s.conn();
+        redis::cmd("SENTINEL")
+            .arg("REMOVE")
+            .arg(SERVICE)
+            .exec(&mut c)
+            .unwrap();
+        redis::cmd("SENTINEL")
+            .arg("MONITOR")
+            .arg(SERVICE)
+            .arg("127.0.0.1")
+            .arg(new)
+            .arg(2)
+            .exec(&mut c)
+            .unwrap();
+    }
+    set.wait_for_primary(new);
+
+    // every call that meets the demoted primary says to try again, and the client
+    // moves to the new primary by itself
+    let t = Instant::now();
+    let mut errors = 0;
+    let p = support::wait_for(
+        Duration::from_secs(10),
+        "a grant on the new primary",
+        || match sem.try_acquire() {
+            Ok(p) => p,
+            Err(e) => {
+                assert!(e.is_retryable(), "not retryable: {e}");
+                errors += 1;
+                None
+            }
+        },
+    );
+    eprintln!(
+        "the client wrote to the new primary {:?} after the switch, {errors} calls failed",
+        t.elapsed()
+    );
+    // the first READONLY moves the client: not one failure per pooled connection, nor
+    // until r2d2 happens to open a new one (before the fix: over 1000 failed calls in
+    // 3 s, and then only by chance)
+    assert!(errors <= 3, "{errors} calls met the demoted primary");
+    assert!(!keys(&mut set.node_conn(new), "redsem:{ro}:*").is_empty());
+    let waiter = queued_waiter(&sem, Duration::from_secs(5));
+    drop(held);
+    let (r, _) = waiter.join().unwrap();
+    assert!(
+        r.unwrap().is_some(),
+        "the waiter was served on the new primary"
+    );
+    drop(p);
+}
