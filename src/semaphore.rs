@@ -137,7 +137,8 @@ impl SemInner {
         };
         match &shared.pool {
             Pool::Own(_, manager) => {
-                let mut fresh = manager.open_within(left.min(shared.connect_timeout))?;
+                let mut fresh =
+                    manager.open_within(left.min(shared.connect_timeout), Some(deadline))?;
                 fresh
                     .set_read_timeout(Some(left_now()))
                     .map_err(Error::Redis)?;

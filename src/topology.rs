@@ -177,24 +177,31 @@ impl std::ops::DerefMut for PrimaryConn {
 }
 
 impl Connector {
-    /// A connection to the current primary, opened within `timeout` (per attempt: a
-    /// Sentinel target may ask each sentinel in turn).
-    pub(crate) fn connect(&self, timeout: Duration) -> redis::RedisResult<PrimaryConn> {
+    /// A connection to the current primary, opened within `timeout` per attempt (a
+    /// Sentinel target may try the primary it knows, then ask each sentinel in turn and
+    /// try the primary named), and with all attempts ending by `by` when given: a
+    /// caller with a deadline (a release sent again on a fresh connection, a wait's
+    /// subscription) must not wait one timeout per step.
+    pub(crate) fn connect(
+        &self,
+        timeout: Duration,
+        by: Option<Instant>,
+    ) -> redis::RedisResult<PrimaryConn> {
         match self {
             Connector::Single(ep) => Ok(PrimaryConn {
-                conn: connect_within(&ep.client, timeout)?,
+                conn: connect_within(&ep.client, step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
                 desynced: false,
             }),
             Connector::Cluster(c) => Ok(PrimaryConn {
-                conn: c.plain(timeout)?,
+                conn: c.plain(step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
                 desynced: false,
             }),
             Connector::Sentinel(t) => {
-                let (conn, generation) = t.connect(timeout)?;
+                let (conn, generation) = t.connect(timeout, by)?;
                 Ok(PrimaryConn {
                     conn,
                     generation,
@@ -243,6 +250,21 @@ impl Connector {
         match self {
             Connector::Single(_) | Connector::Cluster(_) => None,
             Connector::Sentinel(t) => Some(t),
+        }
+    }
+}
+
+/// The least time one connect step is given.
+const MIN_STEP: Duration = Duration::from_millis(1);
+
+/// How long the next connect step may take: `timeout`, and no later than `by`
+/// (`None`: `by` has passed).
+fn step(timeout: Duration, by: Option<Instant>) -> Option<Duration> {
+    match by {
+        None => Some(timeout),
+        Some(by) => {
+            let left = by.saturating_duration_since(Instant::now());
+            (!left.is_zero()).then(|| left.min(timeout).max(MIN_STEP))
         }
     }
 }
@@ -480,13 +502,33 @@ impl SentinelTarget {
         Ok(conn)
     }
 
-    /// A connection to the current primary and the generation it belongs to.
-    fn connect(&self, timeout: Duration) -> redis::RedisResult<(redis::Connection, u64)> {
+    /// A connection to the current primary and the generation it belongs to: each
+    /// step (the primary last known, each sentinel, the primary it names) within
+    /// `timeout`, and all of them by `by` when given.
+    fn connect(
+        &self,
+        timeout: Duration,
+        by: Option<Instant>,
+    ) -> redis::RedisResult<(redis::Connection, u64)> {
         let generation = self.generation();
         let known = self.primary.lock().clone();
         let mut tried = Vec::new();
         let mut failed = None;
+        let out_of_time = |tried: &[String]| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "service {:?}: no primary reached by the call's deadline{}{}",
+                    self.service,
+                    if tried.is_empty() { "" } else { ": " },
+                    tried.join("; ")
+                ),
+            ))
+        };
         if let Some(addr) = known {
+            let Some(timeout) = step(timeout, by) else {
+                return Err(out_of_time(&tried));
+            };
             match self.open_primary(&addr, timeout) {
                 Ok(conn) => return Ok((conn, generation)),
                 Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
@@ -498,13 +540,19 @@ impl SentinelTarget {
         }
         let mut unknown = 0;
         for s in &self.sentinels {
-            match self.ask(s, timeout) {
+            let Some(t) = step(timeout, by) else {
+                return Err(out_of_time(&tried));
+            };
+            match self.ask(s, t) {
                 // just failed: not worth a second connect timeout
                 Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
                     "sentinel {}:{} names the same {}:{}",
                     s.0, s.1, addr.0, addr.1
                 )),
-                Ok(Some(addr)) => match self.open_primary(&addr, timeout) {
+                Ok(Some(addr)) => match step(timeout, by)
+                    .ok_or_else(|| out_of_time(&tried))
+                    .and_then(|t| self.open_primary(&addr, t))
+                {
                     Ok(conn) => {
                         let generation = self.observe(addr);
                         return Ok((conn, generation));

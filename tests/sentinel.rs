@@ -674,3 +674,49 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
     );
     drop(p);
 }
+
+/// Failover audit (2026-11-26): `Drop` of a permit must end within the operation
+/// timeout. A release whose pooled connection turned out dead is sent again on a
+/// fresh connection, and under Sentinel opening one may take several steps (the
+/// primary last known, then each sentinel, then the primary it names), each bounded by
+/// what was left of the deadline, not the whole of them: cut off from the primary and
+/// the sentinels (they accept connections and answer nothing) the drop took four
+/// times the operation timeout. The whole set-up now ends by the release's deadline.
+#[test]
+fn a_drop_cut_off_from_the_primary_and_the_sentinels_ends_within_the_operation_timeout() {
+    let set = SentinelSet::start();
+    let op = Duration::from_millis(500);
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("cut")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let permit = sem.acquire().unwrap();
+    let primary = set.primary_port();
+    // the server closes the pooled connections: the release's first send fails at
+    // once, and it is sent again on a fresh connection
+    let mut admin = set.node_conn(primary);
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .exec(&mut admin)
+        .unwrap();
+    drop(admin);
+    let _paused: Vec<support::Paused> = std::iter::once(set.node(primary).pause())
+        .chain(set.sentinels.iter().map(Sentinel::pause))
+        .collect();
+    let t = Instant::now();
+    drop(permit);
+    let took = t.elapsed();
+    eprintln!("the drop took {took:?} (operation timeout {op:?})");
+    assert!(
+        took < op + Duration::from_millis(200),
+        "the drop took {took:?}, the operation timeout is {op:?}"
+    );
+}
