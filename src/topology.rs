@@ -622,11 +622,16 @@ fn ask_on(
     Ok(addr)
 }
 
-/// The `+switch-master` watcher of a client with a Sentinel target, stopped and
-/// joined when dropped.
+/// The `+switch-master` watcher of a client with a Sentinel target, stopped when
+/// dropped and joined if it ends by the deadline of the drop (see
+/// [`stop_by`](Watcher::stop_by)).
 pub(crate) struct Watcher {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    done: Receiver<()>,
+    /// Bounds the drop's wait when no deadline is given (the connect timeout).
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -642,25 +647,41 @@ impl Watcher {
         timeout: Duration,
     ) -> std::io::Result<Watcher> {
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("redsem-sentinel".into())
-            .spawn(move || watch(&target, timeout, &stop_rx))?;
+            .spawn(move || {
+                let _done = done_tx;
+                watch(&target, timeout, &stop_rx);
+            })?;
         Ok(Watcher {
             stop: Some(stop),
             thread: Some(thread),
+            done,
+            timeout,
         })
+    }
+
+    /// Tells the thread to stop, without waiting for it.
+    pub(crate) fn signal(&mut self) {
+        drop(self.stop.take());
+    }
+
+    /// Stops the thread, joining it if it ends by `deadline`: a thread in a call to a
+    /// sentinel that answers nothing (a partition) ends by itself when the call times
+    /// out (see [`join_by`](crate::threads::join_by)), so that dropping a client never
+    /// waits on a sentinel past its deadline.
+    pub(crate) fn stop_by(mut self, deadline: Instant) {
+        self.signal();
+        crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-            && t.join().is_err()
-        {
-            log::error!("redis-semaphore: the sentinel watcher thread panicked");
-        }
+        self.signal();
+        let deadline = crate::threads::drop_deadline(Instant::now() + self.timeout);
+        crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
     }
 }
 

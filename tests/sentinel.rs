@@ -720,3 +720,56 @@ fn a_drop_cut_off_from_the_primary_and_the_sentinels_ends_within_the_operation_t
         "the drop took {took:?}, the operation timeout is {op:?}"
     );
 }
+
+/// Whether a TCP connection to `127.0.0.1:port` is established (`/proc/net/tcp`).
+fn connected_to(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        f.len() > 3
+            && f[3] == "01"
+            && f[2]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
+}
+
+/// Failover audit (2026-11-26): dropping a `Client` joins its threads within one
+/// operation timeout, but it joined the `+switch-master` watcher without a deadline,
+/// and the watcher may be in a call to a sentinel that answers nothing (a partition):
+/// the drop waited for that call's connect timeout (2 s) with a 300 ms operation
+/// timeout. The watcher is now joined by the same deadline as the other threads (and
+/// ends by itself when its call does).
+#[test]
+fn dropping_a_client_whose_sentinels_answer_nothing_ends_within_the_operation_timeout() {
+    let set = SentinelSet::start();
+    let op = Duration::from_millis(300);
+    let _paused: Vec<support::Paused> = set.sentinels.iter().map(Sentinel::pause).collect();
+    let threads_before = support::library_threads();
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    // the watcher subscribes on the first sentinel, which accepts and answers nothing
+    wait_until(
+        Duration::from_secs(5),
+        "the watcher connected to the first sentinel",
+        || connected_to(set.sentinels[0].port()),
+    );
+    let t = Instant::now();
+    drop(client);
+    let took = t.elapsed();
+    eprintln!("the drop took {took:?} (operation timeout {op:?})");
+    assert!(
+        took < op + Duration::from_millis(100),
+        "dropping the client took {took:?}, the operation timeout is {op:?}"
+    );
+    // the watcher ends by itself once its call to the sentinel times out
+    wait_until(
+        Duration::from_secs(10),
+        "the library's threads gone",
+        || support::library_threads() == threads_before,
+    );
+}
