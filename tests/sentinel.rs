@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
 use support::sentinel::{SERVICE, Sentinel, SentinelSet};
-use support::{RedisServer, command_calls, keys, queued_waiter, wait_until};
+use support::{RedisServer, command_calls, keys, queued_waiter, wait_for, wait_until};
 
 /// Script calls a data node ran for clients (`EVALSHA` and `EVAL`). Replication
 /// carries a script's effects, never the script, so a replica's own count stays put.
@@ -772,4 +772,96 @@ fn dropping_a_client_whose_sentinels_answer_nothing_ends_within_the_operation_ti
         "the library's threads gone",
         || support::library_threads() == threads_before,
     );
+}
+
+/// Failover audit (2026-11-26), pinned: across a crash of the primary (SIGKILL) and
+/// the promotion of its replica, holders with automatic renewal whose grants the
+/// replica had keep valid permits the new primary lists; a holder whose lease ends
+/// during the outage is told `lost()` by its deadline; fair and unfair waiters blocked
+/// across it are served by releases after it; a drop during the outage ends within
+/// the operation timeout; and the client's threads end with it.
+#[test]
+fn holders_and_waiters_across_a_crashed_primary() {
+    let mut set = SentinelSet::start();
+    let threads_before = support::library_threads();
+    let op = Duration::from_secs(1);
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    let build = |name: &str, fair: bool, lease: Duration| {
+        client
+            .semaphore_builder(name)
+            .limit(2)
+            .fair(fair)
+            .lease(lease)
+            .build()
+            .unwrap()
+    };
+    let fair = build("fair", true, Duration::from_secs(10));
+    let unfair = build("unfair", false, Duration::from_secs(10));
+    let short = build("short", true, Duration::from_millis(1500));
+    let (f1, f2) = (fair.acquire().unwrap(), fair.acquire().unwrap());
+    let (u1, u2) = (unfair.acquire().unwrap(), unfair.acquire().unwrap());
+    let s1 = short.acquire().unwrap();
+    let s1_deadline = Instant::now() + s1.lease_left();
+    let s1_lost = {
+        let lost = s1.lost().clone();
+        thread::spawn(move || (lost.recv(), Instant::now()))
+    };
+    let waiters: Vec<_> = [&fair, &fair, &unfair]
+        .into_iter()
+        .map(|s| {
+            let s = s.clone();
+            thread::spawn(move || s.acquire_timeout(Duration::from_secs(30)))
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "two fair waiters queued", || {
+        fair.queue_len().unwrap() == 2
+    });
+    let old = set.primary_port();
+    let copies: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query(&mut set.node(old).conn())
+        .unwrap();
+    assert_eq!(copies, 1, "the replica has the grants");
+    let (_, new) = set.kill_primary();
+    let t = Instant::now();
+    drop(u2); // its release fails now; it is sent again later, in the background
+    assert!(
+        t.elapsed() < op + Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    set.wait_for_primary(new);
+
+    let (reason, lost_at) = s1_lost.join().unwrap();
+    assert!(reason.is_ok());
+    assert!(
+        lost_at <= s1_deadline + Duration::from_millis(50),
+        "lost() fired {:?} after the deadline",
+        lost_at - s1_deadline
+    );
+    let holders = wait_for(Duration::from_secs(10), "the new primary answering", || {
+        fair.holders().ok()
+    });
+    for p in [&f1, &f2] {
+        assert!(!p.is_lost() && p.lease_left() > Duration::ZERO);
+        assert!(
+            holders.iter().any(|h| h.id == p.id()),
+            "{} on the new primary",
+            p.id()
+        );
+    }
+    // releases after the failover serve the waiters
+    drop((f1, f2, u1));
+    for w in waiters {
+        let got = w.join().unwrap();
+        assert!(matches!(got, Ok(Some(_))), "a waiter: {got:?}");
+    }
+    drop((s1, fair, unfair, short, client));
+    wait_until(Duration::from_secs(5), "the client's threads gone", || {
+        support::library_threads() == threads_before
+    });
 }
