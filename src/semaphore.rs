@@ -1553,7 +1553,9 @@ pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 const RIDE_THROUGH: Duration = Duration::from_secs(30);
 
 /// Whether `e` says the server could not be reached or is moving (a failover): a
-/// waiter may look again later.
+/// waiter may look again later. `NOREPLICAS` is one: a primary with
+/// `min-replicas-to-write` refuses writes while its replicas are gone, as the old
+/// primary does during a failover (docs/deployment.md recommends the setting).
 pub(crate) fn is_outage(e: &Error) -> bool {
     match e {
         Error::Pool(_) | Error::Timeout { .. } => true,
@@ -1572,6 +1574,7 @@ pub(crate) fn is_outage(e: &Error) -> bool {
                             | redis::ServerErrorKind::MasterDown
                     )
                 )
+                || e.code() == Some("NOREPLICAS")
         }
         _ => false,
     }
