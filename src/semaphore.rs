@@ -1800,9 +1800,14 @@ impl SemInner {
     }
 }
 
-/// Whether a failed command broke its connection (so another connection may work).
+/// Whether a failed command broke its connection (so another connection may work):
+/// also a `READONLY` reply, from a primary demoted in a failover (the script wrote
+/// nothing; the connection is dropped and a new one goes to the new primary).
 fn broken(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() && !e.is_timeout()
+    e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_io_error() && !e.is_timeout()
+        || e.code() == Some("READONLY")
 }
 
 #[cfg(test)]

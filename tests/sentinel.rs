@@ -582,7 +582,7 @@ fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly()
 /// failed with `READONLY`, which `is_retryable` called permanent, and the connections
 /// stayed in the pool (r2d2 retires them after 30 min). A `READONLY` reply now marks
 /// the primary as replaced: its connections are dropped, the next one asks the
-/// sentinels, and the error is retryable.
+/// sentinels, and the error is retryable; a release that met it is sent again at once.
 #[test]
 fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
     let set = SentinelSet::start();
@@ -590,12 +590,19 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
         .operation_timeout(Duration::from_secs(1))
         .build(set.url())
         .unwrap();
-    let sem = client.semaphore("ro", 2).unwrap();
+    // a long lease: no renewal meets the demoted primary before the test's calls do
+    let sem = client
+        .semaphore_builder("ro")
+        .limit(2)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
     // connections to the primary in the pool
     for _ in 0..4 {
         sem.acquire().unwrap().release().unwrap();
     }
     let held = sem.acquire().unwrap();
+    let other = sem.acquire().unwrap();
     let old = set.primary_port();
     let new = set.other_node(old).port();
     // the roles swap behind the sentinels' back...
@@ -640,6 +647,9 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
     }
     set.wait_for_primary(new);
 
+    // the first call meets the demoted primary: a release is sent again, on a
+    // connection to the new primary (else its slot stays taken for the lease)
+    other.release().unwrap();
     // every call that meets the demoted primary says to try again, and the client
     // moves to the new primary by itself
     let t = Instant::now();
