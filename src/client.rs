@@ -66,7 +66,8 @@ pub(crate) struct ClientInner {
     /// it), shared by every handle of this client, so that a new handle needs no
     /// `TIME` of its own.
     clocks: parking_lot::Mutex<HashMap<String, Weak<Clock>>>,
-    /// The `+switch-master` watcher of a Sentinel target; stopped and joined on drop.
+    /// The `+switch-master` watcher of a Sentinel target; stopped on drop, and joined
+    /// by the drop's deadline.
     watcher: Option<Watcher>,
 }
 
@@ -180,10 +181,16 @@ impl Drop for ClientInner {
         if let Some(l) = &mut listener {
             l.signal();
         }
-        drop(self.watcher.take());
+        let mut watcher = self.watcher.take();
+        if let Some(w) = &mut watcher {
+            w.signal();
+        }
         join_by(self.thread.take(), &self.thread_done, deadline, "refresher");
         if let Some(l) = listener {
             l.stop_by(deadline);
+        }
+        if let Some(w) = watcher {
+            w.stop_by(deadline);
         }
     }
 }

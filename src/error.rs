@@ -276,8 +276,12 @@ impl Error {
 
     /// Whether trying the same call again later may succeed: connection, I/O and
     /// timeout errors, an unreachable server, a pool that had no free connection in
-    /// time, and the errors Redis marks as transient (`LOADING`, `TRYAGAIN`,
-    /// `MASTERDOWN`...). Not retryable: bad arguments, refused credentials
+    /// time, the errors Redis marks as transient (`LOADING`, `TRYAGAIN`,
+    /// `MASTERDOWN`...), and those of a failover in progress: `READONLY` (the node was
+    /// a primary and is a replica now; the client drops its connections to it and asks
+    /// the sentinels again), `MOVED` and `ASK` (a cluster slot moved while the cluster
+    /// client ran out of redirections) and `NOREPLICAS` (`min-replicas-to-write` not met
+    /// while replicas reconnect). Not retryable: bad arguments, refused credentials
     /// ([`Error::Auth`]), a TLS handshake refused over certificates, wrong types,
     /// malformed replies, lost or expired permits.
     pub fn is_retryable(&self) -> bool {
@@ -289,7 +293,17 @@ impl Error {
                     || e.is_connection_refusal()
                     || matches!(
                         e.code(),
-                        Some("LOADING" | "TRYAGAIN" | "MASTERDOWN" | "BUSY" | "CLUSTERDOWN")
+                        Some(
+                            "LOADING"
+                                | "TRYAGAIN"
+                                | "MASTERDOWN"
+                                | "BUSY"
+                                | "CLUSTERDOWN"
+                                | "READONLY"
+                                | "MOVED"
+                                | "ASK"
+                                | "NOREPLICAS"
+                        )
                     )
             }
             Error::Connect { message, .. } => !message.starts_with(TLS_HANDSHAKE_FAILED),

@@ -103,7 +103,10 @@ fn node_failed(e: &redis::RedisError) -> bool {
 impl ConnectionLike for RConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_packed_command(cmd)),
+            RConn::Primary(c) => {
+                let r = c.conn.req_packed_command(cmd).map(|v| [v]);
+                c.checked(r).map(|[v]| v)
+            }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_packed_command(cmd)),
         }
     }
@@ -115,11 +118,10 @@ impl ConnectionLike for RConn {
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
         match self {
-            RConn::Primary(c) => noting(
-                &mut c.desynced,
-                unparsed,
-                c.conn.req_packed_commands(cmd, offset, count),
-            ),
+            RConn::Primary(c) => {
+                let r = c.conn.req_packed_commands(cmd, offset, count);
+                c.checked(r)
+            }
             RConn::Cluster(c, broken) => noting(
                 broken,
                 node_failed,
@@ -130,7 +132,10 @@ impl ConnectionLike for RConn {
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
-            RConn::Primary(c) => noting(&mut c.desynced, unparsed, c.conn.req_command(cmd)),
+            RConn::Primary(c) => {
+                let r = c.conn.req_command(cmd).map(|v| [v]);
+                c.checked(r).map(|[v]| v)
+            }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_command(cmd)),
         }
     }
@@ -212,16 +217,21 @@ impl Manager {
     /// Opens one connection, with its timeouts set; when no password is sent on
     /// connect, a `PING` finds at once a server that requires one.
     pub(crate) fn open(&self) -> Result<RConn> {
-        self.open_within(self.connect_timeout)
+        self.open_within(self.connect_timeout, None)
     }
 
-    /// [`open`](Self::open) with its own connect timeout.
-    pub(crate) fn open_within(&self, connect_timeout: Duration) -> Result<RConn> {
+    /// [`open`](Self::open) with its own connect timeout, and its whole set-up ending
+    /// by `by` when given (a Sentinel target's steps each get what is left).
+    pub(crate) fn open_within(
+        &self,
+        connect_timeout: Duration,
+        by: Option<Instant>,
+    ) -> Result<RConn> {
         let timed_out = Cell::new(false);
         let result = match &self.connector {
             Connector::Cluster(c) => self.open_cluster(c),
             _ => self
-                .open_inner(connect_timeout, &timed_out)
+                .open_inner(connect_timeout, by, &timed_out)
                 .map(RConn::Primary),
         };
         if let Err(e) = &result {
@@ -239,7 +249,10 @@ impl Manager {
     pub(crate) fn open_plain_within(&self, budget: Duration) -> Result<PrimaryConn> {
         let budget = budget.min(self.connect_timeout);
         let timed_out = Cell::new(false);
-        let result = self.open_inner(budget, &timed_out);
+        // a budget shorter than the connect timeout is a caller's deadline: it bounds
+        // the whole set-up, not each of a Sentinel target's steps
+        let by = (budget < self.connect_timeout).then(|| Instant::now() + budget);
+        let result = self.open_inner(budget, by, &timed_out);
         if let Err(e) = &result
             && !(timed_out.get() && budget < self.connect_timeout)
         {
@@ -260,22 +273,31 @@ impl Manager {
     }
 
     /// Opens a connection, its set-up (connect, handshake and the `PING`) ending
-    /// within about `connect_timeout`, and leaves the operation timeout set on it.
-    /// `timed_out` is set when it fails for want of an answer in time.
-    fn open_inner(&self, connect_timeout: Duration, timed_out: &Cell<bool>) -> Result<PrimaryConn> {
+    /// within about `connect_timeout` (for a Sentinel target: each of its steps, see
+    /// [`Connector::connect`]) and, when `by` is given, by then in any case, and leaves
+    /// the operation timeout set on it. `timed_out` is set when it fails for want of
+    /// an answer in time.
+    fn open_inner(
+        &self,
+        connect_timeout: Duration,
+        by: Option<Instant>,
+        timed_out: &Cell<bool>,
+    ) -> Result<PrimaryConn> {
         let (addr, tls) = (self.connector.addr(), self.connector.is_tls());
         let sort = |e: redis::RedisError| {
             timed_out.set(timed_out.get() || e.is_timeout());
             connect_error_at(&addr, tls, &e)
         };
         let started = Instant::now();
-        let mut conn = self.connector.connect(connect_timeout).map_err(sort)?;
+        let mut conn = self.connector.connect(connect_timeout, by).map_err(sort)?;
         if !self.connector.has_password() {
             // part of the set-up: what is left of its budget, not an operation timeout
             // (a release resent on a fresh connection must end by its deadline)
-            let left = connect_timeout
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_millis(1));
+            let mut left = connect_timeout.saturating_sub(started.elapsed());
+            if let Some(by) = by {
+                left = left.min(by.saturating_duration_since(Instant::now()));
+            }
+            let left = left.max(Duration::from_millis(1));
             conn.set_read_timeout(Some(left)).map_err(sort)?;
             conn.set_write_timeout(Some(left)).map_err(sort)?;
             redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;

@@ -137,7 +137,8 @@ impl SemInner {
         };
         match &shared.pool {
             Pool::Own(_, manager) => {
-                let mut fresh = manager.open_within(left.min(shared.connect_timeout))?;
+                let mut fresh =
+                    manager.open_within(left.min(shared.connect_timeout), Some(deadline))?;
                 fresh
                     .set_read_timeout(Some(left_now()))
                     .map_err(Error::Redis)?;
@@ -564,6 +565,9 @@ struct Waiter<'a> {
     heartbeat: Arc<PermitState>,
     heartbeat_lost: Receiver<LostReason>,
     armed: bool,
+    /// Whether one of its looks was answered: an outage that ends its wait afterwards
+    /// is a new one (see [`Semaphore::wait_riding_through`]).
+    answered: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -578,6 +582,7 @@ impl<'a> Waiter<'a> {
             heartbeat,
             heartbeat_lost,
             armed: true,
+            answered: false,
         }
     }
 
@@ -1071,7 +1076,9 @@ impl Semaphore {
     /// or a short outage: a look that fails for want of the server (a connection
     /// refused or dropped, a timeout, a cluster moving its slots) does not end the
     /// wait while the outage is shorter than [`RIDE_THROUGH`] and the deadline has not
-    /// come; the waiter queues again with a new id after a short pause. The old id is
+    /// come; the waiter queues again with a new id after a short pause. Each outage is
+    /// timed from its own first failed look: one after a look was answered again is a
+    /// new outage (a waiter blocked for hours rides through every failover). The old id is
     /// never used again: a grant a failed look may have left behind is given back by
     /// the clean-up `attempt` schedules, and a queued record of it lapses with its
     /// heartbeat (about a second).
@@ -1093,7 +1100,15 @@ impl Semaphore {
                     // leave without a cancel round trip (the server is not answering)
                     waiter.finish();
                     let now = Instant::now();
-                    let since = *outage_since.get_or_insert(looked);
+                    // an outage is timed from its first failed look: the start of this
+                    // wait when none of its looks was answered, else (a new outage) the
+                    // look that just failed, sent within one operation timeout
+                    let since = if waiter.answered {
+                        pause = Duration::from_millis(20);
+                        *outage_since.insert(now)
+                    } else {
+                        *outage_since.get_or_insert(looked)
+                    };
                     if now >= since + RIDE_THROUGH || deadline.is_some_and(|d| now >= d) {
                         return Err(e);
                     }
@@ -1134,6 +1149,7 @@ impl Semaphore {
                 }
                 Attempt::Busy { retry_after } => retry_after,
             };
+            waiter.answered = true;
             let now = Instant::now();
             let mut look_at = now
                 + if waiter.hub.is_ready() {
@@ -1537,7 +1553,9 @@ pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 const RIDE_THROUGH: Duration = Duration::from_secs(30);
 
 /// Whether `e` says the server could not be reached or is moving (a failover): a
-/// waiter may look again later.
+/// waiter may look again later. `NOREPLICAS` is one: a primary with
+/// `min-replicas-to-write` refuses writes while its replicas are gone, as the old
+/// primary does during a failover (docs/deployment.md recommends the setting).
 pub(crate) fn is_outage(e: &Error) -> bool {
     match e {
         Error::Pool(_) | Error::Timeout { .. } => true,
@@ -1556,6 +1574,7 @@ pub(crate) fn is_outage(e: &Error) -> bool {
                             | redis::ServerErrorKind::MasterDown
                     )
                 )
+                || e.code() == Some("NOREPLICAS")
         }
         _ => false,
     }
@@ -1781,9 +1800,14 @@ impl SemInner {
     }
 }
 
-/// Whether a failed command broke its connection (so another connection may work).
+/// Whether a failed command broke its connection (so another connection may work):
+/// also a `READONLY` reply, from a primary demoted in a failover (the script wrote
+/// nothing; the connection is dropped and a new one goes to the new primary).
 fn broken(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() && !e.is_timeout()
+    e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_io_error() && !e.is_timeout()
+        || e.code() == Some("READONLY")
 }
 
 #[cfg(test)]

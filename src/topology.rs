@@ -121,6 +121,36 @@ impl PrimaryConn {
             .is_some_and(|t| t.generation() != self.generation)
     }
 
+    /// Passes a reply on, noting what makes the connection unusable: a reply that
+    /// could not be parsed (the rest of it is still in the stream), or a `READONLY`
+    /// error from a Sentinel service's primary, which is then a replica (it was
+    /// demoted in a failover whose `+switch-master` the watcher has not heard, or never
+    /// will: it was cut off from the sentinels, or they were re-pointed by hand). That
+    /// marks its generation as replaced ([`SentinelTarget::demoted`]): every
+    /// connection to it is dropped at once, and the next one asks the sentinels.
+    /// (Redis error replies come back as `Ok(Value::ServerError)`.)
+    pub(crate) fn checked<T: AsRef<[redis::Value]>>(
+        &mut self,
+        result: redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        let read_only = match &result {
+            Ok(values) => values
+                .as_ref()
+                .iter()
+                .any(|v| matches!(v, redis::Value::ServerError(e) if e.code() == "READONLY")),
+            Err(e) => {
+                if e.kind() == ErrorKind::Parse {
+                    self.desynced = true;
+                }
+                e.code() == Some("READONLY")
+            }
+        };
+        if read_only && let Some(t) = &self.target {
+            t.demoted(self.generation);
+        }
+        result
+    }
+
     /// [`is_stale`](Self::is_stale) as a check that does not borrow the connection.
     pub(crate) fn stale_check(&self) -> impl Fn() -> bool + Send + 'static + use<> {
         let target = self.target.clone();
@@ -147,24 +177,31 @@ impl std::ops::DerefMut for PrimaryConn {
 }
 
 impl Connector {
-    /// A connection to the current primary, opened within `timeout` (per attempt: a
-    /// Sentinel target may ask each sentinel in turn).
-    pub(crate) fn connect(&self, timeout: Duration) -> redis::RedisResult<PrimaryConn> {
+    /// A connection to the current primary, opened within `timeout` per attempt (a
+    /// Sentinel target may try the primary it knows, then ask each sentinel in turn and
+    /// try the primary named), and with all attempts ending by `by` when given: a
+    /// caller with a deadline (a release sent again on a fresh connection, a wait's
+    /// subscription) must not wait one timeout per step.
+    pub(crate) fn connect(
+        &self,
+        timeout: Duration,
+        by: Option<Instant>,
+    ) -> redis::RedisResult<PrimaryConn> {
         match self {
             Connector::Single(ep) => Ok(PrimaryConn {
-                conn: connect_within(&ep.client, timeout)?,
+                conn: connect_within(&ep.client, step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
                 desynced: false,
             }),
             Connector::Cluster(c) => Ok(PrimaryConn {
-                conn: c.plain(timeout)?,
+                conn: c.plain(step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
                 desynced: false,
             }),
             Connector::Sentinel(t) => {
-                let (conn, generation) = t.connect(timeout)?;
+                let (conn, generation) = t.connect(timeout, by)?;
                 Ok(PrimaryConn {
                     conn,
                     generation,
@@ -213,6 +250,21 @@ impl Connector {
         match self {
             Connector::Single(_) | Connector::Cluster(_) => None,
             Connector::Sentinel(t) => Some(t),
+        }
+    }
+}
+
+/// The least time one connect step is given.
+const MIN_STEP: Duration = Duration::from_millis(1);
+
+/// How long the next connect step may take: `timeout`, and no later than `by`
+/// (`None`: `by` has passed).
+fn step(timeout: Duration, by: Option<Instant>) -> Option<Duration> {
+    match by {
+        None => Some(timeout),
+        Some(by) => {
+            let left = by.saturating_duration_since(Instant::now());
+            (!left.is_zero()).then(|| left.min(timeout).max(MIN_STEP))
         }
     }
 }
@@ -358,6 +410,31 @@ impl SentinelTarget {
         self.generation()
     }
 
+    /// Marks the primary of `generation` as replaced, because a connection to it was
+    /// refused a write (`READONLY`): the generation moves on (once, whichever of its
+    /// connections reports it), so every connection to that node counts as stale, the
+    /// listener subscribes again, and the next connection checks `ROLE` on the node
+    /// last known and, as it is no primary, asks the sentinels.
+    fn demoted(&self, generation: u64) {
+        if self
+            .generation
+            .compare_exchange(
+                generation,
+                generation + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            let primary = self.primary.lock().clone();
+            log::warn!(
+                "redis-semaphore: the primary of sentinel service {:?}{} refused a write                  (READONLY): it is a replica now; asking the sentinels again",
+                self.service,
+                primary.map_or(String::new(), |(h, p)| format!(", {h}:{p},"))
+            );
+        }
+    }
+
     fn sentinel_conn(
         &self,
         node: &(String, u16),
@@ -425,13 +502,33 @@ impl SentinelTarget {
         Ok(conn)
     }
 
-    /// A connection to the current primary and the generation it belongs to.
-    fn connect(&self, timeout: Duration) -> redis::RedisResult<(redis::Connection, u64)> {
+    /// A connection to the current primary and the generation it belongs to: each
+    /// step (the primary last known, each sentinel, the primary it names) within
+    /// `timeout`, and all of them by `by` when given.
+    fn connect(
+        &self,
+        timeout: Duration,
+        by: Option<Instant>,
+    ) -> redis::RedisResult<(redis::Connection, u64)> {
         let generation = self.generation();
         let known = self.primary.lock().clone();
         let mut tried = Vec::new();
         let mut failed = None;
+        let out_of_time = |tried: &[String]| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "service {:?}: no primary reached by the call's deadline{}{}",
+                    self.service,
+                    if tried.is_empty() { "" } else { ": " },
+                    tried.join("; ")
+                ),
+            ))
+        };
         if let Some(addr) = known {
+            let Some(timeout) = step(timeout, by) else {
+                return Err(out_of_time(&tried));
+            };
             match self.open_primary(&addr, timeout) {
                 Ok(conn) => return Ok((conn, generation)),
                 Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
@@ -443,13 +540,19 @@ impl SentinelTarget {
         }
         let mut unknown = 0;
         for s in &self.sentinels {
-            match self.ask(s, timeout) {
+            let Some(t) = step(timeout, by) else {
+                return Err(out_of_time(&tried));
+            };
+            match self.ask(s, t) {
                 // just failed: not worth a second connect timeout
                 Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
                     "sentinel {}:{} names the same {}:{}",
                     s.0, s.1, addr.0, addr.1
                 )),
-                Ok(Some(addr)) => match self.open_primary(&addr, timeout) {
+                Ok(Some(addr)) => match step(timeout, by)
+                    .ok_or_else(|| out_of_time(&tried))
+                    .and_then(|t| self.open_primary(&addr, t))
+                {
                     Ok(conn) => {
                         let generation = self.observe(addr);
                         return Ok((conn, generation));
@@ -519,11 +622,16 @@ fn ask_on(
     Ok(addr)
 }
 
-/// The `+switch-master` watcher of a client with a Sentinel target, stopped and
-/// joined when dropped.
+/// The `+switch-master` watcher of a client with a Sentinel target, stopped when
+/// dropped and joined if it ends by the deadline of the drop (see
+/// [`stop_by`](Watcher::stop_by)).
 pub(crate) struct Watcher {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    done: Receiver<()>,
+    /// Bounds the drop's wait when no deadline is given (the connect timeout).
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -539,25 +647,41 @@ impl Watcher {
         timeout: Duration,
     ) -> std::io::Result<Watcher> {
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
+        let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("redsem-sentinel".into())
-            .spawn(move || watch(&target, timeout, &stop_rx))?;
+            .spawn(move || {
+                let _done = done_tx;
+                watch(&target, timeout, &stop_rx);
+            })?;
         Ok(Watcher {
             stop: Some(stop),
             thread: Some(thread),
+            done,
+            timeout,
         })
+    }
+
+    /// Tells the thread to stop, without waiting for it.
+    pub(crate) fn signal(&mut self) {
+        drop(self.stop.take());
+    }
+
+    /// Stops the thread, joining it if it ends by `deadline`: a thread in a call to a
+    /// sentinel that answers nothing (a partition) ends by itself when the call times
+    /// out (see [`join_by`](crate::threads::join_by)), so that dropping a client never
+    /// waits on a sentinel past its deadline.
+    pub(crate) fn stop_by(mut self, deadline: Instant) {
+        self.signal();
+        crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take()
-            && t.thread().id() != std::thread::current().id()
-            && t.join().is_err()
-        {
-            log::error!("redis-semaphore: the sentinel watcher thread panicked");
-        }
+        self.signal();
+        let deadline = crate::threads::drop_deadline(Instant::now() + self.timeout);
+        crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
     }
 }
 

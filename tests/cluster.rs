@@ -642,3 +642,85 @@ fn a_release_the_cluster_client_resends_is_not_reported_as_a_loss() {
     while_busy(&cluster, k, Duration::from_millis(350), || permit.release()).unwrap();
     assert_eq!(sem.available().unwrap(), 2);
 }
+
+/// The index in `cluster.nodes` of a replica of node `k` (`CLUSTER NODES`).
+fn replica_of(cluster: &RedisCluster, k: usize) -> usize {
+    let mut c = cluster.nodes[k].conn();
+    let id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap();
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+    nodes
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
+        .and_then(|f| f[1].split([':', '@']).nth(1)?.parse::<u16>().ok())
+        .and_then(|port| cluster.nodes.iter().position(|n| n.port() == port))
+        .unwrap_or_else(|| panic!("no replica of node {k}:\n{nodes}"))
+}
+
+/// Failover audit (2026-11-26), pinned: a manual failover (`CLUSTER FAILOVER` on the
+/// replica; the old primary becomes its replica and answers `MOVED`) of the node that
+/// holds a semaphore: holders with automatic renewal stay valid past their lease, the
+/// new primary lists them, and a fair and an unfair waiter blocked across it are
+/// served by releases after it.
+#[test]
+fn holders_and_waiters_across_a_manual_failover() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(1_500))
+        .build(cluster.url())
+        .unwrap();
+    let lease = Duration::from_secs(2);
+    let fair = client
+        .semaphore_builder("mf")
+        .limit(2)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let k = cluster.primary_of("redsem:{mf}:h");
+    let unfair_name = (0..)
+        .map(|i| format!("mu:{i}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) == k)
+        .unwrap();
+    let unfair = client
+        .semaphore_builder(&unfair_name)
+        .limit(1)
+        .fair(false)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let held = [fair.acquire().unwrap(), fair.acquire().unwrap()];
+    let u = unfair.acquire().unwrap();
+    let fair_waiter = queued_waiter(&fair, Duration::from_secs(5));
+    let unfair_waiter = {
+        let unfair = unfair.clone();
+        thread::spawn(move || unfair.acquire_timeout(Duration::from_secs(30)))
+    };
+    let r = replica_of(&cluster, k);
+    redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .exec(&mut cluster.nodes[r].conn())
+        .unwrap();
+    wait_until(Duration::from_secs(20), "the replica promoted", || {
+        cluster.primary_of("redsem:{mf}:h") == r
+    });
+    // scenario timing: a whole lease passes after the failover, so the holders are
+    // still valid only if they were renewed on the new primary
+    thread::sleep(lease + Duration::from_millis(200));
+    let holders = fair.holders().unwrap();
+    for p in held.iter().chain([&u]) {
+        assert!(
+            !p.is_lost() && p.lease_left() > Duration::ZERO,
+            "{}",
+            p.id()
+        );
+    }
+    for p in &held {
+        assert!(holders.iter().any(|h| h.id == p.id()));
+    }
+    drop(held);
+    drop(u);
+    let (got, _) = fair_waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "the fair waiter: {got:?}");
+    let got = unfair_waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "the unfair waiter: {got:?}");
+}

@@ -144,3 +144,62 @@ fn zero_replicas_is_off_and_bad_timeouts_are_refused() {
         }
     }
 }
+
+/// Failover audit (2026-11-26): with `min-replicas-to-write` (docs/deployment.md
+/// recommends it to bound the failover window), a primary whose replicas are gone
+/// refuses writes with `NOREPLICAS`, as the old primary does during a failover. A
+/// blocked acquire rides through an outage, but `NOREPLICAS` did not count as one:
+/// the waiter failed at its first look in that window. It now rides through it and
+/// is served once the primary takes writes again.
+#[test]
+fn a_blocked_acquire_rides_through_a_primary_refusing_writes_for_want_of_replicas() {
+    let (primary, mut replica) = primary_and_replica();
+    let mut admin = primary.conn();
+    for (k, v) in [
+        ("min-replicas-to-write", "1"),
+        ("min-replicas-max-lag", "1"),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .exec(&mut admin)
+            .unwrap();
+    }
+    let holder = sem(&primary, "norep", 1, 0, 0);
+    let held = holder.acquire().unwrap();
+    let client = Client::open(primary.url()).unwrap();
+    let waiting = client.semaphore_builder("norep").limit(1).build().unwrap();
+    let waiter = support::queued_waiter(&waiting, Duration::from_secs(5));
+    let writes = |admin: &mut redis::Connection| {
+        redis::cmd("SET")
+            .arg("probe")
+            .arg(1)
+            .exec(admin)
+            .map_err(|e| e.code().map(str::to_owned))
+    };
+    let errors = client.stats().errors;
+    replica.stop();
+    wait_until(
+        Duration::from_secs(10),
+        "the primary refusing writes",
+        || writes(&mut admin) == Err(Some("NOREPLICAS".into())),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "a look of the waiter failed",
+        || client.stats().errors > errors,
+    );
+    replica.restart();
+    wait_until(Duration::from_secs(10), "the primary taking writes", || {
+        writes(&mut admin).is_ok()
+    });
+    assert!(
+        !waiter.is_finished(),
+        "the wait ended: {:?}",
+        waiter.join().unwrap().0
+    );
+    drop(held);
+    let (got, _) = waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "the waiter: {got:?}");
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
 use support::sentinel::{SERVICE, Sentinel, SentinelSet};
-use support::{RedisServer, command_calls, keys, queued_waiter, wait_until};
+use support::{RedisServer, command_calls, keys, queued_waiter, wait_for, wait_until};
 
 /// Script calls a data node ran for clients (`EVALSHA` and `EVAL`). Replication
 /// carries a script's effects, never the script, so a replica's own count stays put.
@@ -573,4 +573,305 @@ fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly()
             "{what}: {e:?}"
         );
     }
+}
+
+/// Failover audit (2026-11-26): a switch the client's watcher never hears (here the
+/// sentinels are re-pointed by hand, `SENTINEL REMOVE` + `MONITOR`, which publish no
+/// `+switch-master`; a client cut off from the sentinels while they fail over is in
+/// the same place) left every pooled connection on the demoted primary: each call
+/// failed with `READONLY`, which `is_retryable` called permanent, and the connections
+/// stayed in the pool (r2d2 retires them after 30 min). A `READONLY` reply now marks
+/// the primary as replaced: its connections are dropped, the next one asks the
+/// sentinels, and the error is retryable; a release that met it is sent again at once.
+#[test]
+fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    // a long lease: no renewal meets the demoted primary before the test's calls do
+    let sem = client
+        .semaphore_builder("ro")
+        .limit(2)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // connections to the primary in the pool
+    for _ in 0..4 {
+        sem.acquire().unwrap().release().unwrap();
+    }
+    let held = sem.acquire().unwrap();
+    let other = sem.acquire().unwrap();
+    let old = set.primary_port();
+    let new = set.other_node(old).port();
+    // the roles swap behind the sentinels' back...
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .exec(&mut set.node_conn(new))
+        .unwrap();
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new)
+        .exec(&mut set.node_conn(old))
+        .unwrap();
+    let mut old_conn = set.node_conn(old);
+    wait_until(
+        Duration::from_secs(10),
+        "the old primary replicating",
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut old_conn)
+                .unwrap_or_default();
+            support::info_field(&info, "master_link_status") == Some("up")
+        },
+    );
+    // ...and the sentinels are told without a +switch-master
+    for s in &set.sentinels {
+        let mut c = s.conn();
+        redis::cmd("SENTINEL")
+            .arg("REMOVE")
+            .arg(SERVICE)
+            .exec(&mut c)
+            .unwrap();
+        redis::cmd("SENTINEL")
+            .arg("MONITOR")
+            .arg(SERVICE)
+            .arg("127.0.0.1")
+            .arg(new)
+            .arg(2)
+            .exec(&mut c)
+            .unwrap();
+    }
+    set.wait_for_primary(new);
+
+    // the first call meets the demoted primary: a release is sent again, on a
+    // connection to the new primary (else its slot stays taken for the lease)
+    other.release().unwrap();
+    // every call that meets the demoted primary says to try again, and the client
+    // moves to the new primary by itself
+    let t = Instant::now();
+    let mut errors = 0;
+    let p = support::wait_for(
+        Duration::from_secs(10),
+        "a grant on the new primary",
+        || match sem.try_acquire() {
+            Ok(p) => p,
+            Err(e) => {
+                assert!(e.is_retryable(), "not retryable: {e}");
+                errors += 1;
+                None
+            }
+        },
+    );
+    eprintln!(
+        "the client wrote to the new primary {:?} after the switch, {errors} calls failed",
+        t.elapsed()
+    );
+    // the first READONLY moves the client: not one failure per pooled connection, nor
+    // until r2d2 happens to open a new one (before the fix: over 1000 failed calls in
+    // 3 s, and then only by chance)
+    assert!(errors <= 3, "{errors} calls met the demoted primary");
+    assert!(!keys(&mut set.node_conn(new), "redsem:{ro}:*").is_empty());
+    let waiter = queued_waiter(&sem, Duration::from_secs(5));
+    drop(held);
+    let (r, _) = waiter.join().unwrap();
+    assert!(
+        r.unwrap().is_some(),
+        "the waiter was served on the new primary"
+    );
+    drop(p);
+}
+
+/// Failover audit (2026-11-26): `Drop` of a permit must end within the operation
+/// timeout. A release whose pooled connection turned out dead is sent again on a
+/// fresh connection, and under Sentinel opening one may take several steps (the
+/// primary last known, then each sentinel, then the primary it names), each bounded by
+/// what was left of the deadline, not the whole of them: cut off from the primary and
+/// the sentinels (they accept connections and answer nothing) the drop took four
+/// times the operation timeout. The whole set-up now ends by the release's deadline.
+#[test]
+fn a_drop_cut_off_from_the_primary_and_the_sentinels_ends_within_the_operation_timeout() {
+    let set = SentinelSet::start();
+    let op = Duration::from_millis(500);
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("cut")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let permit = sem.acquire().unwrap();
+    let primary = set.primary_port();
+    // the server closes the pooled connections: the release's first send fails at
+    // once, and it is sent again on a fresh connection
+    let mut admin = set.node_conn(primary);
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .exec(&mut admin)
+        .unwrap();
+    drop(admin);
+    let _paused: Vec<support::Paused> = std::iter::once(set.node(primary).pause())
+        .chain(set.sentinels.iter().map(Sentinel::pause))
+        .collect();
+    let t = Instant::now();
+    drop(permit);
+    let took = t.elapsed();
+    eprintln!("the drop took {took:?} (operation timeout {op:?})");
+    assert!(
+        took < op + Duration::from_millis(200),
+        "the drop took {took:?}, the operation timeout is {op:?}"
+    );
+}
+
+/// Whether a TCP connection to `127.0.0.1:port` is established (`/proc/net/tcp`).
+fn connected_to(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        f.len() > 3
+            && f[3] == "01"
+            && f[2]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
+}
+
+/// Failover audit (2026-11-26): dropping a `Client` joins its threads within one
+/// operation timeout, but it joined the `+switch-master` watcher without a deadline,
+/// and the watcher may be in a call to a sentinel that answers nothing (a partition):
+/// the drop waited for that call's connect timeout (2 s) with a 300 ms operation
+/// timeout. The watcher is now joined by the same deadline as the other threads (and
+/// ends by itself when its call does).
+#[test]
+fn dropping_a_client_whose_sentinels_answer_nothing_ends_within_the_operation_timeout() {
+    let set = SentinelSet::start();
+    let op = Duration::from_millis(300);
+    let _paused: Vec<support::Paused> = set.sentinels.iter().map(Sentinel::pause).collect();
+    let threads_before = support::library_threads();
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    // the watcher subscribes on the first sentinel, which accepts and answers nothing
+    wait_until(
+        Duration::from_secs(5),
+        "the watcher connected to the first sentinel",
+        || connected_to(set.sentinels[0].port()),
+    );
+    let t = Instant::now();
+    drop(client);
+    let took = t.elapsed();
+    eprintln!("the drop took {took:?} (operation timeout {op:?})");
+    assert!(
+        took < op + Duration::from_millis(100),
+        "dropping the client took {took:?}, the operation timeout is {op:?}"
+    );
+    // the watcher ends by itself once its call to the sentinel times out
+    wait_until(
+        Duration::from_secs(10),
+        "the library's threads gone",
+        || support::library_threads() == threads_before,
+    );
+}
+
+/// Failover audit (2026-11-26), pinned: across a crash of the primary (SIGKILL) and
+/// the promotion of its replica, holders with automatic renewal whose grants the
+/// replica had keep valid permits the new primary lists; a holder whose lease ends
+/// during the outage is told `lost()` by its deadline; fair and unfair waiters blocked
+/// across it are served by releases after it; a drop during the outage ends within
+/// the operation timeout; and the client's threads end with it.
+#[test]
+fn holders_and_waiters_across_a_crashed_primary() {
+    let mut set = SentinelSet::start();
+    let threads_before = support::library_threads();
+    let op = Duration::from_secs(1);
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(set.url())
+        .unwrap();
+    let build = |name: &str, fair: bool, lease: Duration| {
+        client
+            .semaphore_builder(name)
+            .limit(2)
+            .fair(fair)
+            .lease(lease)
+            .build()
+            .unwrap()
+    };
+    let fair = build("fair", true, Duration::from_secs(10));
+    let unfair = build("unfair", false, Duration::from_secs(10));
+    let short = build("short", true, Duration::from_millis(1500));
+    let (f1, f2) = (fair.acquire().unwrap(), fair.acquire().unwrap());
+    let (u1, u2) = (unfair.acquire().unwrap(), unfair.acquire().unwrap());
+    let s1 = short.acquire().unwrap();
+    let s1_deadline = Instant::now() + s1.lease_left();
+    let s1_lost = {
+        let lost = s1.lost().clone();
+        thread::spawn(move || (lost.recv(), Instant::now()))
+    };
+    let waiters: Vec<_> = [&fair, &fair, &unfair]
+        .into_iter()
+        .map(|s| {
+            let s = s.clone();
+            thread::spawn(move || s.acquire_timeout(Duration::from_secs(30)))
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "two fair waiters queued", || {
+        fair.queue_len().unwrap() == 2
+    });
+    let old = set.primary_port();
+    let copies: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query(&mut set.node(old).conn())
+        .unwrap();
+    assert_eq!(copies, 1, "the replica has the grants");
+    let (_, new) = set.kill_primary();
+    let t = Instant::now();
+    drop(u2); // its release fails now; it is sent again later, in the background
+    assert!(
+        t.elapsed() < op + Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    set.wait_for_primary(new);
+
+    let (reason, lost_at) = s1_lost.join().unwrap();
+    assert!(reason.is_ok());
+    assert!(
+        lost_at <= s1_deadline + Duration::from_millis(50),
+        "lost() fired {:?} after the deadline",
+        lost_at - s1_deadline
+    );
+    let holders = wait_for(Duration::from_secs(10), "the new primary answering", || {
+        fair.holders().ok()
+    });
+    for p in [&f1, &f2] {
+        assert!(!p.is_lost() && p.lease_left() > Duration::ZERO);
+        assert!(
+            holders.iter().any(|h| h.id == p.id()),
+            "{} on the new primary",
+            p.id()
+        );
+    }
+    // releases after the failover serve the waiters
+    drop((f1, f2, u1));
+    for w in waiters {
+        let got = w.join().unwrap();
+        assert!(matches!(got, Ok(Some(_))), "a waiter: {got:?}");
+    }
+    drop((s1, fair, unfair, short, client));
+    wait_until(Duration::from_secs(5), "the client's threads gone", || {
+        support::library_threads() == threads_before
+    });
 }

@@ -526,3 +526,87 @@ fn dropping_a_client_whose_listener_is_reconnecting_ends_within_the_operation_ti
         "dropping the client blocked {took:?} (operation timeout {OP:?})"
     );
 }
+
+/// The waiter ids in the queue of semaphore `name` (the `~` sentinel member left out).
+fn queued_ids(conn: &mut redis::Connection, name: &str) -> Vec<String> {
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redsem:{{{name}}}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    ids.into_iter().filter(|id| id != "~").collect()
+}
+
+/// Failover audit (2026-11-26): a blocked acquire rides through an outage (a failover)
+/// of up to 30 s, but that allowance was counted from the first failed look of the
+/// whole wait and never started again: a waiter that rode through one failover and
+/// met a second one more than 30 s later failed with the second one's first error.
+/// Each outage now has its own 30 s, counted from its own first failed look.
+#[test]
+fn a_waiter_rides_through_a_second_outage_long_after_the_first() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    // the holder talks to the server directly: only the waiter meets the outages
+    let holder = Client::open(server.url())
+        .unwrap()
+        .semaphore_builder("twice")
+        .limit(1)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let held = holder.acquire().unwrap();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(300))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("twice")
+        .limit(1)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(120)))
+    };
+    let mut conn = server.conn();
+    wait_until(WAIT, "the waiter queued", || {
+        queued_ids(&mut conn, "twice").len() == 1
+    });
+    // An outage: nothing goes through until one of the waiter's looks has failed;
+    // then the waiter queues again (with a new id).
+    let outage = |conn: &mut redis::Connection| {
+        let before = queued_ids(conn, "twice");
+        let errors = client.stats().errors;
+        proxy.cut();
+        wait_until(WAIT, "a look of the waiter failed", || {
+            client.stats().errors > errors
+        });
+        proxy.heal();
+        wait_until(WAIT, "the waiter queued again, or its wait ended", || {
+            waiter.is_finished() || {
+                let now = queued_ids(conn, "twice");
+                now.iter().any(|id| !before.contains(id))
+            }
+        });
+    };
+    let first = Instant::now();
+    outage(&mut conn);
+    assert!(!waiter.is_finished(), "the wait ended at the first outage");
+    // scenario timing: the second outage comes more than the 30 s ride-through after
+    // the first
+    thread::sleep(Duration::from_secs(31).saturating_sub(first.elapsed()));
+    outage(&mut conn);
+    assert!(
+        !waiter.is_finished(),
+        "the wait ended at the second outage: {:?}",
+        waiter.join().unwrap()
+    );
+    drop(held);
+    let got = waiter.join().unwrap();
+    assert!(
+        matches!(got, Ok(Some(_))),
+        "the waiter got the released permit: {got:?}"
+    );
+}

@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{
-    READY_DEADLINE, RedisServer, info_field, pick_port, read_or_empty, scrubbed_faketime_env,
-    wait_until,
+    Paused, READY_DEADLINE, RedisServer, info_field, pick_port, read_or_empty,
+    scrubbed_faketime_env, wait_until,
 };
 
 /// The service name the sentinels monitor.
@@ -152,6 +152,16 @@ impl Sentinel {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stops the sentinel with SIGSTOP until the guard is dropped (SIGCONT): the kernel
+    /// still accepts connections to it, but nothing is answered, as with a sentinel on
+    /// the far side of a partition.
+    pub fn pause(&self) -> Paused {
+        let pid = self.child.as_ref().expect("a running sentinel").id() as i32;
+        // SAFETY: a signal to a child process this test started
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        Paused(pid)
     }
 
     /// The sentinel's log.
