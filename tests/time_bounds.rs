@@ -64,6 +64,21 @@ fn unpause(admin: &mut redis::Connection) {
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
 }
 
+/// Drops `permit` while the client's only connection hangs in another call
+/// ([`hang_the_only_connection`]) and returns how long the drop took.
+fn drop_behind_a_hung_call(
+    admin: &mut redis::Connection,
+    client: &Client,
+    op: Duration,
+    permit: redis_semaphore::Permit,
+) -> Duration {
+    let busy = hang_the_only_connection(admin, client, op);
+    let ((), took) = timed(|| drop(permit));
+    unpause(admin);
+    busy.join().unwrap();
+    took
+}
+
 /// Asserts that an `acquire_timeout(timeout)` against a server that stopped answering
 /// took at most its bound (its timeout and one operation timeout `op`, the look or try
 /// in flight at the deadline) and gave up: `Ok(false)` at the deadline, or the timeout
@@ -123,10 +138,7 @@ fn dropping_a_redisson_permit_with_a_busy_pool_and_a_paused_server_ends_within_t
     let pes = client.redisson_permit_expirable_semaphore("pes");
     assert!(pes.try_set_permits(2).unwrap());
     let permit = pes.try_acquire(None).unwrap().expect("a free permit");
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let ((), took) = timed(|| drop(permit));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let took = drop_behind_a_hung_call(&mut admin, &client, OP, permit);
     assert!(
         took <= OP + SLACK,
         "a Redisson permit's drop blocked {took:?} (operation timeout {OP:?})"
@@ -149,10 +161,7 @@ fn dropping_a_book_permit_with_a_busy_pool_and_a_paused_server_ends_within_the_o
         .build()
         .unwrap();
     let permit = book.try_acquire().unwrap().expect("a free permit");
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let ((), took) = timed(|| drop(permit));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let took = drop_behind_a_hung_call(&mut admin, &client, OP, permit);
     assert!(
         took <= OP + SLACK,
         "a book permit's drop blocked {took:?} (operation timeout {OP:?})"
