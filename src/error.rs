@@ -292,7 +292,7 @@ impl Error {
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || matches!(
-                        e.code(),
+                        server_code(e),
                         Some(
                             "LOADING"
                                 | "TRYAGAIN"
@@ -313,10 +313,63 @@ impl Error {
     }
 }
 
+/// The code of a Redis error reply (`READONLY`, `NOREPLICAS`...), also when a script's
+/// `redis.call` raised it: Redis 7 passes the code on, Redis 6.2 wraps it in an `ERR`
+/// ("Error running script (call to f_...): @user_script:9: -READONLY You can't
+/// write..."), whose code is then read from the text.
+pub(crate) fn server_code(e: &redis::RedisError) -> Option<&str> {
+    match e.code() {
+        Some("ERR") | None => e.detail().and_then(wrapped_code).or(e.code()),
+        code => code,
+    }
+}
+
+/// [`server_code`] of an error reply as a value (`redis::Value::ServerError`).
+pub(crate) fn reply_code(e: &redis::ServerError) -> &str {
+    match e.code() {
+        "ERR" => e.details().and_then(wrapped_code).unwrap_or("ERR"),
+        code => code,
+    }
+}
+
+/// The code of the error a script's `redis.call` raised, in Redis 6.2's text of the
+/// script's error: the capital letters after the last ": -".
+fn wrapped_code(detail: &str) -> Option<&str> {
+    if !detail.starts_with("Error running script") {
+        return None;
+    }
+    let rest = &detail[detail.rfind(": -")? + 3..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_uppercase())
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn codes_of_errors_a_script_raised_on_redis_6_2_are_read_from_the_text() {
+        let wrapped = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "Error running script (call to f_bab2): @user_script:846: @user_script: 846: \
+             -NOREPLICAS Not enough good replicas to write."
+                .to_owned(),
+        ));
+        assert_eq!(server_code(&wrapped), Some("NOREPLICAS"));
+        assert!(Error::Redis(wrapped).is_retryable());
+        let plain = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "value is not an integer or out of range".to_owned(),
+        ));
+        assert!(!Error::Redis(plain).is_retryable());
+        assert_eq!(wrapped_code("Error running script: -"), None);
+        assert_eq!(wrapped_code("READONLY"), None);
+    }
 
     #[test]
     fn messages_are_lowercase_phrases() {

@@ -1574,7 +1574,10 @@ pub(crate) fn is_outage(e: &Error) -> bool {
                             | redis::ServerErrorKind::MasterDown
                     )
                 )
-                || e.code() == Some("NOREPLICAS")
+                || matches!(
+                    crate::error::server_code(e),
+                    Some("NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN")
+                )
         }
         _ => false,
     }
@@ -1807,7 +1810,7 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_io_error() && !e.is_timeout()
-        || e.code() == Some("READONLY")
+        || crate::error::server_code(e) == Some("READONLY")
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::connect::{Endpoint, NodeTls, connect_within, with_credentials};
+use crate::error::{reply_code, server_code};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
@@ -137,12 +138,12 @@ impl PrimaryConn {
             Ok(values) => values
                 .as_ref()
                 .iter()
-                .any(|v| matches!(v, redis::Value::ServerError(e) if e.code() == "READONLY")),
+                .any(|v| matches!(v, redis::Value::ServerError(e) if reply_code(e) == "READONLY")),
             Err(e) => {
                 if e.kind() == ErrorKind::Parse {
                     self.desynced = true;
                 }
-                e.code() == Some("READONLY")
+                server_code(e) == Some("READONLY")
             }
         };
         if read_only && let Some(t) = &self.target {
