@@ -168,6 +168,29 @@ fn a_wrong_url_or_an_unknown_semaphore_is_a_clear_message_and_a_failure() {
     assert_ne!(bad.status.code(), Some(0));
 }
 
+/// `watch --count 0` is a usage error (exit status 2), not one screen drawn: it is
+/// refused before anything connects.
+#[test]
+fn watch_refuses_a_count_of_zero() {
+    let o = bare_cli(
+        &[
+            "--url",
+            "redis://127.0.0.1:1/",
+            "watch",
+            "x",
+            "--count",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--count"),
+        "{o:?}"
+    );
+    assert!(o.stdout.is_empty(), "{o:?}");
+}
+
 fn bare_cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
         .args(args)

@@ -106,8 +106,8 @@ enum Command {
     Watch {
         /// The semaphore's name.
         name: String,
-        /// Stop after this many screens (default: never).
-        #[arg(long)]
+        /// Stop after this many screens, at least one (default: never).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
 }
