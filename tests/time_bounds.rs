@@ -560,3 +560,41 @@ fn a_manual_refresh_permit_served_from_the_queue_whose_renewal_fails_keeps_its_f
     );
     unpause(&mut admin);
 }
+
+/// A Redisson `acquire_timeout` on a server that stopped answering during its wait ends
+/// within its bound (its timeout and one try): leaving the subscription used to wait
+/// for the answer to `UNSUBSCRIBE` as long as the read timeout the last wait for a
+/// message had set (up to the re-check period), on the wait's own connection, which is
+/// closed anyway.
+#[test]
+fn a_redisson_wait_ends_without_waiting_to_leave_its_subscription() {
+    const OP: Duration = Duration::from_millis(300);
+    const RECHECK: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let rs = client.redisson_semaphore("rs").with_recheck(RECHECK);
+    assert!(rs.try_set_permits(0).unwrap());
+    let tries = |admin: &mut redis::Connection| {
+        support::command_calls(admin)
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = tries(&mut admin);
+    let waiter = {
+        let rs = rs.clone();
+        thread::spawn(move || timed(|| rs.acquire_timeout(1, TIMEOUT)))
+    };
+    // three tries at once (before subscribing, and two as the wait starts), then the
+    // one of the first re-check: the wait for a message that follows sets a read
+    // timeout of the re-check period, and the try after it (at the deadline) hangs
+    wait_until(Duration::from_secs(5), "the re-check's try", || {
+        tries(&mut admin) >= before + 4
+    });
+    let paused = server.pause();
+    let (r, took) = waiter.join().unwrap();
+    drop(paused);
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+}

@@ -401,7 +401,7 @@ impl Common {
         };
         let op = self.shared().op_timeout;
         let own = matches!(holder, Some(SubConn::Own(_)));
-        let mut sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
+        let sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
             let budget = deadline.map_or(op, |d| {
                 d.saturating_duration_since(Instant::now())
                     .clamp(Duration::from_millis(1), op)
@@ -429,6 +429,7 @@ impl Common {
                 }
             }
         });
+        let mut sub = Leaving { ps: sub, own };
         loop {
             let retry_at = match attempt()? {
                 Attempt::Got(t) => {
@@ -439,7 +440,7 @@ impl Common {
                 Attempt::Wait => None,
             };
             let now = Instant::now();
-            let every = if sub.is_some() {
+            let every = if sub.ps.is_some() {
                 self.recheck
             } else {
                 NO_PUSH_POLL
@@ -454,14 +455,14 @@ impl Common {
                 let left = u64::try_from(ms.saturating_sub(now_ms())).unwrap_or(0);
                 until = until.min(now + Duration::from_millis(left.max(1)));
             }
-            match sub.as_mut() {
+            match sub.ps.as_mut() {
                 Some(ps) => {
                     if let Err(e) = wait_message(ps, until) {
                         log::warn!(
                             "redis-semaphore: subscription to {} lost (polling instead): {e}",
                             self.keys.channel
                         );
-                        sub = None;
+                        sub.ps = None;
                     }
                 }
                 None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
@@ -470,6 +471,27 @@ impl Common {
                 Counters::bump(&stats.wait_gave_up);
                 return Ok(None);
             }
+        }
+    }
+}
+
+/// A wait's subscription, left (redis-rs sends `UNSUBSCRIBE` and reads its answer)
+/// when the wait ends, however it ends. On the wait's own connection, closed right
+/// after, the answer is not waited for: the read timeout left from the last wait for a
+/// message (up to the re-check period) would otherwise add to the wait's bound when
+/// the server stopped answering during its last try. A connection of the user's pool
+/// goes back to it, so it waits for the answer.
+struct Leaving<'a> {
+    ps: Option<redis::PubSub<'a>>,
+    own: bool,
+}
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        if self.own
+            && let Some(ps) = &self.ps
+        {
+            let _ = ps.set_read_timeout(Some(Duration::from_millis(1)));
         }
     }
 }
