@@ -155,9 +155,11 @@ fn zero_replicas_is_off_and_bad_timeouts_are_refused() {
 fn a_blocked_acquire_rides_through_a_primary_refusing_writes_for_want_of_replicas() {
     let (primary, mut replica) = primary_and_replica();
     let mut admin = primary.conn();
+    // a lag of 2 s: a replica that acknowledges every second never looks lagging, one
+    // that stopped does within a few seconds
     for (k, v) in [
         ("min-replicas-to-write", "1"),
-        ("min-replicas-max-lag", "1"),
+        ("min-replicas-max-lag", "2"),
     ] {
         redis::cmd("CONFIG")
             .arg("SET")
@@ -166,11 +168,6 @@ fn a_blocked_acquire_rides_through_a_primary_refusing_writes_for_want_of_replica
             .exec(&mut admin)
             .unwrap();
     }
-    let holder = sem(&primary, "norep", 1, 0, 0);
-    let held = holder.acquire().unwrap();
-    let client = Client::open(primary.url()).unwrap();
-    let waiting = client.semaphore_builder("norep").limit(1).build().unwrap();
-    let waiter = support::queued_waiter(&waiting, Duration::from_secs(5));
     let writes = |admin: &mut redis::Connection| {
         redis::cmd("SET")
             .arg("probe")
@@ -178,6 +175,16 @@ fn a_blocked_acquire_rides_through_a_primary_refusing_writes_for_want_of_replica
             .exec(admin)
             .map_err(|e| e.code().map(str::to_owned))
     };
+    // the replica counts as good once it has acknowledged under the new settings
+    wait_until(Duration::from_secs(10), "the primary taking writes", || {
+        writes(&mut admin).is_ok()
+    });
+    let holder = sem(&primary, "norep", 1, 0, 0);
+    let held = holder.acquire().unwrap();
+    let client = Client::open(primary.url()).unwrap();
+    let waiting = client.semaphore_builder("norep").limit(1).build().unwrap();
+    // (long enough for the whole outage: the wait must end by being served)
+    let waiter = support::queued_waiter(&waiting, Duration::from_secs(30));
     let errors = client.stats().errors;
     replica.stop();
     wait_until(
