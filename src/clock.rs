@@ -78,6 +78,14 @@ pub(crate) fn deadline_in(timeout: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
+/// What is left until `deadline`, at least a millisecond: a socket timeout cannot be
+/// zero, and a call whose time is up still gets one short try.
+pub(crate) fn left_until(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
 /// The freshest anchor of a client, shared by its threads.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {

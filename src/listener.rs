@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
+use crate::clock::left_until;
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
@@ -272,12 +273,7 @@ impl SubConn {
 /// getting it ends by then (a connect, or a checkout of the user's pool), else within
 /// the connect timeout (the checkout within the operation timeout).
 pub(crate) fn open_subscriber(shared: &Shared, by: Option<Instant>) -> crate::Result<SubConn> {
-    let within = |cap: Duration| {
-        by.map_or(cap, |d| {
-            d.saturating_duration_since(Instant::now())
-                .clamp(Duration::from_millis(1), cap)
-        })
-    };
+    let within = |cap: Duration| by.map_or(cap, |d| left_until(d).min(cap));
     match &shared.pool {
         // the pool's manager: the current primary, with the same credentials, TLS and
         // error sorting

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::client::MAX_TIMEOUT;
+use crate::clock::{deadline_in, left_until};
 use crate::connect::{connect_error_at, is_config_error, is_unreachable};
 use crate::error::{Error, Result};
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
@@ -293,11 +293,12 @@ impl Manager {
         if !self.connector.has_password() {
             // part of the set-up: what is left of its budget, not an operation timeout
             // (a release resent on a fresh connection must end by its deadline)
-            let mut left = connect_timeout.saturating_sub(started.elapsed());
+            let mut left = connect_timeout
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1));
             if let Some(by) = by {
-                left = left.min(by.saturating_duration_since(Instant::now()));
+                left = left.min(left_until(by));
             }
-            let left = left.max(Duration::from_millis(1));
             conn.set_read_timeout(Some(left)).map_err(sort)?;
             conn.set_write_timeout(Some(left)).map_err(sort)?;
             redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;
@@ -396,10 +397,7 @@ impl Pool {
             Pool::Own(p, m) => {
                 let start = Instant::now();
                 // (a pool's own timeout is bounded by the builder; a caller's may be huge)
-                let wait = timeout.unwrap_or_else(|| p.connection_timeout());
-                let deadline = start
-                    .checked_add(wait)
-                    .unwrap_or_else(|| start + MAX_TIMEOUT);
+                let deadline = deadline_in(timeout.unwrap_or_else(|| p.connection_timeout()));
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
                     match p.get_timeout(left.min(CHECKOUT_SLICE)) {
@@ -519,13 +517,24 @@ impl Conn {
         op: Duration,
         f: impl FnOnce(&mut dyn ConnectionLike) -> R,
     ) -> R {
+        self.within_conn(budget, op, |c| f(&mut **c))
+    }
+
+    /// [`within`](Self::within), for `f` that needs the checked-out connection itself
+    /// (to route a command on a cluster, say).
+    pub(crate) fn within_conn<R>(
+        &mut self,
+        budget: Duration,
+        op: Duration,
+        f: impl FnOnce(&mut Conn) -> R,
+    ) -> R {
         if budget + TIMEOUT_SLACK.min(op / 10) >= op {
-            return f(&mut **self);
+            return f(self);
         }
         let budget = budget.max(Duration::from_millis(1));
         let _ = self.set_read_timeout(Some(budget));
         let _ = self.set_write_timeout(Some(budget));
-        let result = f(&mut **self);
+        let result = f(self);
         let restored = self
             .set_read_timeout(Some(op))
             .and_then(|()| self.set_write_timeout(Some(op)));

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{Anchor, Clock, deadline_in, lease_end, shrink};
+use crate::clock::{Anchor, Clock, deadline_in, lease_end, left_until, shrink};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -113,11 +113,7 @@ impl SemInner {
     /// back unsorted, as [`Error::Redis`].
     pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<HotReply>> {
         let shared = &self.client.inner.shared;
-        let left = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        };
+        let left = || left_until(deadline);
         let mut conn = shared.pool.get(Some(left()))?;
         conn.within(left(), shared.op_timeout, |c| self.exec_on_conn(c, ops))
     }
@@ -130,11 +126,7 @@ impl SemInner {
         if left.is_zero() {
             return Err(late_reply(&self.name));
         }
-        let left_now = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        };
+        let left_now = || left_until(deadline);
         match &shared.pool {
             Pool::Own(_, manager) => {
                 let mut fresh =
@@ -1566,14 +1558,6 @@ pub(crate) fn is_outage(e: &Error) -> bool {
                 || e.is_connection_dropped()
                 || e.is_timeout()
                 || e.is_cluster_error()
-                || matches!(
-                    e.kind(),
-                    redis::ErrorKind::Server(
-                        redis::ServerErrorKind::BusyLoading
-                            | redis::ServerErrorKind::ReadOnly
-                            | redis::ServerErrorKind::MasterDown
-                    )
-                )
                 || matches!(
                     crate::error::server_code(e),
                     Some("NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN")

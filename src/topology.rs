@@ -429,7 +429,8 @@ impl SentinelTarget {
         {
             let primary = self.primary.lock().clone();
             log::warn!(
-                "redis-semaphore: the primary of sentinel service {:?}{} refused a write                  (READONLY): it is a replica now; asking the sentinels again",
+                "redis-semaphore: the primary of sentinel service {:?}{} refused a write \
+                 (READONLY): it is a replica now; asking the sentinels again",
                 self.service,
                 primary.map_or(String::new(), |(h, p)| format!(", {h}:{p},"))
             );

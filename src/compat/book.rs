@@ -112,6 +112,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisResult, Value};
 
 use crate::client::Client;
+use crate::clock::left_until;
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
@@ -393,11 +394,7 @@ impl BookConn {
             // never for a book semaphore, which refuses a cluster client
             return self.conn.req_packed_commands(cmd, offset, count);
         };
-        let left = || {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        };
+        let left = || left_until(deadline);
         // the timeouts are changed only when the call has less than the operation
         // timeout left (a release's deadline, or a transaction's later replies)
         let mut shortened = false;
@@ -508,10 +505,7 @@ impl BookInner {
     /// it (the checkout included) by `deadline` when one is given.
     fn conn_by(&self, deadline: Option<Instant>) -> Result<BookConn> {
         let shared = &self.client.inner.shared;
-        let wait = deadline.map(|d| {
-            d.saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        });
+        let wait = deadline.map(left_until);
         Ok(BookConn {
             conn: shared.pool.get(wait)?,
             op: shared.op_timeout,

@@ -110,6 +110,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
+use crate::clock::left_until;
 use crate::error::{Error, LostReason, Result};
 use crate::listener::{SubConn, open_subscriber};
 use crate::permit::{Grantor, Permit};
@@ -237,12 +238,7 @@ impl Common {
     ) -> Result<T> {
         Error::check_name(&self.name, false)?;
         let op = self.shared().op_timeout;
-        let left = || {
-            deadline.map_or(op, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1))
-            })
-        };
+        let left = || deadline.map_or(op, left_until);
         let mut conn = self.shared().pool.get(deadline.map(|_| left()))?;
         let value = conn
             .within(left(), op, |c| call(c, &self.keys))
@@ -252,21 +248,7 @@ impl Common {
         };
         // the replica wait's commands end by the deadline too (on a cluster, `WAIT`
         // sets its own read timeout: the replica wait and one attempt's share)
-        let budget = left();
-        let shorten = deadline.is_some() && budget < op;
-        if shorten {
-            let _ = conn.set_read_timeout(Some(budget));
-            let _ = conn.set_write_timeout(Some(budget));
-        }
-        let synced = self.sync(&mut conn, timeout);
-        if shorten {
-            let restored = conn
-                .set_read_timeout(Some(op))
-                .and_then(|()| conn.set_write_timeout(Some(op)));
-            if let Err(e) = restored {
-                log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
-            }
-        }
+        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout));
         drop(conn);
         match synced {
             Ok(None) => Ok(value),
@@ -402,10 +384,7 @@ impl Common {
         let op = self.shared().op_timeout;
         let own = matches!(holder, Some(SubConn::Own(_)));
         let sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
-            let budget = deadline.map_or(op, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .clamp(Duration::from_millis(1), op)
-            });
+            let budget = deadline.map_or(op, |d| left_until(d).min(op));
             // the connection is this wait's own (or the user's pool sets its
             // timeouts again on the next checkout)
             let _ = c.set_read_timeout(Some(budget));
