@@ -442,6 +442,44 @@ fn a_redisson_renewal_on_a_stopped_server_does_not_hold_back_another_permits_los
     );
 }
 
+/// Queues a waiter, `acquire_timeout(timeout)`, on the full semaphore "manual" (limit
+/// 1, without automatic refresh, on a client of operation timeout `op`), and serves it
+/// by [`release_and_pause_writes`]: returns the admin connection (the server's writes
+/// still paused: [`unpause`] it), the waiter's result and how long it took.
+fn serve_a_manual_waiter_and_pause_writes(
+    server: &RedisServer,
+    op: Duration,
+    timeout: Duration,
+) -> (
+    redis::Connection,
+    Result<Option<redis_semaphore::Permit>, Error>,
+    Duration,
+) {
+    let mut admin = server.conn();
+    let client = client(server, op, 16);
+    let sem = client
+        .semaphore_builder("manual")
+        .limit(1)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(timeout)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "manual", held.id());
+    let (r, took) = waiter.join().unwrap();
+    (admin, r, took)
+}
+
 /// Releases the permit `id` of semaphore `name` (one nobody renews) through `admin`,
 /// and pauses every write of the server (scripts included) in the same transaction:
 /// the release hands the permit to the waiter at the head of the queue, and the
@@ -479,28 +517,8 @@ fn a_manual_refresh_acquire_timeout_served_from_the_queue_on_a_stopped_server_en
     const OP: Duration = Duration::from_secs(2);
     const TIMEOUT: Duration = Duration::from_secs(1);
     let server = RedisServer::start();
-    let mut admin = server.conn();
-    let client = client(&server, OP, 16);
-    let sem = client
-        .semaphore_builder("manual")
-        .limit(1)
-        .auto_refresh(false)
-        .build()
-        .unwrap();
-    let held = sem
-        .try_acquire()
-        .unwrap()
-        .expect("a free permit")
-        .into_parts();
-    let waiter = {
-        let sem = sem.clone();
-        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
-    };
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        sem.queue_len().unwrap() == 1
-    });
-    release_and_pause_writes(&mut admin, "manual", held.id());
-    let (r, took) = waiter.join().unwrap();
+    let (mut admin, r, took) = serve_a_manual_waiter_and_pause_writes(&server, OP, TIMEOUT);
+    let r = r.map(|p| p.is_some());
     unpause(&mut admin);
     assert!(
         took <= TIMEOUT + OP + SLACK,
@@ -519,28 +537,8 @@ fn a_manual_refresh_acquire_timeout_served_from_the_queue_on_a_stopped_server_en
 fn a_manual_refresh_permit_served_from_the_queue_whose_renewal_fails_keeps_its_first_deadline() {
     const OP: Duration = Duration::from_millis(300);
     let server = RedisServer::start();
-    let mut admin = server.conn();
-    let client = client(&server, OP, 16);
-    let sem = client
-        .semaphore_builder("manual")
-        .limit(1)
-        .auto_refresh(false)
-        .build()
-        .unwrap();
-    let held = sem
-        .try_acquire()
-        .unwrap()
-        .expect("a free permit")
-        .into_parts();
-    let waiter = {
-        let sem = sem.clone();
-        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
-    };
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        sem.queue_len().unwrap() == 1
-    });
-    release_and_pause_writes(&mut admin, "manual", held.id());
-    let r = waiter.join().unwrap();
+    let (mut admin, r, _) =
+        serve_a_manual_waiter_and_pause_writes(&server, OP, Duration::from_secs(10));
     let permit = match r {
         Ok(Some(p)) => p,
         other => {
