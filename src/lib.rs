@@ -151,7 +151,9 @@
 //! queues and no lease has passed, saying "no" to a try, or releasing a permit nobody
 //! waits for. It reads the state with one `HMGET`, checks that the keys exist with
 //! their types before its first write, and answers before the rest of the script is
-//! even set up. Anything else (keys missing or not agreeing, a queue to serve, an
+//! even set up. A "no" to a try needs only that `HMGET`: it writes nothing, so it
+//! reads no other key (were one lost, the repair it would trigger drops every holder;
+//! the next call that needs more makes it). Anything else (keys missing or not agreeing, a queue to serve, an
 //! expired holder to purge, a repeated id, several permits at once) falls through to
 //! the full logic, which decides exactly as it would alone.
 //!

@@ -6,7 +6,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error, MAX_LIMIT, Permit};
-use support::{RedisServer, acquire_script, call_on, server_ms, wait_for, wait_until};
+use support::{
+    RedisServer, acquire_script, call_on, server_ms, wait_for, wait_past_server_ms, wait_until,
+};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(server.url()).unwrap()
@@ -259,19 +261,34 @@ fn force_release_refuses_what_is_not_a_permit_id() {
 }
 
 /// Finding 4: a lost holders zset is repaired: a crashed holder's record cannot keep
-/// the semaphore full for ever, and the keys have TTLs again.
+/// the semaphore full for ever, and the keys have TTLs again. A refused try decides on
+/// the hash alone (its "no" writes nothing, and a repair would drop every holder), so
+/// the repair comes with the first call that needs more: here the try after the
+/// crashed holder's deadline ('mind'), which the hash still holds.
 #[test]
 fn a_lost_holders_zset_is_repaired() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let c = client(&server);
-    let sem = c.semaphore("lost-h", 1).unwrap();
+    let sem = c
+        .semaphore_builder("lost-h")
+        .limit(1)
+        .auto_refresh(false)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let crashed = sem.try_acquire().unwrap().unwrap();
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg("redsem:{lost-h}:h")
+        .arg(crashed.id())
+        .query(&mut conn)
+        .unwrap();
     std::mem::forget(crashed); // a holder that never comes back
     redis::cmd("DEL")
         .arg("redsem:{lost-h}:h")
         .exec(&mut conn)
         .unwrap();
+    wait_past_server_ms(&mut conn, deadline);
     let p = sem
         .try_acquire()
         .unwrap()

@@ -32,7 +32,8 @@
 //! in the `h` zset is rewritten to the past with `ZADD XX` and `mind` set to 0, as if
 //! time had passed: no sleeping), and a key deleted or replaced by another type (the
 //! next script repairs: it keeps `ctr`, `limit` and `cl` while the hash is readable and
-//! drops every holder and waiter).
+//! drops every holder and waiter; but the fast "no" to a one-permit try reads only the
+//! hash and repairs nothing, see `Run::fast_no`).
 //!
 //! Not modelled: a key overwritten with a value of its own type (two tests at the end
 //! check that it is repaired); real time (leases are 60 s, nothing
@@ -487,6 +488,14 @@ impl Model {
         Acq::Busy
     }
 
+    /// The fast "no" to a one-permit try (fast_acquire.lua), on damaged keys: it
+    /// reads only the hash and writes nothing, so nothing is repaired (see
+    /// `Run::fast_no` for when Redis gives it).
+    fn fast_refusal(&mut self) -> Acq {
+        self.seen("a try refused on damaged keys, before any repair");
+        Acq::Busy
+    }
+
     /// op_release: 0 not held, 1 released, 2 released after its lease ended.
     fn release(&mut self, id: &str) -> i64 {
         self.load();
@@ -746,6 +755,39 @@ impl Run<'_> {
         self.log.push(s);
     }
 
+    /// Whether a try of `n` permits by `id` (None: a fresh id) gets fast_acquire.lua's
+    /// "no", which reads only the hash and so repairs nothing: one permit, the hash
+    /// holding the state and no record of `id`, nobody queued, no deadline passed
+    /// ('mind' ahead) and the semaphore full. The model needs it only on damaged keys
+    /// (elsewhere the full logic answers the same); 'mind' is a lower bound the model
+    /// does not track, so the hash is read here, before the call.
+    fn fast_no(&mut self, id: Option<&str>, n: u32) -> bool {
+        if n != 1 || !self.model.damaged() || self.model.keys[1] != Key::Right {
+            return false;
+        }
+        let v: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(key(&self.name, 1))
+            .arg(&["exp", "used", "mind", "qn", "limit"])
+            .arg(id.unwrap_or("model:no-such-field"))
+            .query(self.conn)
+            .unwrap();
+        let num = |f: &Option<String>| f.as_deref().and_then(|t| t.parse::<i64>().ok());
+        let (Some(_), Some(used)) = (&v[0], num(&v[1])) else {
+            return false;
+        };
+        let now = support::server_ms(self.conn);
+        let mind = num(&v[2]).unwrap_or(i64::MAX);
+        let limit = match &v[4] {
+            Some(_) => num(&v[4]).unwrap_or(-1),
+            None => i64::from(self.model.climit),
+        };
+        v[5].is_none()
+            && num(&v[3]).unwrap_or(0) == 0
+            && now < mind
+            && limit >= 1
+            && used + 1 > limit
+    }
+
     fn check_acq(&mut self, what: &str, want: &Acq, got: &Acq) {
         let same = match (want, got) {
             (
@@ -839,6 +881,7 @@ impl Run<'_> {
     }
 
     fn try_acquire(&mut self, n: u32) {
+        let fast = self.fast_no(None, n);
         let r = self.sem.try_acquire_many(n);
         if n == 0 {
             assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
@@ -849,11 +892,16 @@ impl Run<'_> {
             return;
         }
         let placeholder = "model:try";
-        let want = self.model.acquire(placeholder, n, false);
+        let want = if fast {
+            self.model.fast_refusal()
+        } else {
+            self.model.acquire(placeholder, n, false)
+        };
         self.api_outcome("try_acquire_many", placeholder, n, want, r);
     }
 
     fn acquire(&mut self, n: u32) {
+        let fast = self.fast_no(None, n);
         let r = self.sem.acquire_many_timeout(n, WAIT);
         if n == 0 {
             assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
@@ -864,14 +912,23 @@ impl Run<'_> {
             return;
         }
         // one try, then (not granted) one look that queues it, then the cancel at
-        // the timeout; the look and the cancel change nothing the model compares
+        // the timeout; the look and the cancel change nothing the model compares,
+        // but after a fast "no" on damaged keys the look repairs them and may grant
         let placeholder = "model:acquire";
-        let mut want = self.model.acquire(placeholder, n, false);
+        let mut want = if fast {
+            self.model.fast_refusal()
+        } else {
+            self.model.acquire(placeholder, n, false)
+        };
         if want == Acq::Busy {
             let look = self.model.acquire(placeholder, n, true);
-            assert_eq!(look, Acq::Busy, "nothing changed since the try");
-            let cancelled = self.model.cancel(placeholder);
-            assert_eq!(cancelled, None, "nothing was granted since the look");
+            if look == Acq::Busy {
+                let cancelled = self.model.cancel(placeholder);
+                assert_eq!(cancelled, None, "nothing was granted since the look");
+            } else {
+                assert!(fast, "nothing changed since the try: {look:?}");
+                want = look;
+            }
         } else if let Acq::Refused(_) = want {
         } else {
             want = self.model.granted(placeholder);
@@ -1075,6 +1132,7 @@ impl Run<'_> {
     fn direct(&mut self, id: &str, n: u32, wait: bool) {
         // the acquire script called directly (no wake-up channel, no cutoff), with a
         // lease and a heartbeat of a minute
+        let fast = !wait && self.fast_no(Some(id), n);
         let r: redis::RedisResult<redis::Value> = invoke(&self.scripts.acquire, &self.name)
             .arg(id)
             .arg(n)
@@ -1093,7 +1151,11 @@ impl Run<'_> {
             return;
         }
         let reply = support::acquire_reply(&r.expect("acquire script"));
-        let want = self.model.acquire(id, n, wait);
+        let want = if fast {
+            self.model.fast_refusal()
+        } else {
+            self.model.acquire(id, n, wait)
+        };
         let got = acquire_reply(&reply);
         self.check_acq(
             &format!("direct acquire {id} n={n} wait={wait}"),
@@ -1112,7 +1174,18 @@ impl Run<'_> {
         // the permits of the last full 'a': a later try of the same count by an odd
         // `who` goes in the short form 'A' (id and cutoff), which must act the same
         let mut last_full: Option<u32> = None;
+        // how many operations from the first are fast "no"s (which read only the hash
+        // and change nothing: the full logic, and its repair, start after them)
+        let mut fast = 0;
+        let mut in_prefix = true;
         for op in ops {
+            if in_prefix {
+                in_prefix = match op {
+                    BatchOp::Try { who, n } => self.fast_no(Some(&direct_id(*who)), *n),
+                    _ => false,
+                };
+                fast += usize::from(in_prefix);
+            }
             match op {
                 BatchOp::Try { who, n } if *who % 2 == 1 && last_full == Some(*n) => {
                     let id = direct_id(*who);
@@ -1162,11 +1235,15 @@ impl Run<'_> {
         if resolved.len() > 1 {
             self.model.seen("batch of several");
         }
-        for ((id, n), reply) in resolved.into_iter().zip(replies) {
+        for (k, ((id, n), reply)) in resolved.into_iter().zip(replies).enumerate() {
             match n {
                 Some(n) => {
                     let reply = support::acquire_reply(&reply);
-                    let want = self.model.acquire(&id, n, false);
+                    let want = if k < fast {
+                        self.model.fast_refusal()
+                    } else {
+                        self.model.acquire(&id, n, false)
+                    };
                     let got = acquire_reply(&reply);
                     self.check_acq(&format!("batch try {id} n={n}"), &want, &got);
                     if let Acq::Granted { token: Some(t), .. } = got {
@@ -1542,8 +1619,9 @@ fn scripts_agree_with_the_model() {
 }
 
 /// Every path counted by `seen`.
-const PATHS: [&str; 22] = [
+const PATHS: [&str; 23] = [
     "batch of several",
+    "a try refused on damaged keys, before any repair",
     "short try in a batch",
     "idle keys deleted",
     "repair keeping the hash",
@@ -1722,6 +1800,29 @@ fn each_key_lost_or_replaced_is_repaired() {
             "repair without the hash",
             "repair dropping holders",
             "refresh of a lost permit",
+        ],
+    );
+}
+
+/// A try refused on damaged keys: the fast "no" reads only the hash and repairs
+/// nothing (a repair would drop the holder); the next call that needs more, here the
+/// status read, repairs, and the try after it is granted.
+#[test]
+fn a_refused_try_on_damaged_keys_repairs_nothing() {
+    run_fixed(
+        1,
+        false,
+        &[
+            Op::Try(1),
+            Op::Tamper(0, Damage::Delete),
+            Op::Try(1),
+            Op::Inspect,
+            Op::Try(1),
+        ],
+        &[
+            "a try refused on damaged keys, before any repair",
+            "repair dropping holders",
+            "grant",
         ],
     );
 }

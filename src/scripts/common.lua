@@ -83,7 +83,10 @@
 -- its state, a bitmap whose bits are not 'used'), keeps 'ctr', 'limit' and 'cl' from
 -- the hash when it is readable, and starts the semaphore afresh without holders or
 -- waiters. That never exceeds the limit and never books a slot twice; the holders it
--- drops learn it at their next renewal, waiters at their next look.
+-- drops learn it at their next renewal, waiters at their next look. The fast "no" to
+-- a try (fast_acquire.lua) reads only the hash and writes nothing, so it repairs
+-- nothing: the next call that needs more does (a grant, a release, a blocking
+-- acquire, a renewal, a status read, or a try once 'mind' has passed).
 
 -- The key names, the constants, the time (`now`, `now_us`), int() and valid_id() are
 -- defined by head.lua, which comes first in every script.

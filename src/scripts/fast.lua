@@ -3,11 +3,16 @@
 -- common.lua's machinery is even set up; whenever anything is not plain (the keys
 -- missing or not agreeing, a waiter queued, an expired entry to purge, a repeated id,
 -- several permits at once) they answer nil and write nothing, and the full logic
--- (common.lua, ops.lua) decides. Both give exactly the reply and the state the full
+-- (common.lua, ops.lua) decides. They give exactly the reply and the state the full
 -- logic would give in the same case, and keep the same invariants (common.lua), with
--- one difference in what they refuse: the fast path checks only the arguments it
--- uses, so a plain try whose unused ones (heartbeat, channel) are malformed is
--- granted where the full logic refuses it (the client never sends such arguments).
+-- two differences:
+--   - what they refuse: the fast path checks only the arguments it uses, so a plain
+--     try whose unused ones (heartbeat, channel) are malformed is granted where the
+--     full logic refuses it (the client never sends such arguments);
+--   - damaged keys: the "no" to a try writes nothing and needs only the hash, so it
+--     reads no other key, and is given where the full logic would first repair a
+--     lost or mistyped h, s or q by dropping every holder (see fast_acquire); the
+--     next call that needs more repairs.
 --
 -- One script call may run several fast operations (a batch): the hash's state fields
 -- are read once per call (fast_state) and kept in `fv` as the operations change them,

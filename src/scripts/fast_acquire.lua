@@ -40,10 +40,11 @@ end
 -- Grant one permit to `id`, or say "no" to a try; nil when not plain. The other
 -- arguments are ARGV[j] on (see fast_numbers), `n` is ARGV[j] parsed, `cutoff` server
 -- ms (0: none).
--- Plain: the four keys exist with their types and agree (anything else: the full
--- logic repairs, also before a "no"), the hash has no record for `id`, nobody is queued
--- ('qn' 0), and no deadline has passed ('mind' ahead, so nothing needs a purge); or
--- no key exists at all (the create branch).
+-- Plain: the hash holds the state and no record for `id`, nobody is queued ('qn' 0),
+-- and no deadline has passed ('mind' ahead, so nothing needs a purge); for a grant
+-- also the other three keys exist with their types and agree (anything else: the
+-- full logic repairs); or no key exists at all (the create branch). A "no" to a try
+-- reads only the hash (see below).
 -- Reply (short forms of op_acquire's, which the client reads as those):
 --   'now|token|deadline|slot'  granted: op_acquire's {1, now, token, deadline, slot}
 --   0                          a try refused: op_acquire's {0, now, retry, 0} without
@@ -89,6 +90,14 @@ local function fast_acquire(id, n, j, cutoff)
     local used, limit = v[2], v[5]
     if not limit then limit = fast_numbers(j) end
     if now >= v[3] or not used or not limit or limit < 1 then return nil end
+    if used + 1 > limit then
+        -- a "no" writes nothing and needs only the hash: it is given before the
+        -- other keys are read (were they damaged, the full logic's repair would drop
+        -- every holder, so a "no" is the safer answer; the next grant, release or
+        -- blocking acquire, or the next deadline ('mind'), makes the full logic run)
+        if ARGV[j + 6] ~= 't' then return nil end
+        return 0
+    end
     -- the other three keys exist with their types (h and q hold the sentinel '~', s
     -- is never empty) and agree (s has exactly `used` bits set, K2), else the full
     -- logic repairs; after these reads no command below can meet a key of another type
@@ -97,10 +106,6 @@ local function fast_acquire(id, n, j, cutoff)
         if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
         if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
         keys_agree = true
-    end
-    if used + 1 > limit then
-        if ARGV[j + 6] ~= 't' then return nil end
-        return 0
     end
     local _, lease, pad = fast_numbers(j, true)
     if not lease or not pad or not ARGV[j + 5] then return nil end
