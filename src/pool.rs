@@ -493,6 +493,17 @@ impl Conn {
     }
 
     /// The plain connection under this one, for a subscription; `None` on a cluster.
+    /// Notes that this connection's server answered `READONLY`: a Sentinel service's
+    /// primary then counts as replaced ([`PrimaryConn::demoted`]). For callers that
+    /// read replies on [`plain`](Self::plain) themselves; nothing for other servers.
+    pub(crate) fn primary_demoted(&self) {
+        if let Conn::Own(c) = self
+            && let RConn::Primary(p) = &**c
+        {
+            p.demoted();
+        }
+    }
+
     pub(crate) fn plain(&mut self) -> Option<&mut redis::Connection> {
         match self {
             Conn::Own(c) => match &mut **c {

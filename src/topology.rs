@@ -104,6 +104,22 @@ impl std::fmt::Debug for Connector {
     }
 }
 
+/// Whether a reply is a `READONLY` error: the node is a replica (see
+/// [`PrimaryConn::checked`]).
+pub(crate) fn is_read_only(v: &redis::Value) -> bool {
+    matches!(v, redis::Value::ServerError(e) if is_read_only_reply(e))
+}
+
+/// [`is_read_only`] for the error of a reply.
+pub(crate) fn is_read_only_reply(e: &redis::ServerError) -> bool {
+    reply_code(e) == "READONLY"
+}
+
+/// [`is_read_only`] for an error.
+pub(crate) fn is_read_only_error(e: &RedisError) -> bool {
+    server_code(e) == Some("READONLY")
+}
+
 /// A connection with the generation of the primary it was opened for.
 pub(crate) struct PrimaryConn {
     pub(crate) conn: redis::Connection,
@@ -135,21 +151,26 @@ impl PrimaryConn {
         result: redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
         let read_only = match &result {
-            Ok(values) => values
-                .as_ref()
-                .iter()
-                .any(|v| matches!(v, redis::Value::ServerError(e) if reply_code(e) == "READONLY")),
+            Ok(values) => values.as_ref().iter().any(is_read_only),
             Err(e) => {
                 if e.kind() == ErrorKind::Parse {
                     self.desynced = true;
                 }
-                server_code(e) == Some("READONLY")
+                is_read_only_error(e)
             }
         };
-        if read_only && let Some(t) = &self.target {
-            t.demoted(self.generation);
+        if read_only {
+            self.demoted();
         }
         result
+    }
+
+    /// Notes that this connection's primary answered `READONLY` (see
+    /// [`checked`](Self::checked)), for a caller that reads the replies itself.
+    pub(crate) fn demoted(&self) {
+        if let Some(t) = &self.target {
+            t.demoted(self.generation);
+        }
     }
 
     /// [`is_stale`](Self::is_stale) as a check that does not borrow the connection.

@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
+use redis_semaphore::compat::book::BookVariant;
 use support::sentinel::{SERVICE, Sentinel, SentinelSet};
 use support::{RedisServer, command_calls, keys, queued_waiter, wait_for, wait_until};
 
@@ -575,36 +576,11 @@ fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly()
     }
 }
 
-/// Failover audit (2026-11-26): a switch the client's watcher never hears (here the
-/// sentinels are re-pointed by hand, `SENTINEL REMOVE` + `MONITOR`, which publish no
-/// `+switch-master`; a client cut off from the sentinels while they fail over is in
-/// the same place) left every pooled connection on the demoted primary: each call
-/// failed with `READONLY`, which `is_retryable` called permanent, and the connections
-/// stayed in the pool (r2d2 retires them after 30 min). A `READONLY` reply now marks
-/// the primary as replaced: its connections are dropped, the next one asks the
-/// sentinels, and the error is retryable; a release that met it is sent again at once.
-#[test]
-fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
-    let set = SentinelSet::start();
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(1))
-        .build(set.url())
-        .unwrap();
-    // a long lease: no renewal meets the demoted primary before the test's calls do
-    let sem = client
-        .semaphore_builder("ro")
-        .limit(2)
-        .lease(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    // connections to the primary in the pool
-    for _ in 0..4 {
-        sem.acquire().unwrap().release().unwrap();
-    }
-    let held = sem.acquire().unwrap();
-    let other = sem.acquire().unwrap();
-    let old = set.primary_port();
-    let new = set.other_node(old).port();
+/// Makes `new` the primary and `old` its replica behind the sentinels' back, then
+/// re-points the sentinels by hand (`SENTINEL REMOVE` + `MONITOR`), which publishes no
+/// `+switch-master`: a client's watcher never hears of the switch, as when it is cut
+/// off from the sentinels while they fail over. Returns once the sentinels name `new`.
+fn swap_roles_unannounced(set: &SentinelSet, old: u16, new: u16) {
     // the roles swap behind the sentinels' back...
     redis::cmd("REPLICAOF")
         .arg("NO")
@@ -646,6 +622,39 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
             .unwrap();
     }
     set.wait_for_primary(new);
+}
+
+/// Failover audit (2026-11-26): a switch the client's watcher never hears (here the
+/// sentinels are re-pointed by hand, `SENTINEL REMOVE` + `MONITOR`, which publish no
+/// `+switch-master`; a client cut off from the sentinels while they fail over is in
+/// the same place) left every pooled connection on the demoted primary: each call
+/// failed with `READONLY`, which `is_retryable` called permanent, and the connections
+/// stayed in the pool (r2d2 retires them after 30 min). A `READONLY` reply now marks
+/// the primary as replaced: its connections are dropped, the next one asks the
+/// sentinels, and the error is retryable; a release that met it is sent again at once.
+#[test]
+fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    // a long lease: no renewal meets the demoted primary before the test's calls do
+    let sem = client
+        .semaphore_builder("ro")
+        .limit(2)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // connections to the primary in the pool
+    for _ in 0..4 {
+        sem.acquire().unwrap().release().unwrap();
+    }
+    let held = sem.acquire().unwrap();
+    let other = sem.acquire().unwrap();
+    let old = set.primary_port();
+    let new = set.other_node(old).port();
+    swap_roles_unannounced(&set, old, new);
 
     // the first call meets the demoted primary: a release is sent again, on a
     // connection to the new primary (else its slot stays taken for the lease)
@@ -683,6 +692,56 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
         "the waiter was served on the new primary"
     );
     drop(p);
+}
+
+/// Review of the failover audit (2026-11-26): the book semaphores read their replies
+/// themselves (to bound each reply of a transaction by the call's deadline), and so
+/// skipped the `READONLY` check above: a client that used only book semaphores kept
+/// every pooled connection on a demoted primary, and each call failed. A `READONLY`
+/// among a book call's replies, also one refused inside `MULTI`, now sends the client
+/// to the new primary in the same way.
+#[test]
+fn a_book_semaphore_leaves_a_demoted_primary_too() {
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    // the fair variant: its acquire is a MULTI transaction
+    let sem = client
+        .book_semaphore("ro-book", 2)
+        .variant(BookVariant::Fair)
+        .build()
+        .unwrap();
+    for _ in 0..4 {
+        sem.acquire().unwrap().release().unwrap();
+    }
+    let held = sem.acquire().unwrap();
+    let old = set.primary_port();
+    let new = set.other_node(old).port();
+    swap_roles_unannounced(&set, old, new);
+
+    let mut errors = Vec::new();
+    let p = support::wait_for(
+        Duration::from_secs(10),
+        "a book grant on the new primary",
+        || match sem.try_acquire() {
+            Ok(p) => p,
+            Err(e) => {
+                assert!(e.is_retryable(), "not retryable: {e}");
+                errors.push(e.to_string());
+                None
+            }
+        },
+    );
+    eprintln!("calls that met the demoted primary: {errors:?}");
+    assert!(
+        errors.len() <= 3,
+        "{} calls met the demoted primary",
+        errors.len()
+    );
+    assert!(!keys(&mut set.node_conn(new), "ro-book*").is_empty());
+    drop((p, held));
 }
 
 /// Failover audit (2026-11-26): `Drop` of a permit must end within the operation

@@ -109,7 +109,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::client::Client;
 use crate::clock::left_until;
@@ -120,6 +120,7 @@ use crate::pool::{Conn, TIMEOUT_SLACK};
 use crate::registry::PermitState;
 use crate::scripts::book::{self, BookKeys};
 use crate::stats::Counters;
+use crate::topology::{is_read_only_error, is_read_only_reply};
 
 /// The longest timeout, lock wait and lock timeout a builder takes.
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -409,6 +410,10 @@ impl BookConn {
             }
         };
         shorten(c, true);
+        // a READONLY reply, also one before `offset` (a write refused inside MULTI,
+        // after which EXEC answers EXECABORT): a demoted Sentinel primary (see
+        // PrimaryConn::checked); the call fails with it, not with what EXEC said
+        let mut read_only: Option<RedisError> = None;
         let result = (|| {
             c.send_packed_command(cmd)?;
             let (mut replies, mut first_err) = (Vec::with_capacity(count), None);
@@ -420,11 +425,20 @@ impl BookConn {
                 match c.recv_response() {
                     // RESP3 push data between replies is not a reply
                     Ok(Value::Push { .. }) => total += 1,
+                    Ok(Value::ServerError(e)) if read_only.is_none() && is_read_only_reply(&e) => {
+                        read_only = Some(e.clone().into());
+                        if idx >= offset {
+                            replies.push(Value::ServerError(e));
+                        }
+                    }
                     Ok(v) if idx >= offset => replies.push(v),
-                    // a command refused inside MULTI: EXEC answers EXECABORT
                     Ok(_) => {}
                     Err(e) => {
-                        first_err.get_or_insert(e);
+                        if read_only.is_none() && is_read_only_error(&e) {
+                            read_only = Some(e);
+                        } else {
+                            first_err.get_or_insert(e);
+                        }
                     }
                 }
                 idx += 1;
@@ -439,7 +453,13 @@ impl BookConn {
                 log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
             }
         }
-        result
+        match read_only {
+            Some(e) => {
+                self.conn.primary_demoted();
+                Err(e)
+            }
+            None => result,
+        }
     }
 }
 
