@@ -32,7 +32,8 @@ pub enum Error {
         limit: u32,
     },
 
-    /// Redis answered with an error, or the connection failed or timed out.
+    /// Redis answered with an error, or the connection failed or timed out, where no
+    /// semaphore is named (an error of a semaphore's call is an [`Error::Call`]).
     ///
     /// A timed-out command may still have run on the server; the library then gives
     /// back whatever it may have been granted to a [`Permit`](crate::Permit). (A
@@ -40,6 +41,21 @@ pub enum Error {
     /// a timeout leaves it in doubt, as its docs say.)
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
+
+    /// Redis answered a call of a semaphore with an error, or the call's connection
+    /// failed: [`Error::Redis`] with the semaphore and the operation named (an `OOM`
+    /// or `NOPERM` reply, a dropped connection, a `READONLY` replica during a
+    /// failover...). [`is_retryable`](Error::is_retryable) says whether trying again
+    /// may help.
+    #[error("{operation} on semaphore {name:?} failed: redis error: {source}")]
+    Call {
+        /// The semaphore's name.
+        name: String,
+        /// What failed: `acquire`, `release`, `refresh`, `adopt`, or `a call`.
+        operation: &'static str,
+        /// The error `redis` gave.
+        source: redis::RedisError,
+    },
 
     /// No connection could be taken from the pool in time: every connection is busy
     /// (or, for a pool given to [`Client::from_pool`](crate::Client::from_pool), the
@@ -216,13 +232,23 @@ impl Error {
                 source: e,
             }
         } else {
-            Error::Redis(e)
+            Error::Call {
+                name: name.to_owned(),
+                operation: "a call",
+                source: e,
+            }
         }
     }
 
-    /// Names the operation a [`Error::Timeout`] happened in; other errors pass.
+    /// Names the operation a [`Error::Timeout`] or an [`Error::Call`] happened in;
+    /// other errors pass.
     pub(crate) fn during(self, op: &'static str) -> Error {
         match self {
+            Error::Call { name, source, .. } => Error::Call {
+                name,
+                operation: op,
+                source,
+            },
             Error::Timeout {
                 name,
                 allowed,
@@ -250,6 +276,15 @@ impl Error {
                 message: message.clone(),
             },
             Error::Redis(e) => Error::Redis(e.clone()),
+            Error::Call {
+                name,
+                operation,
+                source,
+            } => Error::Call {
+                name: name.clone(),
+                operation,
+                source: source.clone(),
+            },
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             other => Error::Connect {
                 addr: String::new(),
@@ -268,7 +303,7 @@ impl Error {
     /// Whether this error is a timeout of a Redis command or of the pool checkout.
     pub fn is_timeout(&self) -> bool {
         match self {
-            Error::Redis(e) => e.is_timeout(),
+            Error::Redis(e) | Error::Call { source: e, .. } => e.is_timeout(),
             Error::Timeout { .. } | Error::Pool(_) => true,
             _ => false,
         }
@@ -286,7 +321,7 @@ impl Error {
     /// malformed replies, lost or expired permits.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Redis(e) => {
+            Error::Redis(e) | Error::Call { source: e, .. } => {
                 e.is_timeout()
                     || e.is_io_error()
                     || e.is_connection_dropped()

@@ -1552,7 +1552,7 @@ pub(crate) fn is_outage(e: &Error) -> bool {
     match e {
         Error::Pool(_) | Error::Timeout { .. } => true,
         Error::Connect { .. } => e.is_retryable(),
-        Error::Redis(e) => {
+        Error::Redis(e) | Error::Call { source: e, .. } => {
             e.is_io_error()
                 || e.is_connection_refusal()
                 || e.is_connection_dropped()
@@ -1678,7 +1678,11 @@ impl Grantor for SemInner {
                 self.metrics.release_failed();
                 if matches!(
                     e,
-                    Error::Redis(_) | Error::Pool(_) | Error::Connect { .. } | Error::Auth { .. }
+                    Error::Redis(_)
+                        | Error::Call { .. }
+                        | Error::Pool(_)
+                        | Error::Connect { .. }
+                        | Error::Auth { .. }
                 ) {
                     Counters::bump(&shared.stats.errors);
                     self.metrics.errors();

@@ -1092,3 +1092,36 @@ fn with_label_changes_only_the_label() {
     assert_eq!(labels, want);
     assert!(sem.with_label("line\nbreak").is_err());
 }
+
+/// A Redis error on a semaphore's call names the semaphore and the operation, not only
+/// what Redis said (here the server is out of memory: the acquire's first write is
+/// refused, before anything is written).
+#[test]
+fn a_redis_error_names_the_semaphore_and_the_operation() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("oom", 2).unwrap();
+    let mut admin = server.conn();
+    let maxmemory = |conn: &mut redis::Connection, bytes: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .exec(conn)
+            .unwrap();
+    };
+    maxmemory(&mut admin, "1");
+    let e = sem.try_acquire().unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, Error::Call { ref name, operation: "acquire", .. } if name == "oom"),
+        "{e:?}"
+    );
+    assert!(
+        text.starts_with("acquire on semaphore \"oom\" failed: redis error: ")
+            && text.contains("OOM"),
+        "{text}"
+    );
+    assert!(!e.is_retryable(), "{text}");
+    maxmemory(&mut admin, "0");
+    assert!(sem.try_acquire().unwrap().is_some());
+}

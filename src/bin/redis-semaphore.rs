@@ -150,7 +150,11 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     }
     let client = builder.build(&cli.url).map_err(|e| e.to_string())?;
     let reach = |e: Error| match e {
-        Error::Pool(_) | Error::Redis(_) | Error::Connect { .. } | Error::Auth { .. } => {
+        Error::Pool(_)
+        | Error::Redis(_)
+        | Error::Call { .. }
+        | Error::Connect { .. }
+        | Error::Auth { .. } => {
             format!("cannot talk to Redis at {url}: {e}")
         }
         other => other.to_string(),
