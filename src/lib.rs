@@ -153,7 +153,8 @@
 //! their types before its first write, and answers before the rest of the script is
 //! even set up. A "no" to a try needs only that `HMGET`: it writes nothing, so it
 //! reads no other key (were one lost, the repair it would trigger drops every holder;
-//! the next call that needs more makes it). Anything else (keys missing or not agreeing, a queue to serve, an
+//! the next call that needs more makes it). Nor does the release of the last permit,
+//! which deletes the semaphore's keys whatever they hold. Anything else (keys missing or not agreeing, a queue to serve, an
 //! expired holder to purge, a repeated id, several permits at once) falls through to
 //! the full logic, which decides exactly as it would alone.
 //!

@@ -496,6 +496,20 @@ impl Model {
         Acq::Busy
     }
 
+    /// The idle release of fast_release.lua on damaged keys: the last holder's own
+    /// release deletes every key, whatever the damaged ones hold, and repairs nothing
+    /// (see `Run::fast_idle`). 1 or 2 as op_release.
+    fn fast_idle_release(&mut self, id: &str) -> i64 {
+        self.seen("an idle release on damaged keys, before any repair");
+        let h = self
+            .holders
+            .remove(id)
+            .expect("the model holds a released permit");
+        assert!(self.holders.is_empty() && self.queue.is_empty());
+        self.forget();
+        if h.expired { 2 } else { 1 }
+    }
+
     /// op_release: 0 not held, 1 released, 2 released after its lease ended.
     fn release(&mut self, id: &str) -> i64 {
         self.load();
@@ -755,6 +769,53 @@ impl Run<'_> {
         self.log.push(s);
     }
 
+    /// Whether a release of `id` by its holder is fast_release.lua's idle release on
+    /// damaged keys, which deletes every key without reading the damaged ones (and so
+    /// repairs nothing): the hash holds the state and the record of `id`, whose
+    /// permits are all 'used', nobody is queued, no limit is stored, 'ctr' is below
+    /// the server's time in microseconds, and whether the lease is live is known
+    /// ('mind' ahead, or `id`'s deadline in the holders zset). Read from Redis before
+    /// the call, as `fast_no`; a 'ctr' ahead of the clock (tokens of a batch granted
+    /// in one microsecond) is waited out first, so that the script sees the same.
+    fn fast_idle(&mut self, id: &str) -> bool {
+        if !self.model.damaged() || self.model.keys[1] != Key::Right {
+            return false;
+        }
+        let v: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(key(&self.name, 1))
+            .arg(&["exp", "used", "mind", "ctr", "limit", "qn"])
+            .arg(id)
+            .query(self.conn)
+            .unwrap();
+        let num = |f: &Option<String>| f.as_deref().and_then(|t| t.parse::<i64>().ok());
+        let (Some(_), Some(used), Some(rec)) = (&v[0], num(&v[1]), &v[6]) else {
+            return false;
+        };
+        let permits: Option<i64> = rec.split('|').next().and_then(|p| p.parse().ok());
+        if permits != Some(used) || v[4].is_some() || num(&v[5]).unwrap_or(0) != 0 {
+            return false;
+        }
+        let ctr = num(&v[3]).unwrap_or(0);
+        let now_us = |conn: &mut redis::Connection| -> i64 {
+            let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+            s * 1_000_000 + us
+        };
+        support::wait_until(
+            Duration::from_secs(5),
+            "the server's clock past 'ctr'",
+            || now_us(self.conn) > ctr,
+        );
+        let now = now_us(self.conn) / 1000;
+        if now < num(&v[2]).unwrap_or(i64::MAX) {
+            return true;
+        }
+        let deadline: redis::RedisResult<Option<String>> = redis::cmd("ZSCORE")
+            .arg(key(&self.name, 0))
+            .arg(id)
+            .query(self.conn);
+        matches!(deadline, Ok(Some(_)))
+    }
+
     /// Whether a try of `n` permits by `id` (None: a fresh id) gets fast_acquire.lua's
     /// "no", which reads only the hash and so repairs nothing: one permit, the hash
     /// holding the state and no record of `id`, nobody queued, no deadline passed
@@ -984,7 +1045,11 @@ impl Run<'_> {
         }
         let p = self.permits.remove(k % self.permits.len());
         let id = p.id().to_owned();
-        let want = self.model.release(&id);
+        let want = if self.fast_idle(&id) {
+            self.model.fast_idle_release(&id)
+        } else {
+            self.model.release(&id)
+        };
         let r = p.release();
         let got = match &r {
             Ok(()) => 1,
@@ -1178,10 +1243,21 @@ impl Run<'_> {
         // and change nothing: the full logic, and its repair, start after them)
         let mut fast = 0;
         let mut in_prefix = true;
+        let mut idle_at = None;
         for op in ops {
             if in_prefix {
+                // an idle release on damaged keys ends the prefix too, but is taken on
+                // the fast path: the keys are gone after it, nothing is damaged, and
+                // the model's own logic goes on
                 in_prefix = match op {
                     BatchOp::Try { who, n } => self.fast_no(Some(&direct_id(*who)), *n),
+                    BatchOp::Release(k) => {
+                        let id = self.known[k % self.known.len()].clone();
+                        if self.fast_idle(&id) {
+                            idle_at = Some(fast);
+                        }
+                        false
+                    }
                     _ => false,
                 };
                 fast += usize::from(in_prefix);
@@ -1252,7 +1328,11 @@ impl Run<'_> {
                 }
                 None => {
                     let got: i64 = redis::from_redis_value(reply).expect("release reply");
-                    let want = self.model.release(&id);
+                    let want = if idle_at == Some(k) {
+                        self.model.fast_idle_release(&id)
+                    } else {
+                        self.model.release(&id)
+                    };
                     assert_eq!(got, want, "batch release of {id}");
                 }
             }
@@ -1619,8 +1699,9 @@ fn scripts_agree_with_the_model() {
 }
 
 /// Every path counted by `seen`.
-const PATHS: [&str; 23] = [
+const PATHS: [&str; 24] = [
     "batch of several",
+    "an idle release on damaged keys, before any repair",
     "a try refused on damaged keys, before any repair",
     "short try in a batch",
     "idle keys deleted",
@@ -1823,6 +1904,28 @@ fn a_refused_try_on_damaged_keys_repairs_nothing() {
             "a try refused on damaged keys, before any repair",
             "repair dropping holders",
             "grant",
+        ],
+    );
+}
+
+/// The last holder's release on damaged keys (the slot bitmap deleted) deletes every
+/// key without the repair that would drop it first: the release succeeds, and the
+/// semaphore starts afresh.
+#[test]
+fn the_last_release_on_damaged_keys_deletes_them() {
+    run_fixed(
+        2,
+        false,
+        &[
+            Op::Try(1),
+            Op::Tamper(2, Damage::Delete),
+            Op::Release(0),
+            Op::Inspect,
+            Op::Try(2),
+        ],
+        &[
+            "an idle release on damaged keys, before any repair",
+            "grant up to the limit",
         ],
     );
 }

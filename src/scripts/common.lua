@@ -84,9 +84,10 @@
 -- the hash when it is readable, and starts the semaphore afresh without holders or
 -- waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look. The fast "no" to
--- a try (fast_acquire.lua) reads only the hash and writes nothing, so it repairs
--- nothing: the next call that needs more does (a grant, a release, a blocking
--- acquire, a renewal, a status read, or a try once 'mind' has passed).
+-- a try (fast_acquire.lua) reads only the hash and writes nothing, and the release of
+-- the last holder (fast_release.lua) deletes all four keys whatever they hold, so
+-- neither repairs: the next call that needs more does (a grant, another release, a
+-- blocking acquire, a renewal, a status read, or a try once 'mind' has passed).
 
 -- The key names, the constants, the time (`now`, `now_us`), int() and valid_id() are
 -- defined by head.lua, which comes first in every script.

@@ -5,7 +5,8 @@
 -- Plain: the hash holds its state and a record for `id`, nobody is queued (so nobody
 -- is served), the four keys exist with their types and agree (h holds its sentinel
 -- and, when a deadline may have passed, `id`; s has exactly 'used' bits set; q is a
--- zset).
+-- zset). The idle release below needs only the hash (and h when a deadline may have
+-- passed): it deletes the other keys whatever they hold.
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
 --
 -- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
@@ -32,6 +33,18 @@ local function fast_release(id, keep)
         if type(dl) ~= 'string' then return nil end
         live = tonumber(dl) > now
     end
+    p = tonumber(p)
+    local reply = 2
+    if live then reply = 1 end
+    if not keep and v[2] == p and not v[5] and (tonumber(v[4]) or 0) < now_us then
+        -- idle: 'qn' is 0 and, by K2 and K4 on the hash (which holds the state), no
+        -- holder or waiter but `id` exists; the DEL needs no proof that the other
+        -- keys exist with their types and agree, as it removes them whatever they hold
+        redis.call('DEL', H, I, S, Q)
+        keys_agree = false
+        fv = nil
+        return reply
+    end
     -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
     if not keys_agree then
         local hs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('BITCOUNT', S)
@@ -40,18 +53,8 @@ local function fast_release(id, keep)
         end
         keys_agree = true
     end
-    p = tonumber(p)
     local used = v[2] - p
     if used < 0 then used = 0 end
-    local reply = 2
-    if live then reply = 1 end
-    if not keep and used == 0 and not v[5] and (tonumber(v[4]) or 0) < now_us then
-        -- idle: 'qn' is 0 and, by K2 and K4, h holds no holder or waiter but `id`
-        redis.call('DEL', H, I, S, Q)
-        keys_agree = false
-        fv = nil
-        return reply
-    end
     local cleared = 0
     for slot in string.gmatch(slots, '%d+') do
         cleared = cleared + redis.call('SETBIT', S, slot, '0')
