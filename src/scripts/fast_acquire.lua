@@ -74,12 +74,13 @@ local function fast_acquire(id, n, j, cutoff)
         local token = int(now_us)
         redis.call('ZADD', H, int(END_OF_TIME), '~', d, id)
         redis.call('ZADD', Q, int(END_OF_TIME), '~')
-        redis.call('SETBIT', S, 0, 1)
+        -- the slot bitmap with slot 0 set (bit 0 is the high bit of the first byte, as
+        -- SETBIT counts), written with its TTL in one command (PXAT: Redis 6.2)
+        redis.call('SET', S, '\128', 'PXAT', e)
         redis.call('HSET', I, 'used', 1, 'ctr', token, 'mind', d, 'exp', e, 'qn', 0, 'qseq', 0,
             'cl', ARGV[j + 1], id, '1|' .. token .. '|0|' .. int(now) .. '|' .. ARGV[j + 5])
         redis.call('PEXPIREAT', H, e)
         redis.call('PEXPIREAT', I, e)
-        redis.call('PEXPIREAT', S, e)
         redis.call('PEXPIREAT', Q, e)
         keys_agree = true
         v[1], v[2], v[3], v[4] = deadline + pad, 1, deadline, now_us
