@@ -1698,11 +1698,12 @@ fn scripts_agree_with_the_model() {
     }
 }
 
-/// Every path counted by `seen`.
-const PATHS: [&str; 24] = [
+/// Every path counted by `seen` that the default random run takes every time. The
+/// fast path's answers on damaged keys ("a try refused on damaged keys, before any
+/// repair", "an idle release on damaged keys, before any repair") are too rare for
+/// that: fixed cases below take them.
+const PATHS: [&str; 22] = [
     "batch of several",
-    "an idle release on damaged keys, before any repair",
-    "a try refused on damaged keys, before any repair",
     "short try in a batch",
     "idle keys deleted",
     "repair keeping the hash",
