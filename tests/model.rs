@@ -298,11 +298,21 @@ impl Model {
         }
     }
 
+    /// Whether h, i and s are intact and nobody queues: the queue key is then not
+    /// needed, whatever it holds (K1's exception, common.lua): no fast path reads it,
+    /// and the full logic makes it afresh without a repair.
+    fn queue_key_free(&self) -> bool {
+        self.keys[..3].iter().all(|k| *k == Key::Right) && self.queue.is_empty()
+    }
+
     fn exists(&self) -> bool {
-        self.keys.iter().all(|k| *k == Key::Right)
+        self.queue_key_free() || self.keys.iter().all(|k| *k == Key::Right)
     }
 
     fn damaged(&self) -> bool {
+        if self.queue_key_free() {
+            return false;
+        }
         let present = self.keys.iter().filter(|k| **k != Key::Absent).count();
         let right = self.keys.iter().filter(|k| **k == Key::Right).count();
         !(present == 0 || right == 4)
@@ -478,6 +488,8 @@ impl Model {
         self.init();
         if queued.is_none() {
             self.seen("queued");
+            // a queue key lost while nobody queued was made afresh first (check_keys)
+            self.keys[3] = Key::Right;
             self.queue.push_back(MWaiter {
                 id: id.to_owned(),
                 permits: n,
@@ -663,7 +675,8 @@ fn read_raw(conn: &mut redis::Connection, name: &str) -> Raw {
 struct Contents {
     info: HashMap<String, String>,
     h: Vec<(String, i64)>,
-    q: Vec<(String, i64)>,
+    /// None when the queue key was not read (see `read_contents`).
+    q: Option<Vec<(String, i64)>>,
     bits: BTreeSet<u32>,
 }
 
@@ -676,7 +689,9 @@ fn pairs(flat: Vec<String>) -> Vec<(String, i64)> {
         .collect()
 }
 
-fn read_contents(conn: &mut redis::Connection, name: &str) -> Contents {
+/// The contents of the keys; the queue key's only when `with_q` (it may be lost or of
+/// another type while nobody queues).
+fn read_contents(conn: &mut redis::Connection, name: &str, with_q: bool) -> Contents {
     let mut p = redis::pipe();
     p.atomic()
         .cmd("HGETALL")
@@ -686,15 +701,27 @@ fn read_contents(conn: &mut redis::Connection, name: &str) -> Contents {
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
-        .cmd("ZRANGE")
-        .arg(key(name, 3))
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
         .cmd("GET")
         .arg(key(name, 2));
-    let (info, h, q, s): (HashMap<String, String>, Vec<String>, Vec<String>, Vec<u8>) =
-        p.query(conn).expect("read contents");
+    if with_q {
+        p.cmd("ZRANGE")
+            .arg(key(name, 3))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+    }
+    let (info, h, s, q): (
+        HashMap<String, String>,
+        Vec<String>,
+        Vec<u8>,
+        Option<Vec<String>>,
+    ) = if with_q {
+        let (info, h, s, q) = p.query(conn).expect("read contents");
+        (info, h, s, Some(q))
+    } else {
+        let (info, h, s) = p.query(conn).expect("read contents");
+        (info, h, s, None)
+    };
     let mut bits = BTreeSet::new();
     for (byte, b) in s.iter().enumerate() {
         for bit in 0..8 {
@@ -706,7 +733,7 @@ fn read_contents(conn: &mut redis::Connection, name: &str) -> Contents {
     Contents {
         info,
         h: pairs(h),
-        q: pairs(q),
+        q: q.map(pairs),
         bits,
     }
 }
@@ -1420,6 +1447,19 @@ impl Run<'_> {
             assert!(self.model.holders.is_empty() && self.model.queue.is_empty());
             self.model.forget();
         }
+        if self.model.queue_key_free() {
+            // the queue key is not needed and may be anything: a fast path leaves a
+            // lost one as it is, the full logic makes it afresh (check_keys); the model
+            // takes what Redis shows, for the damage that may follow
+            self.model.keys[3] = match raw.types[3].as_str() {
+                "zset" => Key::Right,
+                "none" => Key::Absent,
+                _ => Key::Wrong,
+            };
+            if self.model.keys[3] != Key::Right {
+                self.model.seen("a lost queue key left while nobody queues");
+            }
+        }
         for (k, (state, right_type)) in self.model.keys.iter().zip(TYPES).enumerate() {
             let want = match state {
                 Key::Absent => "none",
@@ -1456,8 +1496,13 @@ impl Run<'_> {
             }
             return;
         }
-        // K1: every key with a TTL
+        // K1: every key with a TTL (but a queue key lost or replaced by hand while
+        // nobody queues, which no fast path touches: the next full-logic call makes it
+        // afresh, the idle release deletes it)
         for k in 0..4 {
+            if k == 3 && self.model.queue_key_free() && self.model.keys[3] != Key::Right {
+                continue;
+            }
             assert!(
                 raw.pttl[k] > 0,
                 "{} has no TTL ({})\nlog:\n{}",
@@ -1466,7 +1511,8 @@ impl Run<'_> {
                 self.log.join("\n")
             );
         }
-        let c = read_contents(self.conn, &self.name);
+        let q_kept = !(self.model.queue_key_free() && self.model.keys[3] != Key::Right);
+        let c = read_contents(self.conn, &self.name, q_kept);
         let field = |f: &str| -> i64 {
             num(
                 c.info
@@ -1502,11 +1548,13 @@ impl Run<'_> {
         );
         // K4: the queue
         assert_eq!(field("qn"), m.queue.len() as i64, "qn{}", ctx());
-        let (tilde, q) = c.q.split_last().expect("q holds ~");
-        assert_eq!(tilde, &("~".to_owned(), END_OF_TIME), "q's sentinel");
-        let q_ids: Vec<&str> = q.iter().map(|(id, _)| id.as_str()).collect();
-        let m_ids: Vec<&str> = m.queue.iter().map(|w| w.id.as_str()).collect();
-        assert_eq!(q_ids, m_ids, "queue order{}", ctx());
+        if let Some(q) = &c.q {
+            let (tilde, q) = q.split_last().expect("q holds ~");
+            assert_eq!(tilde, &("~".to_owned(), END_OF_TIME), "q's sentinel");
+            let q_ids: Vec<&str> = q.iter().map(|(id, _)| id.as_str()).collect();
+            let m_ids: Vec<&str> = m.queue.iter().map(|w| w.id.as_str()).collect();
+            assert_eq!(q_ids, m_ids, "queue order{}", ctx());
+        }
         for w in &m.queue {
             let rec = c
                 .info
@@ -1927,6 +1975,31 @@ fn the_last_release_on_damaged_keys_deletes_them() {
         &[
             "an idle release on damaged keys, before any repair",
             "grant up to the limit",
+        ],
+    );
+}
+
+/// The queue key lost while nobody queues is no loss (K1's exception): the fast paths
+/// go on without it and no repair drops the holder; the blocking acquire finds it made
+/// afresh and queues (then cancels at its timeout).
+#[test]
+fn a_queue_key_lost_while_nobody_queues_drops_no_holder() {
+    run_fixed(
+        2,
+        true,
+        &[
+            Op::Try(1),
+            Op::Tamper(3, Damage::Replace),
+            Op::Try(1),
+            Op::Acquire(1),
+            Op::Inspect,
+            Op::Release(0),
+            Op::Try(1),
+        ],
+        &[
+            "a lost queue key left while nobody queues",
+            "grant up to the limit",
+            "queued",
         ],
     );
 }

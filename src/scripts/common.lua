@@ -37,7 +37,9 @@
 --   K1  The four keys exist together and expire together at 'exp'; 'exp' is at or
 --       after every deadline in h (no key without a TTL, none outlives its use by
 --       more than the padding). A holder's release that leaves the semaphore idle
---       deletes all four at once (fast_release, fast_release.lua).
+--       deletes all four at once (fast_release, fast_release.lua). One exception:
+--       while nobody queues ('qn' 0) q may be lost or of another type, as no fast
+--       path reads it; check_keys() makes it afresh before the full logic runs.
 --   K2  'used' = sum of the permits of the holders in h = number of 1 bits in s.
 --   K3  'mind' <= the earliest deadline in h; a purge makes it exact.
 --   K4  'qn' = number of waiters in q = number of waiter records = number of 'w:'
@@ -184,19 +186,31 @@ local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
 -- Checks that the four keys all exist with their types and agree (the hash holds the
 -- state, and the slot bitmap has exactly 'used' bits set, K2), or that none exists;
 -- repairs anything else (see "Partial loss"). Returns the repaired state, or nil.
+-- The queue alone lost or of another type while nobody queues ('qn' 0) is no loss:
+-- nothing in it was needed (the fast paths do not even read it), so it is made afresh
+-- (a write, before any other) and the state kept (K1's exception).
 local function check_keys()
-    local present, right, info_is_hash = 0, 0, false
+    local present, right, info_is_hash, q_right = 0, 0, false, false
     for k = 1, 4 do
         local ty = redis.call('TYPE', KEY_TYPES[k][1])['ok']
         if ty ~= 'none' then present = present + 1 end
         if ty == KEY_TYPES[k][2] then right = right + 1 end
         if k == 2 then info_is_hash = ty == 'hash' end
+        if k == 4 then q_right = ty == 'zset' end
     end
     if present == 0 then return nil end
-    if right == 4 then
-        local v = redis.call('HMGET', I, 'exp', 'used')
+    if right == 4 or (right == 3 and not q_right) then
+        local v = redis.call('HMGET', I, 'exp', 'used', 'qn')
         local used = tonumber(v[2])
-        if v[1] and used and redis.call('BITCOUNT', S) == used then return nil end
+        if v[1] and used and redis.call('BITCOUNT', S) == used then
+            if q_right then return nil end
+            if (tonumber(v[3]) or 0) == 0 then
+                redis.call('DEL', Q)
+                redis.call('ZADD', Q, int(END_OF_TIME), '~')
+                redis.call('PEXPIREAT', Q, v[1])
+                return nil
+            end
+        end
     end
     return repair(info_is_hash)
 end

@@ -38,9 +38,9 @@
 -- hash by the read that loaded `fv` (the only fast operation that removes it, the
 -- idle release, forgets `fv`).
 
--- Whether this script has already seen the four keys exist with their types and agree
--- (h and q hold their sentinels, s has exactly 'used' bits set), and has kept them so
--- since. Within one script nobody else writes, so the fast operations of a batch check
+-- Whether this script has already seen h and s exist with their types and agree with
+-- the hash (h holds its sentinel, s has exactly 'used' bits set), and has kept them
+-- so since (q is not needed while nobody queues, K1). Within one script nobody else writes, so the fast operations of a batch check
 -- the keys once: every fast write below keeps them agreeing, except a release whose
 -- record names slots that were not set (a record edited by hand), which clears it, and
 -- the idle release's DEL, which clears it too (the create branch checks that nothing

@@ -99,12 +99,13 @@ local function fast_acquire(id, n, j, cutoff)
         if ARGV[j + 6] ~= 't' then return nil end
         return 0
     end
-    -- the other three keys exist with their types (h and q hold the sentinel '~', s
-    -- is never empty) and agree (s has exactly `used` bits set, K2), else the full
-    -- logic repairs; after these reads no command below can meet a key of another type
+    -- h and s exist with their types (h holds the sentinel '~', s is never empty)
+    -- and agree (s has exactly `used` bits set, K2), else the full logic repairs;
+    -- after these reads no command below can meet a key of another type (q is not
+    -- read: nobody queues, so nothing in it is needed, K1)
     if not keys_agree then
-        local hs, qs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('ZSCORE', Q, '~'), redis.pcall('BITCOUNT', S)
-        if type(hs) ~= 'string' or type(qs) ~= 'string' or bits ~= used then return nil end
+        local hs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('BITCOUNT', S)
+        if type(hs) ~= 'string' or bits ~= used then return nil end
         if used == 0 and redis.call('STRLEN', S) == 0 then return nil end
         keys_agree = true
     end

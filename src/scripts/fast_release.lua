@@ -3,9 +3,9 @@
 
 -- Release `id`; nil when not plain.
 -- Plain: the hash holds its state and a record for `id`, nobody is queued (so nobody
--- is served), the four keys exist with their types and agree (h holds its sentinel
--- and, when a deadline may have passed, `id`; s has exactly 'used' bits set; q is a
--- zset). The idle release below needs only the hash (and h when a deadline may have
+-- is served, and q is not needed: K1), h and s exist with their types and agree (h
+-- holds its sentinel and, when a deadline may have passed, `id`; s has exactly
+-- 'used' bits set). The idle release below needs only the hash (and h when a deadline may have
 -- passed): it deletes the other keys whatever they hold.
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
 --
@@ -45,12 +45,11 @@ local function fast_release(id, keep)
         fv = nil
         return reply
     end
-    -- s agrees with 'used' (K2; so it exists, used >= p >= 1) and q is a zset
+    -- h holds its sentinel and s agrees with 'used' (K2; so it exists, used >= p >=
+    -- 1); q is not read (nobody queues, so nothing in it is needed, K1)
     if not keys_agree then
         local hs, bits = redis.pcall('ZSCORE', H, '~'), redis.pcall('BITCOUNT', S)
-        if type(hs) ~= 'string' or bits ~= v[2] or redis.call('TYPE', Q)['ok'] ~= 'zset' then
-            return nil
-        end
+        if type(hs) ~= 'string' or bits ~= v[2] then return nil end
         keys_agree = true
     end
     local used = v[2] - p
