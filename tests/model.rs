@@ -703,25 +703,18 @@ fn read_contents(conn: &mut redis::Connection, name: &str, with_q: bool) -> Cont
         .arg("WITHSCORES")
         .cmd("GET")
         .arg(key(name, 2));
-    if with_q {
-        p.cmd("ZRANGE")
+    let (info, h, s): (HashMap<String, String>, Vec<String>, Vec<u8>) =
+        p.query(conn).expect("read contents");
+    // (a step of its own: the test is the only client between two script calls)
+    let q: Option<Vec<String>> = with_q.then(|| {
+        redis::cmd("ZRANGE")
             .arg(key(name, 3))
             .arg(0)
             .arg(-1)
-            .arg("WITHSCORES");
-    }
-    let (info, h, s, q): (
-        HashMap<String, String>,
-        Vec<String>,
-        Vec<u8>,
-        Option<Vec<String>>,
-    ) = if with_q {
-        let (info, h, s, q) = p.query(conn).expect("read contents");
-        (info, h, s, Some(q))
-    } else {
-        let (info, h, s) = p.query(conn).expect("read contents");
-        (info, h, s, None)
-    };
+            .arg("WITHSCORES")
+            .query(conn)
+            .expect("read the queue key")
+    });
     let mut bits = BTreeSet::new();
     for (byte, b) in s.iter().enumerate() {
         for bit in 0..8 {
