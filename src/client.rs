@@ -186,10 +186,10 @@ impl Drop for ClientInner {
             w.signal();
         }
         join_by(self.thread.take(), &self.thread_done, deadline, "refresher");
-        if let Some(l) = listener {
+        if let Some(l) = &mut listener {
             l.stop_by(deadline);
         }
-        if let Some(w) = watcher {
+        if let Some(w) = &mut watcher {
             w.stop_by(deadline);
         }
     }

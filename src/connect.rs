@@ -428,35 +428,16 @@ pub fn redact(url: &str) -> String {
 }
 
 /// Whether a query parameter named `key` carries a password, as a URL parser reads
-/// the key (tabs and line breaks dropped, percent-decoded), in any case.
+/// the key (tabs and line breaks dropped, then decoded as query pairs are: `%XX`, `+`
+/// for a space), in any case.
 fn is_password_key(key: &str) -> bool {
-    let raw: Vec<u8> = key
-        .bytes()
-        .filter(|b| !matches!(b, b'\t' | b'\n' | b'\r'))
+    let key: String = key
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
         .collect();
-    let mut decoded = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        let hex = raw
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (raw[i], hex) {
-            (b'%', Some(b)) => {
-                decoded.push(b);
-                i += 3;
-            }
-            (b'+', _) => {
-                decoded.push(b' ');
-                i += 1;
-            }
-            (b, _) => {
-                decoded.push(b);
-                i += 1;
-            }
-        }
-    }
-    decoded.eq_ignore_ascii_case(b"pass") || decoded.eq_ignore_ascii_case(b"password")
+    form_urlencoded::parse(key.as_bytes())
+        .next()
+        .is_some_and(|(k, _)| k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password"))
 }
 
 /// TLS files set on the builder: read when the client is built.

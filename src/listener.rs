@@ -221,7 +221,7 @@ impl Listener {
     }
 
     /// Stops the thread, joining it if it ends by `deadline` (see [`join_by`]).
-    pub(crate) fn stop_by(mut self, deadline: Instant) {
+    pub(crate) fn stop_by(&mut self, deadline: Instant) {
         self.signal();
         join_by(self.thread.take(), &self.done, deadline, "listener");
     }
@@ -229,9 +229,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        self.signal();
-        let deadline = drop_deadline(Instant::now() + self.op_timeout);
-        join_by(self.thread.take(), &self.done, deadline, "listener");
+        self.stop_by(drop_deadline(Instant::now() + self.op_timeout));
     }
 }
 

@@ -492,7 +492,6 @@ impl Conn {
         }
     }
 
-    /// The plain connection under this one, for a subscription; `None` on a cluster.
     /// Notes that this connection's server answered `READONLY`: a Sentinel service's
     /// primary then counts as replaced ([`PrimaryConn::demoted`]). For callers that
     /// read replies on [`plain`](Self::plain) themselves; nothing for other servers.
@@ -504,6 +503,7 @@ impl Conn {
         }
     }
 
+    /// The plain connection under this one, for a subscription; `None` on a cluster.
     pub(crate) fn plain(&mut self) -> Option<&mut redis::Connection> {
         match self {
             Conn::Own(c) => match &mut **c {

@@ -1798,7 +1798,7 @@ fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_io_error() && !e.is_timeout()
-        || crate::error::server_code(e) == Some("READONLY")
+        || crate::topology::is_read_only_error(e)
 }
 
 #[cfg(test)]

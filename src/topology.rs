@@ -694,7 +694,7 @@ impl Watcher {
     /// sentinel that answers nothing (a partition) ends by itself when the call times
     /// out (see [`join_by`](crate::threads::join_by)), so that dropping a client never
     /// waits on a sentinel past its deadline.
-    pub(crate) fn stop_by(mut self, deadline: Instant) {
+    pub(crate) fn stop_by(&mut self, deadline: Instant) {
         self.signal();
         crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
     }
@@ -702,9 +702,7 @@ impl Watcher {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        self.signal();
-        let deadline = crate::threads::drop_deadline(Instant::now() + self.timeout);
-        crate::threads::join_by(self.thread.take(), &self.done, deadline, "sentinel watcher");
+        self.stop_by(crate::threads::drop_deadline(Instant::now() + self.timeout));
     }
 }
 
