@@ -1159,3 +1159,32 @@ fn a_redis_error_names_the_semaphore_and_the_operation() {
     maxmemory(&mut admin, "0");
     assert!(sem.try_acquire().unwrap().is_some());
 }
+
+/// The queue key made afresh while nobody queues takes its TTL from the hash's 'exp',
+/// read as a number before the first write: an 'exp' edited into text (with the queue
+/// key gone) is partial loss, repaired, not a script that fails after it wrote.
+#[test]
+fn a_queue_key_made_afresh_never_fails_after_a_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = client(&server).semaphore("typed-q-exp", 3).unwrap();
+    let held = sem.try_acquire().unwrap().unwrap();
+    redis::cmd("DEL")
+        .arg("redsem:{typed-q-exp}:q")
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{typed-q-exp}:i")
+        .arg("exp")
+        .arg("soon")
+        .exec(&mut conn)
+        .unwrap();
+    let status = sem.status().expect("repaired, not an error");
+    assert_eq!(status.held, 0, "the repair dropped the holder");
+    for part in ["h", "i", "s", "q"] {
+        let k = format!("redsem:{{typed-q-exp}}:{part}");
+        let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+        assert!(ttl > 0, "{k} has no TTL: {ttl}");
+    }
+    assert!(matches!(held.refresh(), Err(Error::PermitLost { .. })));
+}

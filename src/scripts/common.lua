@@ -204,10 +204,14 @@ local function check_keys()
         local used = tonumber(v[2])
         if v[1] and used and redis.call('BITCOUNT', S) == used then
             if q_right then return nil end
-            if (tonumber(v[3]) or 0) == 0 then
+            -- (its TTL is 'exp', parsed before the first write: 'exp' edited into
+            -- text would fail the PEXPIREAT after the DEL; and never in the past)
+            local exp = tonumber(v[1])
+            if (tonumber(v[3]) or 0) == 0 and exp then
+                if exp <= now then exp = now + 1000 end
                 redis.call('DEL', Q)
                 redis.call('ZADD', Q, int(END_OF_TIME), '~')
-                redis.call('PEXPIREAT', Q, v[1])
+                redis.call('PEXPIREAT', Q, int(exp))
                 return nil
             end
         end
