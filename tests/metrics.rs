@@ -207,6 +207,10 @@ fn a_lost_permit_is_reported_with_its_reason_and_its_release_as_gone() {
     wait_until(Duration::from_secs(5), "loss noticed", || lost.is_lost());
     assert_eq!(lost.lost_reason(), Some(LostReason::Released));
     let l = |reason| count_with("lost", "m-lost", "leased", Some(reason));
+    // (the reason is recorded, then counted)
+    wait_until(Duration::from_secs(5), "the loss counted", || {
+        l("released") >= 1
+    });
     assert_eq!(l("released"), 1);
     assert_eq!(l("expired"), 0);
     assert!(lost.release().is_err());
@@ -225,6 +229,10 @@ fn a_lost_permit_is_reported_with_its_reason_and_its_release_as_gone() {
         .acquire()
         .unwrap();
     wait_until(Duration::from_secs(5), "max hold", || held.is_lost());
+    // (the reason is recorded, then counted: see the loss above)
+    wait_until(Duration::from_secs(5), "the loss counted", || {
+        l("max_hold") >= 1
+    });
     assert_eq!(l("max_hold"), 1);
     assert_eq!(l("released"), 1);
 }
