@@ -8,13 +8,15 @@
 #
 # Workloads:
 #   pair  acquire+release pairs on a limit-5 semaphore (fast grant, fast release)
+#   idle  the same pairs with no long-lived holder: each acquire creates the keys and
+#         each release deletes them (W1's calls)
 #   no    tries on a limit-1 semaphore the keeper holds (the fast "no")
 #   batch combined calls as W2 makes them, on a limit-3 semaphore the keeper holds one
 #         permit of: each call releases the two permits the call before it got, then
 #         makes four tries ('a' and three 'A'), two granted and two refused (6
 #         operations per call; divide by 6 for a figure per operation)
 #
-# Usage: scripts/server-instructions.sh [N=1000] [pair|no] [OUT]
+# Usage: scripts/server-instructions.sh [N=1000] [pair|idle|no|batch] [OUT]
 #   OUT: keep the callgrind file of the N-call run there (callgrind_annotate OUT).
 # Needs valgrind, redis-server, redis-cli, python3.
 set -euo pipefail
@@ -60,8 +62,9 @@ run() {
     bat=$($r script load "$(source_of BATCH)")
     [ "$WORKLOAD" = no ] && limit=1
     [ "$WORKLOAD" = batch ] && limit=3
-    # a long-lived holder keeps the keys, as in a semaphore in use
-    $r evalsha "$acq" 4 $keys "$(id 0)" 1 $limit 100000 1000 1000 '1|h|' t 1 '' 0 >/dev/null
+    # a long-lived holder keeps the keys, as in a semaphore in use (not for idle)
+    [ "$WORKLOAD" = idle ] ||
+        $r evalsha "$acq" 4 $keys "$(id 0)" 1 $limit 100000 1000 1000 '1|h|' t 1 '' 0 >/dev/null
     if [ "$WORKLOAD" = no ]; then
         for j in $(seq 1 "$calls"); do
             echo "EVALSHA $acq 4 $keys $(id "$j") 1 $limit 10000 1000 1000 1|h| t 1 x 0"

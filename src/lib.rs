@@ -141,7 +141,9 @@
 //! deadline computed from the Redis server's `TIME`, never the client's clock. All keys of a
 //! semaphore share the hash tag `{name}` (Redis Cluster ready) and carry a TTL past the
 //! last lease; the release that leaves a semaphore idle (nobody holding or waiting, no
-//! limit stored by `set_limit`) deletes them, so idle semaphores cost no memory. Each
+//! limit stored by `set_limit`) deletes them, so idle semaphores cost no memory. A
+//! semaphore is three keys (holders, state, slots); the queue's key exists only while
+//! someone queues. Each
 //! script is safe to run twice for the same permit id (a timed-out
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).

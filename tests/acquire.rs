@@ -431,13 +431,16 @@ fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
             status.limit, expected_limit,
             "{suffix}: the stored limit survives"
         );
-        for (part, ty) in [("h", "zset"), ("i", "hash"), ("s", "string"), ("q", "zset")] {
+        for (part, ty) in [("h", "zset"), ("i", "hash"), ("s", "string")] {
             let k = format!("redsem:{{{name}}}:{part}");
             let t: String = redis::cmd("TYPE").arg(&k).query(&mut conn).unwrap();
             assert_eq!(t, ty, "{k}");
             let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
             assert!(ttl > 0, "{k} has no TTL: {ttl}");
         }
+        let q = format!("redsem:{{{name}}}:q");
+        let t: String = redis::cmd("TYPE").arg(&q).query(&mut conn).unwrap();
+        assert_eq!(t, "none", "{q}: nobody queues, so there is no queue key");
         // the dropped holder learns it at its next renewal
         assert!(
             matches!(held.refresh(), Err(Error::PermitLost { .. })),
@@ -447,10 +450,11 @@ fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
     }
 }
 
-/// The queue key replaced (or lost) while nobody queues is no loss: nothing in it is
-/// needed, the fast grant and release do not read it, and the next call of the full
-/// logic (here the status read) makes it afresh with its TTL. Before, any change to it
-/// was partial loss, and the repair dropped every holder.
+/// The queue key exists only while someone queues. One found while nobody queues (made
+/// by hand here, or left by an older version) is not needed and is no loss: the fast
+/// grant and release do not read it, the next call of the full logic (here the status
+/// read) deletes it, and no holder is dropped. Before, any change to it was partial
+/// loss, and the repair dropped every holder.
 #[test]
 fn the_queue_key_replaced_while_nobody_queues_loses_no_holder() {
     let server = RedisServer::start();
@@ -458,7 +462,8 @@ fn the_queue_key_replaced_while_nobody_queues_loses_no_holder() {
     let sem = client(&server).semaphore("typed-q", 3).unwrap();
     let held = sem.try_acquire().unwrap().unwrap();
     let q = "redsem:{typed-q}:q";
-    redis::cmd("DEL").arg(q).exec(&mut conn).unwrap();
+    let t: String = redis::cmd("TYPE").arg(q).query(&mut conn).unwrap();
+    assert_eq!(t, "none", "a grant makes no queue key");
     redis::cmd("SET").arg(q).arg("x").exec(&mut conn).unwrap();
     let p = sem.try_acquire().unwrap().expect("granted");
     assert_eq!(p.slots(), &[1], "the holder of slot 0 keeps it");
@@ -466,12 +471,10 @@ fn the_queue_key_replaced_while_nobody_queues_loses_no_holder() {
     let status = sem.status().unwrap();
     assert_eq!(status.held, 1);
     let t: String = redis::cmd("TYPE").arg(q).query(&mut conn).unwrap();
-    assert_eq!(t, "zset", "made afresh by the status read");
-    let ttl: i64 = redis::cmd("PTTL").arg(q).query(&mut conn).unwrap();
-    assert!(ttl > 0, "{q} has no TTL: {ttl}");
+    assert_eq!(t, "none", "deleted by the status read");
     held.refresh().unwrap();
     assert!(!held.is_lost());
-    // a waiter queues in it
+    // the semaphore still counts its holder
     let other = client(&server).semaphore("typed-q", 3).unwrap();
     let (a, b) = (sem.try_acquire().unwrap(), sem.try_acquire().unwrap());
     assert!(a.is_some() && b.is_some());
@@ -497,7 +500,7 @@ fn every_key_has_a_ttl_and_an_idle_semaphore_leaves_none() {
     let a = sem.acquire().unwrap();
     let b = sem.acquire_many(2).unwrap();
     let keys = support::keys(&mut conn, "*");
-    assert_eq!(keys.len(), 4, "{keys:?}");
+    assert_eq!(keys.len(), 3, "h, i, s; no queue key: {keys:?}");
     for key in &keys {
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap();
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
@@ -950,12 +953,16 @@ fn the_release_that_leaves_a_semaphore_idle_deletes_its_keys() {
     let sem = c.semaphore("idle", 2).unwrap();
     let a = sem.try_acquire().unwrap().unwrap();
     let b = sem.try_acquire().unwrap().unwrap();
-    assert_eq!(support::keys(&mut conn, "redsem:{idle}:*").len(), 4);
+    assert_eq!(
+        support::keys(&mut conn, "redsem:{idle}:*").len(),
+        3,
+        "h, i, s (the queue key exists only while someone queues)"
+    );
     let last = b.token();
     a.release().unwrap();
     assert_eq!(
         support::keys(&mut conn, "redsem:{idle}:*").len(),
-        4,
+        3,
         "a holder is left: the keys stay"
     );
     b.release().unwrap();
@@ -966,12 +973,12 @@ fn the_release_that_leaves_a_semaphore_idle_deletes_its_keys() {
     assert!(p.token() > last);
     // force_release keeps them, so the holder learns "released", not "keys gone"
     assert!(sem.force_release(p.id()).unwrap());
-    assert_eq!(support::keys(&mut conn, "redsem:{idle}:*").len(), 4);
+    assert_eq!(support::keys(&mut conn, "redsem:{idle}:*").len(), 3);
     // a stored limit keeps them too
     let stored = c.semaphore("stored", 2).unwrap();
     stored.set_limit(3).unwrap();
     stored.try_acquire().unwrap().unwrap().release().unwrap();
-    assert_eq!(support::keys(&mut conn, "redsem:{stored}:*").len(), 4);
+    assert_eq!(support::keys(&mut conn, "redsem:{stored}:*").len(), 3);
     assert_eq!(stored.limit().unwrap(), 3);
 }
 
@@ -1160,31 +1167,53 @@ fn a_redis_error_names_the_semaphore_and_the_operation() {
     assert!(sem.try_acquire().unwrap().is_some());
 }
 
-/// The queue key made afresh while nobody queues takes its TTL from the hash's 'exp',
-/// read as a number before the first write: an 'exp' edited into text (with the queue
-/// key gone) is partial loss, repaired, not a script that fails after it wrote.
+/// The first waiter makes the queue key, with the TTL of the other keys, also over a
+/// stray key of another type left while nobody queued (deleted first, the only write
+/// before the waiter's own); the last waiter to leave deletes it.
 #[test]
-fn a_queue_key_made_afresh_never_fails_after_a_write() {
+fn the_first_waiter_makes_the_queue_key_and_the_last_removes_it() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let sem = client(&server).semaphore("typed-q-exp", 3).unwrap();
-    let held = sem.try_acquire().unwrap().unwrap();
-    redis::cmd("DEL")
-        .arg("redsem:{typed-q-exp}:q")
+    let sem = client(&server).semaphore("q-life", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    let q = "redsem:{q-life}:q";
+    redis::cmd("SET")
+        .arg(q)
+        .arg("stray")
         .exec(&mut conn)
         .unwrap();
-    redis::cmd("HSET")
-        .arg("redsem:{typed-q-exp}:i")
-        .arg("exp")
-        .arg("soon")
-        .exec(&mut conn)
-        .unwrap();
-    let status = sem.status().expect("repaired, not an error");
-    assert_eq!(status.held, 0, "the repair dropped the holder");
-    for part in ["h", "i", "s", "q"] {
-        let k = format!("redsem:{{typed-q-exp}}:{part}");
-        let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
-        assert!(ttl > 0, "{k} has no TTL: {ttl}");
-    }
-    assert!(matches!(held.refresh(), Err(Error::PermitLost { .. })));
+    thread::scope(|s| {
+        let waiter = s.spawn(|| sem.acquire_timeout(Duration::from_secs(10)));
+        wait_until(Duration::from_secs(5), "the waiter queues", || {
+            sem.queue_len().unwrap() == 1
+        });
+        let t: String = redis::cmd("TYPE").arg(q).query(&mut conn).unwrap();
+        assert_eq!(t, "zset", "made by the first waiter");
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(q)
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(members.len(), 1, "the waiter alone: {members:?}");
+        let ttl: i64 = redis::cmd("PTTL").arg(q).query(&mut conn).unwrap();
+        let h_ttl: i64 = redis::cmd("PTTL")
+            .arg("redsem:{q-life}:h")
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            ttl > 0 && ttl <= h_ttl,
+            "the queue key's TTL {ttl} ms, the holders' {h_ttl} ms"
+        );
+        held.release().unwrap();
+        let p = waiter
+            .join()
+            .unwrap()
+            .unwrap()
+            .expect("served at the release");
+        let t: String = redis::cmd("TYPE").arg(q).query(&mut conn).unwrap();
+        assert_eq!(t, "none", "the last waiter left: no queue key");
+        assert_eq!(sem.status().unwrap().held, 1);
+        drop(p);
+    });
 }

@@ -527,7 +527,8 @@ fn dropping_a_client_whose_listener_is_reconnecting_ends_within_the_operation_ti
     );
 }
 
-/// The waiter ids in the queue of semaphore `name` (the `~` sentinel member left out).
+/// The waiter ids in the queue of semaphore `name` (a `~` sentinel member, which older
+/// versions kept there, left out).
 fn queued_ids(conn: &mut redis::Connection, name: &str) -> Vec<String> {
     let ids: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("redsem:{{{name}}}:q"))

@@ -10,7 +10,7 @@
 --                                      'ctr'   last fencing token granted
 --                                      'limit' limit stored by set_limit (absent: the
 --                                              caller's limit is used)
---                                      'exp'   expiry time (server ms) of all four keys
+--                                      'exp'   expiry time (server ms) of the keys
 --                                      'mind'  lower bound of the earliest deadline in h
 --                                      'qn'    number of queued waiters
 --                                      'qseq'  last arrival ticket of the queue
@@ -19,10 +19,14 @@
 --                                      <id>    holder record, see below
 --                                      'w:'..<id>  waiter record, see below
 --   KEYS[3]  redsem:{NAME}:s  string  bitmap: bit k is 1 while slot k is occupied
---   KEYS[4]  redsem:{NAME}:q  zset    waiter id -> arrival ticket: the FIFO queue
+--   KEYS[4]  redsem:{NAME}:q  zset    waiter id -> arrival ticket: the FIFO queue;
+--                                      it exists only while someone queues ('qn' > 0):
+--                                      the first waiter's ZADD makes it (and gives it
+--                                      its TTL), and the ZREM of the last one deletes it
+--                                      (Redis deletes an empty zset)
 --
--- h and q also hold the member '~' scored END_OF_TIME, so they never empty and never
--- lose their TTL; it sorts after every real member.
+-- h also holds the member '~' scored END_OF_TIME, so it never empties and never loses
+-- its TTL while the hash lives; it sorts after every real member.
 --
 -- Holder record: "permits|token|slot,slot,...|acquired_ms|pid|host|label".
 -- Waiter record: "permits|limit|lease_ms|pad_ms|heartbeat_ms|channel|pid|host|label".
@@ -34,12 +38,13 @@
 -- sentinel is '~'; none of them is 36 such characters.
 --
 -- Invariants every script keeps:
---   K1  The four keys exist together and expire together at 'exp'; 'exp' is at or
---       after every deadline in h (no key without a TTL, none outlives its use by
---       more than the padding). A holder's release that leaves the semaphore idle
---       deletes all four at once (fast_release, fast_release.lua). One exception:
---       while nobody queues ('qn' 0) q may be lost or of another type, as no fast
---       path reads it; check_keys() makes it afresh before the full logic runs.
+--   K1  h, i and s exist together and expire together at 'exp'; q exists exactly
+--       while 'qn' > 0, and then expires at 'exp' too; 'exp' is at or after every
+--       deadline in h (no key without a TTL, none outlives its use by more than the
+--       padding). A holder's release that leaves the semaphore idle deletes them all
+--       at once (fast_release, fast_release.lua). A q found while 'qn' is 0 (made by
+--       hand, or left by an older version that kept q always) is not needed, and no
+--       fast path reads it: check_keys() deletes it before the full logic runs.
 --   K2  'used' = sum of the permits of the holders in h = number of 1 bits in s.
 --   K3  'mind' <= the earliest deadline in h; a purge makes it exact.
 --   K4  'qn' = number of waiters in q = number of waiter records = number of 'w:'
@@ -64,9 +69,10 @@
 -- Failure points. Redis does not undo a script's writes, so every script either fails
 -- before its first write or runs to its end. What can still fail, and why never after
 -- a write:
---   - a key of the wrong type: open() reads the TYPE of all four keys before anything
---     else and repairs (a write, after which nothing can fail for a type, since every
---     key then has the type the commands expect);
+--   - a key of the wrong type: check_keys() reads the TYPE of all four keys before
+--     anything else and repairs (a write, after which nothing can fail for a type,
+--     since every key then has the type the commands expect, and q, when nobody
+--     queues, does not exist: the first waiter's ZADD makes it a zset);
 --   - a bad argument (an id of another shape, a non-number, a fraction, a number out
 --     of range, a missing one): checked before load() (int_arg; check_acquire in
 --     fast_acquire.lua; a batch checks every operation first);
@@ -81,13 +87,13 @@
 --   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
 --     operations, refresh chunks of 500 ids).
 -- Partial loss (a key evicted, deleted or overwritten by hand): check_keys() sees that
--- the four keys do not all exist with their types, or do not agree (the hash without
--- its state, a bitmap whose bits are not 'used'), keeps 'ctr', 'limit' and 'cl' from
+-- h, i and s (and q while someone queues) do not all exist with their types, or do not
+-- agree (the hash without its state, a bitmap whose bits are not 'used'), keeps 'ctr', 'limit' and 'cl' from
 -- the hash when it is readable, and starts the semaphore afresh without holders or
 -- waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look. The fast "no" to
 -- a try (fast_acquire.lua) reads only the hash and writes nothing, and the release of
--- the last holder (fast_release.lua) deletes all four keys whatever they hold, so
+-- the last holder (fast_release.lua) deletes the keys whatever they hold, so
 -- neither repairs: the next call that needs more does (a grant, another release, a
 -- blocking acquire, a renewal, a status read, or a try once 'mind' has passed).
 
@@ -145,18 +151,18 @@ end
 local function put(st, f, v) st.over[f] = v end
 local function del(st, f) st.over[f] = false end
 
--- Creates the keys of a semaphore that has none. Every caller adds a deadline with
--- extend() before it returns, which gives the keys their TTL (K1).
+-- Creates the keys of a semaphore that has none (q is made by the first waiter). Every
+-- caller adds a deadline with extend() before it returns, which gives the keys their
+-- TTL (K1).
 local function create(st)
     redis.call('ZADD', H, int(END_OF_TIME), '~')
-    redis.call('ZADD', Q, int(END_OF_TIME), '~')
     redis.call('SETBIT', S, 0, 0)
     redis.call('HSET', I, 'used', 0)
     st.exists, st.exp, st.used, st.mind, st.qn, st.dirty = true, 0, 0, END_OF_TIME, 0, true
     st.rec, st.wrec = false, false
 end
 
--- The four keys do not agree (partial loss, or a key of another type): keep the
+-- The keys do not agree (partial loss, or a key of another type): keep the
 -- counters that the hash still holds and start again without holders or waiters.
 -- Writes the new state at once (with a TTL: the old 'exp' when still ahead, so that a
 -- stored limit keeps its retention, else one second) and returns it.
@@ -170,50 +176,43 @@ local function repair(info_is_hash)
     if exp <= now then exp = now + 1000 end
     local ctr = tonumber(kept[1]) or 0
     redis.call('ZADD', H, int(END_OF_TIME), '~')
-    redis.call('ZADD', Q, int(END_OF_TIME), '~')
     redis.call('SETBIT', S, 0, 0)
     redis.call('HSET', I, 'exp', int(exp), 'used', 0, 'mind', int(END_OF_TIME), 'ctr', int(ctr),
         'qn', 0, 'qseq', 0)
     if kept[2] then redis.call('HSET', I, 'limit', kept[2]) end
     if kept[3] then redis.call('HSET', I, 'cl', kept[3]) end
     local e = int(exp)
-    for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], e) end
+    for k = 1, 3 do redis.call('PEXPIREAT', KEYS[k], e) end
     return new_state({int(exp), '0', false, int(ctr), kept[2], '0', '0'})
 end
 
 local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
 
--- Checks that the four keys all exist with their types and agree (the hash holds the
--- state, and the slot bitmap has exactly 'used' bits set, K2), or that none exists;
--- repairs anything else (see "Partial loss"). Returns the repaired state, or nil.
--- The queue alone lost or of another type while nobody queues ('qn' 0) is no loss:
--- nothing in it was needed (the fast paths do not even read it), so it is made afresh
--- (a write, before any other) and the state kept (K1's exception).
+-- Checks that h, i and s exist with their types and agree (the hash holds the state,
+-- and the slot bitmap has exactly 'used' bits set, K2), and that q is a zset while
+-- someone queues, or that no key exists; repairs anything else (see "Partial loss").
+-- Returns the repaired state, or nil. A q found while nobody queues ('qn' 0) is not
+-- needed (the fast paths do not even read it) and is deleted (a write, before any
+-- other), so that the first waiter's ZADD makes it afresh (K1).
 local function check_keys()
-    local present, right, info_is_hash, q_right = 0, 0, false, false
+    local present, right, info_is_hash, q_type = 0, 0, false, 'none'
     for k = 1, 4 do
         local ty = redis.call('TYPE', KEY_TYPES[k][1])['ok']
         if ty ~= 'none' then present = present + 1 end
-        if ty == KEY_TYPES[k][2] then right = right + 1 end
+        if k < 4 and ty == KEY_TYPES[k][2] then right = right + 1 end
         if k == 2 then info_is_hash = ty == 'hash' end
-        if k == 4 then q_right = ty == 'zset' end
+        if k == 4 then q_type = ty end
     end
     if present == 0 then return nil end
-    if right == 4 or (right == 3 and not q_right) then
+    if right == 3 then
         local v = redis.call('HMGET', I, 'exp', 'used', 'qn')
         local used = tonumber(v[2])
         if v[1] and used and redis.call('BITCOUNT', S) == used then
-            if q_right then return nil end
-            -- (its TTL is 'exp', parsed before the first write: 'exp' edited into
-            -- text would fail the PEXPIREAT after the DEL; and never in the past)
-            local exp = tonumber(v[1])
-            if (tonumber(v[3]) or 0) == 0 and exp then
-                if exp <= now then exp = now + 1000 end
-                redis.call('DEL', Q)
-                redis.call('ZADD', Q, int(END_OF_TIME), '~')
-                redis.call('PEXPIREAT', Q, int(exp))
+            if (tonumber(v[3]) or 0) == 0 then
+                if q_type ~= 'none' then redis.call('DEL', Q) end
                 return nil
             end
+            if q_type == 'zset' then return nil end
         end
     end
     return repair(info_is_hash)
@@ -309,7 +308,7 @@ local function extend(st, deadline, pad)
     redis.call('PEXPIREAT', H, e)
     redis.call('PEXPIREAT', I, e)
     redis.call('PEXPIREAT', S, e)
-    redis.call('PEXPIREAT', Q, e)
+    if st.qn > 0 then redis.call('PEXPIREAT', Q, e) end
     st.dirty = true
 end
 

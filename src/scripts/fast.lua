@@ -12,7 +12,7 @@
 --   - damaged keys: the "no" to a try writes nothing and needs only the hash, so it
 --     reads no other key, and is given where the full logic would first repair a
 --     lost or mistyped h, s or q by dropping every holder (see fast_acquire); so is
---     the release of the last holder, which deletes all four keys whatever they hold
+--     the release of the last holder, which deletes the keys whatever they hold
 --     (see fast_release). The next call that needs more repairs.
 --
 -- One script call may run several fast operations (a batch): the hash's state fields

@@ -60,7 +60,7 @@ local function fast_acquire(id, n, j, cutoff)
     if not v[1] then
         -- Create: a semaphore without keys (the hash has none of its fields and no
         -- record for `id`); not plain when some key exists (the full logic repairs)
-        -- or the caller's limit is below 1. Creates the four keys as create() and
+        -- or the caller's limit is below 1. Creates h, i and s as create() and
         -- grant() would: slot 0, token now_us (max(ctr + 1, now_us) with ctr gone;
         -- see fast_release for why it is above every token granted before), K1-K4
         -- hold for one holder.
@@ -73,7 +73,6 @@ local function fast_acquire(id, n, j, cutoff)
         local d = int(deadline)
         local token = int(now_us)
         redis.call('ZADD', H, int(END_OF_TIME), '~', d, id)
-        redis.call('ZADD', Q, int(END_OF_TIME), '~')
         -- the slot bitmap with slot 0 set (bit 0 is the high bit of the first byte, as
         -- SETBIT counts), written with its TTL in one command (PXAT: Redis 6.2)
         redis.call('SET', S, '\128', 'PXAT', e)
@@ -81,7 +80,6 @@ local function fast_acquire(id, n, j, cutoff)
             'cl', ARGV[j + 1], id, '1|' .. token .. '|0|' .. int(now) .. '|' .. ARGV[j + 5])
         redis.call('PEXPIREAT', H, e)
         redis.call('PEXPIREAT', I, e)
-        redis.call('PEXPIREAT', Q, e)
         keys_agree = true
         v[1], v[2], v[3], v[4] = deadline + pad, 1, deadline, now_us
         v[5], v[6], v[7], v[8] = false, 0, ARGV[j + 1], false
@@ -154,7 +152,6 @@ local function fast_acquire(id, n, j, cutoff)
             redis.call('PEXPIREAT', H, e)
             redis.call('PEXPIREAT', I, e)
             redis.call('PEXPIREAT', S, e)
-            redis.call('PEXPIREAT', Q, e)
         end
         redis.call('HSET', I, unpack(f))
     end

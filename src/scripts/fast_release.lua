@@ -11,7 +11,7 @@
 --
 -- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
 -- force_release passes so that the holder it names learns LostReason::Released, not
--- Reset) that leaves nobody holding or queued, and no stored limit, deletes the four
+-- Reset) that leaves nobody holding or queued, and no stored limit, deletes the
 -- keys instead of writing them, so an
 -- idle semaphore costs no memory (its keys would otherwise stay until 'exp', about a
 -- lease). Nothing is lost: there are no holders or waiters, 'qseq' orders only

@@ -77,9 +77,13 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
 
     init(st)
     local heartbeat = now + hb
+    -- the first waiter makes q (K1: while nobody queues it does not exist, as
+    -- check_keys or the ZREM of the last waiter left it)
+    local q_made = false
     if queued then
         redis.call('ZADD', H, 'XX', int(heartbeat), 'w:' .. id)
     else
+        q_made = st.qn == 0
         st.qseq = st.qseq + 1
         redis.call('ZADD', Q, int(st.qseq), id)
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
@@ -89,6 +93,9 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
         st.dirty = true
     end
     deadline_set(st, heartbeat, pad)
+    -- a new q takes the TTL of the others ('exp', now at or after the heartbeat); when
+    -- deadline_set extended 'exp' it has already done so
+    if q_made then redis.call('PEXPIREAT', Q, int(st.exp)) end
     save(st)
     -- The head looks again when the earliest deadline passes (a lease that ends without
     -- a release); the next few waiters when the head's heartbeat would end, so that a
