@@ -199,6 +199,8 @@ impl std::fmt::Debug for Group {
 pub(crate) struct Registry {
     groups: HashMap<GroupKey, Group>,
     cleanups: Vec<Cleanup>,
+    /// (semaphore, permit id) of the adoptions under way (see [`Registry::claim`]).
+    claims: Vec<(String, String)>,
 }
 
 /// A release owed for an acquire whose reply was lost: sent from `at` on (never
@@ -264,6 +266,29 @@ impl Registry {
         }
         group.permits.insert(state.id.clone(), state);
         nudge
+    }
+
+    /// Claims permit `id` of semaphore `name` for an adoption; `false` when a permit of
+    /// this client already holds that grant (registered and not lost, under any lease
+    /// of the semaphore) or another adoption of it is under way. Two handles of one
+    /// grant in one client would each believe it theirs: the first release would end
+    /// both, and an adoption's renewal with a shorter lease would move the server's
+    /// deadline before the other handle's. Held until [`Registry::unclaim`], which the
+    /// adoption calls after it registered its permit (or failed).
+    pub(crate) fn claim(&mut self, name: &str, id: &str) -> bool {
+        let held = self.groups.iter().any(|(key, g)| {
+            &*key.name == name && g.permits.get(id).is_some_and(|p| p.lost_reason().is_none())
+        });
+        if held || self.claims.iter().any(|(n, i)| n == name && i == id) {
+            return false;
+        }
+        self.claims.push((name.to_owned(), id.to_owned()));
+        true
+    }
+
+    /// Ends the claim [`Registry::claim`] made.
+    pub(crate) fn unclaim(&mut self, name: &str, id: &str) {
+        self.claims.retain(|(n, i)| !(n == name && i == id));
     }
 
     pub(crate) fn deregister(&mut self, key: &GroupKey, id: &str) {
@@ -425,6 +450,32 @@ mod tests {
             reg.earliest_deadline_after(now).map(|t| t > now),
             Some(true)
         );
+    }
+
+    #[test]
+    fn a_grant_is_claimed_for_adoption_only_while_no_permit_or_claim_holds_it() {
+        let mut reg = Registry::default();
+        register(&mut reg, "s", true, "held", Duration::from_secs(10));
+        assert!(!reg.claim("s", "held"), "a permit of the client holds it");
+        assert!(
+            reg.claim("t", "held"),
+            "another semaphore's grant of that id"
+        );
+        assert!(reg.claim("s", "free"));
+        assert!(
+            !reg.claim("s", "free"),
+            "another adoption of it is under way"
+        );
+        reg.unclaim("s", "free");
+        assert!(reg.claim("s", "free"));
+        // a permit known lost holds nothing
+        let key = GroupKey {
+            name: Arc::from("s"),
+            lease_ms: 300,
+            auto: true,
+        };
+        reg.groups[&key].permits["held"].mark_lost(LostReason::Expired);
+        assert!(reg.claim("s", "held"));
     }
 
     /// Review: the refresher and a manual refresh both checked "not lost yet" and then

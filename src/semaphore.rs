@@ -773,12 +773,16 @@ impl Semaphore {
     /// The server checks the parts against the grant it holds: the same id, token and
     /// slots, its lease not yet ended. Hand each `PermitParts` to one process: the
     /// server knows one grant, so two adoptions of the same parts would be two handles
-    /// of it (each renewing it, the first release ending both).
+    /// of it (each renewing it, the first release ending both). Within one [`Client`]
+    /// that is refused: a grant a `Permit` of the client holds, or that another
+    /// thread is adopting, is not adopted again, and Redis is not called.
     ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] when `parts` belongs to another semaphore, or names
-    ///   another token or other slots than the grant held under its id.
+    ///   another token or other slots than the grant held under its id, or when a
+    ///   `Permit` of this client already holds that grant (or is being adopted from
+    ///   it): adopt each grant once.
     /// - [`Error::PermitLost`] when the grant is no longer held: reason
     ///   [`LostReason::Expired`] when its lease ran out before the adoption (also when
     ///   the semaphore's keys have gone since), [`LostReason::Released`] when it was
@@ -793,6 +797,23 @@ impl Semaphore {
                 sem.name
             )));
         }
+        let client = &sem.client.inner;
+        if !client.shared.registry.lock().claim(&sem.name, parts.id()) {
+            return Err(Error::InvalidArgument(format!(
+                "permit {} of semaphore {:?} is already held by a Permit of this client \
+                 (or being adopted by another thread): adopt each grant once",
+                parts.id(),
+                sem.name
+            )));
+        }
+        // (ends the claim on every return below, after the permit is registered)
+        struct Claim<'a>(&'a crate::shared::Shared, &'a str, &'a str);
+        impl Drop for Claim<'_> {
+            fn drop(&mut self) {
+                self.0.registry.lock().unclaim(self.1, self.2);
+            }
+        }
+        let _claim = Claim(&client.shared, &sem.name, parts.id());
         let mut conn = self.conn()?;
         let sent = Instant::now();
         let adoption = leased::adopt(

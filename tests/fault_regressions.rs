@@ -1072,3 +1072,48 @@ fn a_renewed_or_adopted_permits_deadline_is_never_after_the_servers() {
     assert!(!p.is_lost(), "{:?}", p.lost_reason());
     p.release().unwrap();
 }
+
+/// Adopting a grant that a `Permit` of the same client already holds made two handles
+/// of one grant: the second adoption replaced the first handle in the refresher (which
+/// stopped renewing it), the first release ended both, and an adoption through a
+/// handle with a shorter lease moved the server's deadline before the first handle's.
+/// It is refused now, before Redis is called, through any handle of the semaphore; the
+/// first holder is untouched, and once it has released, the server answers.
+#[test]
+fn a_grant_held_in_this_client_is_not_adopted_twice() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let sem = c.semaphore("adopt-twice", 2).unwrap();
+    let short = c
+        .semaphore_builder("adopt-twice")
+        .limit(2)
+        .lease(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    let first = sem.adopt(parts.clone()).unwrap();
+    let deadline = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("ZSCORE")
+            .arg("redsem:{adopt-twice}:h")
+            .arg(first.id())
+            .query(conn)
+            .unwrap()
+    };
+    let before = deadline(&mut conn);
+    for (what, handle) in [("the same handle", &sem), ("a shorter lease", &short)] {
+        match handle.adopt(parts.clone()) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(first.id()), "{what}: {m}"),
+            other => panic!("{what}: adopted twice: {other:?}"),
+        }
+    }
+    assert_eq!(deadline(&mut conn), before, "Redis was not called");
+    first.refresh().unwrap();
+    assert!(!first.is_lost());
+    first.release().unwrap();
+    assert!(matches!(sem.adopt(parts), Err(Error::PermitLost { .. })));
+    // a failed adoption leaves no claim behind: a new grant is adopted once, as before
+    let again = sem.acquire().unwrap().into_parts();
+    let p = short.adopt(again).unwrap();
+    p.release().unwrap();
+}
