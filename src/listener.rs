@@ -28,14 +28,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::left_until;
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
-use crate::threads::{drop_deadline, join_by};
+use crate::threads::{drop_deadline, join_by, stopped};
 use crate::topology::PrimaryConn;
 
 /// How long one read of the subscription may block: bounds how late the thread sees
@@ -233,14 +233,9 @@ impl Drop for Listener {
     }
 }
 
-fn stopped(stop: &Receiver<()>) -> bool {
-    matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
-}
-
-/// A connection for the subscription: a dedicated one to the current primary when the
-/// client built its own pool, else one taken from the user's pool for as long as the
-/// thread needs it.
-/// A connection for a subscription (see [`open_subscriber`]).
+/// A connection for the subscription (see [`open_subscriber`]): a dedicated one to the
+/// current primary when the client built its own pool, else one taken from the user's
+/// pool for as long as the thread needs it.
 pub(crate) enum SubConn {
     Own(PrimaryConn),
     Pooled(crate::pool::Conn),

@@ -11,11 +11,17 @@ use std::cell::Cell;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 thread_local! {
     /// The end of the budget of the drop this thread is in, if any.
     static DROP_BY: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Whether a background thread has been told to stop: its owner signals by dropping
+/// the sending side of `stop`, so the channel is disconnected (nothing is ever sent).
+pub(crate) fn stopped(stop: &Receiver<()>) -> bool {
+    matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
 }
 
 /// A drop's time budget, open on this thread until this guard is dropped.

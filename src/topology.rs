@@ -35,10 +35,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::connect::{Endpoint, NodeTls, connect_within, with_credentials};
 use crate::error::{reply_code, server_code};
+use crate::threads::stopped;
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisConnectionInfo, RedisError};
 
@@ -704,10 +705,6 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         self.stop_by(crate::threads::drop_deadline(Instant::now() + self.timeout));
     }
-}
-
-fn stopped(stop: &Receiver<()>) -> bool {
-    matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
 }
 
 fn watch(target: &SentinelTarget, timeout: Duration, stop: &Receiver<()>) {
