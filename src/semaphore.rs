@@ -364,6 +364,11 @@ impl SemaphoreBuilder {
     /// permits back at most this long after its last renewal. At least 100 ms with
     /// automatic refresh (the default), at least 1 ms without; whole milliseconds.
     /// Defaults to 10 s.
+    ///
+    /// A grant is valid on arrival only when its lease exceeds the round trip plus one
+    /// millisecond (the server's clock counts whole milliseconds, and the client's
+    /// deadline allows for that): with a shorter one the acquire gives the grant back
+    /// and fails with a timeout error that says so. A 1 ms lease never arrives valid.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -1331,7 +1336,7 @@ impl Semaphore {
                     // took longer than the lease): give it back and report a timeout.
                     // The id is never used again (a waiter's wait ends with the error).
                     self.clean_up_after(id, Instant::now());
-                    return Err(late_reply(&sem.name));
+                    return Err(lease_over_on_arrival(&sem.name, sem.lease()));
                 }
                 Ok(Attempt::Granted(self.permit(
                     id.to_owned(),
@@ -1570,6 +1575,11 @@ const RIDE_THROUGH: Duration = Duration::from_secs(30);
 /// `min-replicas-to-write` refuses writes while its replicas are gone, as the old
 /// primary does during a failover (docs/deployment.md recommends the setting).
 pub(crate) fn is_outage(e: &Error) -> bool {
+    if is_lease_over_on_arrival(e) {
+        // the server answered: the lease is shorter than the round trip, which riding
+        // through would only meet again at every look
+        return false;
+    }
     match e {
         Error::Pool(_) | Error::Timeout { .. } => true,
         Error::Connect { .. } => e.is_retryable(),
@@ -1596,6 +1606,63 @@ fn late_reply(name: &str) -> Error {
         std::io::ErrorKind::TimedOut,
         format!("acquire on semaphore {name:?}: the reply came after the operation timeout"),
     )))
+}
+
+/// A grant whose lease had ended by the time its reply arrived (the round trip took
+/// longer than the lease): a timeout, which says so rather than blaming the operation
+/// timeout, and which a wait does not take for an outage (see [`is_outage`]).
+fn lease_over_on_arrival(name: &str, lease: Duration) -> Error {
+    Error::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        LeaseOverOnArrival(format!(
+            "acquire on semaphore {name:?}: the grant arrived after its lease of {lease:?} \
+             had ended (the reply took longer than the lease), so it was given back; use a \
+             lease well above the round trip to Redis"
+        )),
+    )))
+}
+
+/// The message of [`lease_over_on_arrival`]; its source, [`LeaseTooShort`], marks the
+/// error so that it can be told from a timeout of the server (redis keeps the I/O error
+/// behind an `Arc`, so only the chain of sources reaches it).
+#[derive(Debug)]
+struct LeaseOverOnArrival(String);
+
+impl std::fmt::Display for LeaseOverOnArrival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LeaseOverOnArrival {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&LeaseTooShort)
+    }
+}
+
+/// The cause of [`lease_over_on_arrival`]'s error.
+#[derive(Debug)]
+struct LeaseTooShort;
+
+impl std::fmt::Display for LeaseTooShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the lease is shorter than the round trip to Redis")
+    }
+}
+
+impl std::error::Error for LeaseTooShort {}
+
+/// Whether `e` is [`lease_over_on_arrival`]'s error (also once sorted into another
+/// variant): [`LeaseTooShort`] is in its chain of sources.
+fn is_lease_over_on_arrival(e: &Error) -> bool {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<LeaseTooShort>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn check_label(label: &str) -> Result<()> {

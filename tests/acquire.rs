@@ -1217,3 +1217,36 @@ fn the_first_waiter_makes_the_queue_key_and_the_last_removes_it() {
         drop(p);
     });
 }
+
+/// A 1 ms lease is accepted without automatic refresh, but its grants are over before
+/// they arrive (the client's deadline allows a millisecond for the server's
+/// whole-millisecond clock): the acquire gives the grant back and fails with a timeout
+/// error that names the lease. It said "the reply came after the operation timeout",
+/// which sent the reader to the wrong setting.
+#[test]
+fn a_grant_over_on_arrival_says_the_lease_was_too_short() {
+    let server = RedisServer::start();
+    let sem = client(&server)
+        .semaphore_builder("one-ms")
+        .limit(1)
+        .lease(Duration::from_millis(1))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let e = sem.acquire().expect_err("a 1 ms lease is over on arrival");
+        // (a queued waiter took it for an outage and rode through it for 30 s)
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "failed after {:?}: {e}",
+            started.elapsed()
+        );
+        assert!(e.is_timeout(), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("one-ms") && msg.contains("after its lease of 1ms had ended"),
+            "{msg}"
+        );
+    }
+}
