@@ -1196,11 +1196,12 @@ fn the_first_waiter_makes_the_queue_key_and_the_last_removes_it() {
             .query(&mut conn)
             .unwrap();
         assert_eq!(members.len(), 1, "the waiter alone: {members:?}");
-        let ttl: i64 = redis::cmd("PTTL").arg(q).query(&mut conn).unwrap();
+        // (the holders' first: read later, the same expiry time shows a smaller TTL)
         let h_ttl: i64 = redis::cmd("PTTL")
             .arg("redsem:{q-life}:h")
             .query(&mut conn)
             .unwrap();
+        let ttl: i64 = redis::cmd("PTTL").arg(q).query(&mut conn).unwrap();
         assert!(
             ttl > 0 && ttl <= h_ttl,
             "the queue key's TTL {ttl} ms, the holders' {h_ttl} ms"
