@@ -706,23 +706,37 @@ impl ClientBuilder {
                     .set_tcp_settings(TcpSettings::default().set_nodelay(true)),
             );
         }
-        #[allow(unused_mut)] // mutated with the TLS features only
-        let mut builder = redis::cluster::ClusterClient::builder(infos.clone());
-        if tls && !self.tls.is_empty() {
-            builder = cluster_certs(url, builder, &self.tls)?;
-        }
-        let client = builder
+        let certs = cluster_certs(url, tls && !self.tls.is_empty(), &self.tls)?;
+        let seeds = infos.clone();
+        let configured = move || {
+            certs(redis::cluster::ClusterClient::builder(seeds.clone()))
+                .tcp_settings(TcpSettings::default().set_nodelay(true))
+        };
+        let client = configured()
             .retries(CLUSTER_ATTEMPTS - 1)
             .min_retry_wait(5)
             .max_retry_wait(50)
             .connection_timeout(self.connect_timeout)
             .response_timeout(per_attempt(self.operation_timeout))
-            .tcp_settings(TcpSettings::default().set_nodelay(true))
             .build()
             .map_err(bad)?;
+        // each step of a connection's set-up and first command (a seed's connect and
+        // PING, tried in turn; the slot map; the slot's node's connect and PING; the
+        // script, loaded once when the node lacks it) a share of the budget, and no
+        // retries: all of it ends within about the budget
+        let steps = 2 * infos.len() as u32 + 6;
+        let within = move |budget: Duration| {
+            let step = (budget / steps).max(Duration::from_millis(1));
+            configured()
+                .retries(0)
+                .connection_timeout(step)
+                .response_timeout(step)
+                .build()
+        };
         let list: Vec<String> = nodes.iter().map(|(h, p)| format!("{h}:{p}")).collect();
         Ok(ClusterSource {
             client,
+            within: Box::new(within),
             nodes: infos,
             addr: format!("cluster {}", list.join(",")),
             tls,
@@ -757,26 +771,33 @@ impl ClientBuilder {
     }
 }
 
-/// The builder's certificates for every node of a cluster (the seeds and the nodes
-/// the cluster names): redis-rs's cluster client takes them with rustls only.
+/// What a cluster client builder is given for TLS toward every node of a cluster (the
+/// seeds and the nodes the cluster names): the builder's certificates when `files` are
+/// wanted (read once, here), else nothing. redis-rs's cluster client takes
+/// certificates with rustls only.
+type ClusterTls = Box<
+    dyn Fn(redis::cluster::ClusterClientBuilder) -> redis::cluster::ClusterClientBuilder
+        + Send
+        + Sync,
+>;
+
 #[cfg(feature = "tls-rustls")]
-fn cluster_certs(
-    _url: &str,
-    builder: redis::cluster::ClusterClientBuilder,
-    files: &TlsFiles,
-) -> Result<redis::cluster::ClusterClientBuilder> {
-    Ok(builder
-        .tls(redis::TlsMode::Secure)
-        .certs(crate::connect::certificates(files)?))
+fn cluster_certs(_url: &str, wanted: bool, files: &TlsFiles) -> Result<ClusterTls> {
+    if !wanted {
+        return Ok(Box::new(|b| b));
+    }
+    let certs = crate::connect::certificates(files)?;
+    Ok(Box::new(move |b| {
+        b.tls(redis::TlsMode::Secure).certs(certs.clone())
+    }))
 }
 
 /// Without rustls, redis-rs's cluster client cannot take certificates: a clear error.
 #[cfg(not(feature = "tls-rustls"))]
-fn cluster_certs(
-    url: &str,
-    _builder: redis::cluster::ClusterClientBuilder,
-    _files: &TlsFiles,
-) -> Result<redis::cluster::ClusterClientBuilder> {
+fn cluster_certs(url: &str, wanted: bool, _files: &TlsFiles) -> Result<ClusterTls> {
+    if !wanted {
+        return Ok(Box::new(|b| b));
+    }
     Err(Error::InvalidArgument(format!(
         "{}: TLS certificate files with Redis Cluster need the crate feature `tls-rustls` \
          (redis-rs's cluster client takes certificates only with rustls; with \

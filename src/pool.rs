@@ -229,7 +229,7 @@ impl Manager {
     ) -> Result<RConn> {
         let timed_out = Cell::new(false);
         let result = match &self.connector {
-            Connector::Cluster(c) => self.open_cluster(c),
+            Connector::Cluster(c) => self.open_cluster(c, by),
             _ => self
                 .open_inner(connect_timeout, by, &timed_out)
                 .map(RConn::Primary),
@@ -262,13 +262,20 @@ impl Manager {
     }
 
     /// A cluster connection (the cluster client's own connect and response timeouts
-    /// are set when it is built, `ClientBuilder::build`).
-    fn open_cluster(&self, c: &ClusterSource) -> Result<RConn> {
+    /// are set when it is built, `ClientBuilder::build`); with `by`, one whose set-up
+    /// ends by then ([`ClusterSource::within`]), its commands' timeouts at most what is
+    /// left.
+    fn open_cluster(&self, c: &ClusterSource, by: Option<Instant>) -> Result<RConn> {
         let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, &e);
-        let conn = RConn::Cluster(Box::new(c.client.get_connection().map_err(sort)?), false);
-        conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
-        conn.set_write_timeout(Some(self.op_timeout))
-            .map_err(sort)?;
+        let conn = match by {
+            None => c.client.get_connection(),
+            Some(by) => (c.within)(left_until(by)).and_then(|short| short.get_connection()),
+        }
+        .map_err(sort)?;
+        let conn = RConn::Cluster(Box::new(conn), false);
+        let timeout = by.map_or(self.op_timeout, |by| left_until(by).min(self.op_timeout));
+        conn.set_read_timeout(Some(timeout)).map_err(sort)?;
+        conn.set_write_timeout(Some(timeout)).map_err(sort)?;
         Ok(conn)
     }
 

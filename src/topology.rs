@@ -68,6 +68,13 @@ pub(crate) enum Connector {
 /// nodes, for the plain connections the wake-up listener needs.
 pub(crate) struct ClusterSource {
     pub(crate) client: redis::cluster::ClusterClient,
+    /// A cluster client like `client` whose connection's set-up and first command end
+    /// within about the given budget (a share of it per step, no retries): for a call
+    /// with a deadline of its own on a brand-new connection (a release resent after a
+    /// dropped connection, which a drop bounds by the operation timeout), where
+    /// `client`'s connect timeout per seed could outlast the deadline.
+    pub(crate) within:
+        Box<dyn Fn(Duration) -> redis::RedisResult<redis::cluster::ClusterClient> + Send + Sync>,
     pub(crate) nodes: Vec<redis::ConnectionInfo>,
     /// "cluster h1:p1,h2:p2" (never a password): what messages name.
     pub(crate) addr: String,

@@ -724,3 +724,43 @@ fn holders_and_waiters_across_a_manual_failover() {
     let got = unfair_waiter.join().unwrap();
     assert!(matches!(got, Ok(Some(_))), "the unfair waiter: {got:?}");
 }
+
+/// A release whose connection broke is sent again on a brand-new cluster connection.
+/// Its set-up tries the seeds in turn, and a seed that accepts and never answers (a
+/// partitioned node, tried first here) held it for the cluster client's connect
+/// timeout at each step (2 s here, twice), past the operation timeout that bounds every
+/// drop. The fresh connection's steps now share what is left of the drop's budget.
+#[test]
+fn a_release_resent_on_a_fresh_cluster_connection_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_millis(1_000);
+    const SLACK: Duration = Duration::from_millis(300);
+    let mut cluster = RedisCluster::start();
+    // the first seed: a proxy in front of node 0, cut into a black hole below
+    let proxy = support::Proxy::start(cluster.nodes[0].port());
+    let ports = std::iter::once(proxy.port()).chain(cluster.nodes[1..].iter().map(|n| n.port()));
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .connect_timeout(Duration::from_secs(2))
+        .build(support::cluster::seed_url("redis+cluster", ports))
+        .unwrap();
+    // a semaphore served by another primary than node 0
+    let name = (0..)
+        .map(|k| format!("fresh:{k}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) != 0)
+        .unwrap();
+    let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
+    let sem = client.semaphore(&name, 2).unwrap();
+    // the scripts are loaded on the node first
+    sem.acquire().unwrap().release().unwrap();
+    let permit = sem.acquire().unwrap();
+    proxy.cut();
+    // the slot's primary dies: the pooled release is refused, and sent again
+    cluster.nodes[k].stop();
+    let started = Instant::now();
+    drop(permit);
+    let took = started.elapsed();
+    assert!(
+        took <= OP + SLACK,
+        "the drop took {took:?} (operation timeout {OP:?})"
+    );
+}
