@@ -143,8 +143,7 @@
 //! last lease; the release that leaves a semaphore idle (nobody holding or waiting, no
 //! limit stored by `set_limit`) deletes them, so idle semaphores cost no memory. A
 //! semaphore is three keys (holders, state, slots); the queue's key exists only while
-//! someone queues. Each
-//! script is safe to run twice for the same permit id (a timed-out
+//! someone queues. Each script is safe to run twice for the same permit id (a timed-out
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).
 //!
@@ -156,9 +155,10 @@
 //! even set up. A "no" to a try needs only that `HMGET`: it writes nothing, so it
 //! reads no other key (were one lost, the repair it would trigger drops every holder;
 //! the next call that needs more makes it). Nor does the release of the last permit,
-//! which deletes the semaphore's keys whatever they hold. Anything else (keys missing or not agreeing, a queue to serve, an
-//! expired holder to purge, a repeated id, several permits at once) falls through to
-//! the full logic, which decides exactly as it would alone.
+//! which deletes the semaphore's keys whatever they hold. Anything else (keys missing
+//! or not agreeing, a queue to serve, an expired holder to purge, a repeated id,
+//! several permits at once) falls through to the full logic, which decides exactly as
+//! it would alone.
 //!
 //! When several threads of one [`Client`] try-acquire or release on the same semaphore
 //! at the same moment, their operations share script calls: a thread that finds the

@@ -87,10 +87,10 @@
 --   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
 --     operations, refresh chunks of 500 ids).
 -- Partial loss (a key evicted, deleted or overwritten by hand): check_keys() sees that
--- h, i and s (and q while someone queues) do not all exist with their types, or do not
--- agree (the hash without its state, a bitmap whose bits are not 'used'), keeps 'ctr', 'limit' and 'cl' from
--- the hash when it is readable, and starts the semaphore afresh without holders or
--- waiters. That never exceeds the limit and never books a slot twice; the holders it
+-- h, i and s (and q while someone queues) do not all exist with their types, or do
+-- not agree (the hash without its state, a bitmap whose bits are not 'used'), keeps
+-- 'ctr', 'limit' and 'cl' from the hash when it is readable, and starts the semaphore
+-- afresh without holders or waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look. The fast "no" to
 -- a try (fast_acquire.lua) reads only the hash and writes nothing, and the release of
 -- the last holder (fast_release.lua) deletes the keys whatever they hold, so

@@ -11,9 +11,9 @@
 --     full logic refuses it (the client never sends such arguments);
 --   - damaged keys: the "no" to a try writes nothing and needs only the hash, so it
 --     reads no other key, and is given where the full logic would first repair a
---     lost or mistyped h, s or q by dropping every holder (see fast_acquire); so is
---     the release of the last holder, which deletes the keys whatever they hold
---     (see fast_release). The next call that needs more repairs.
+--     lost or mistyped h or s by dropping every holder (see fast_acquire); so is the
+--     release of the last holder, which deletes the keys whatever they hold (see
+--     fast_release). The next call that needs more repairs.
 --
 -- One script call may run several fast operations (a batch): the hash's state fields
 -- are read once per call (fast_state) and kept in `fv` as the operations change them,
@@ -40,8 +40,8 @@
 
 -- Whether this script has already seen h and s exist with their types and agree with
 -- the hash (h holds its sentinel, s has exactly 'used' bits set), and has kept them
--- so since (q is not needed while nobody queues, K1). Within one script nobody else writes, so the fast operations of a batch check
--- the keys once: every fast write below keeps them agreeing, except a release whose
+-- so since (q is not needed while nobody queues, K1). Within one script nobody else
+-- writes, so the fast operations of a batch check the keys once: every fast write below keeps them agreeing, except a release whose
 -- record names slots that were not set (a record edited by hand), which clears it, and
 -- the idle release's DEL, which clears it too (the create branch checks that nothing
 -- exists).

@@ -5,16 +5,15 @@
 -- Plain: the hash holds its state and a record for `id`, nobody is queued (so nobody
 -- is served, and q is not needed: K1), h and s exist with their types and agree (h
 -- holds its sentinel and, when a deadline may have passed, `id`; s has exactly
--- 'used' bits set). The idle release below needs only the hash (and h when a deadline may have
--- passed): it deletes the other keys whatever they hold.
+-- 'used' bits set). The idle release below needs only the hash (and h when a
+-- deadline may have passed): it deletes the other keys whatever they hold.
 -- Reply: op_release's 1 (live) or 2 (its lease had ended).
 --
 -- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
 -- force_release passes so that the holder it names learns LostReason::Released, not
 -- Reset) that leaves nobody holding or queued, and no stored limit, deletes the
--- keys instead of writing them, so an
--- idle semaphore costs no memory (its keys would otherwise stay until 'exp', about a
--- lease). Nothing is lost: there are no holders or waiters, 'qseq' orders only
+-- keys instead of writing them, so an idle semaphore costs no memory (its keys would
+-- otherwise stay until 'exp', about a lease). Nothing is lost: there are no holders or waiters, 'qseq' orders only
 -- waiters present, 'cl' is shown to operators only, and 'ctr' is needed only to keep
 -- tokens increasing: the next token is at least the server's TIME in microseconds
 -- then, so the keys are deleted only while 'ctr' is below now_us (a batch that

@@ -92,10 +92,11 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
         st.qn = st.qn + 1
         st.dirty = true
     end
+    local exp = st.exp
     deadline_set(st, heartbeat, pad)
-    -- a new q takes the TTL of the others ('exp', now at or after the heartbeat); when
-    -- deadline_set extended 'exp' it has already done so
-    if q_made then redis.call('PEXPIREAT', Q, int(st.exp)) end
+    -- a new q takes the TTL of the others ('exp', at or after the heartbeat), unless
+    -- deadline_set moved 'exp', which gave it to q too (qn > 0 by then)
+    if q_made and st.exp == exp then redis.call('PEXPIREAT', Q, int(exp)) end
     save(st)
     -- The head looks again when the earliest deadline passes (a lease that ends without
     -- a release); the next few waiters when the head's heartbeat would end, so that a
