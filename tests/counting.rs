@@ -626,6 +626,44 @@ fn a_dead_waiter_is_purged_and_does_not_take_a_live_one_s_wake_up() {
 }
 
 #[test]
+fn dead_waiters_beyond_one_purge_do_not_take_a_live_one_s_wake_up() {
+    // One purge drops at most 256 dead waiters, those whose heartbeats passed first.
+    // Here 300 dead waiters stand before the live one, and the 44 that arrived first
+    // are the last to have died, so they are still queued after the purge: the
+    // wake-up must skip them, not spend the one free permit on the first of them.
+    let server = RedisServer::start();
+    let sem = counting(&server, "crowd");
+    assert!(sem.try_set_permits(0).unwrap());
+    let mut conn = server.conn();
+    for k in 1..=300u64 {
+        fake_waiter(
+            &mut conn,
+            "crowd",
+            &format!("dead{k}"),
+            k,
+            1_000 - k,
+            1,
+            "ch:dead",
+        );
+    }
+    fake_waiter(&mut conn, "crowd", "live", 301, LIVE, 1, "ch:live");
+    let mut listen = Listen::on(&server, &["ch:dead", "ch:live"]);
+    sem.release(1).unwrap();
+    assert_eq!(listen.next(WAIT).as_deref(), Some("ch:live L live"));
+    assert_eq!(listen.next(Duration::from_millis(100)), None);
+    // every dead waiter is gone: 256 by the purge, the 44 at the head by the wake-up
+    assert_eq!(
+        waiter_keys(&mut conn, "crowd"),
+        [
+            vec!["live".to_string()],
+            vec!["live".to_string()],
+            vec!["live".to_string()]
+        ]
+    );
+    assert_eq!(sem.queue_len().unwrap(), 1);
+}
+
+#[test]
 fn a_real_waiter_whose_wake_up_went_to_a_dead_one_still_gets_the_permit() {
     // The safety net: a message lost (here: sent to a waiter that is dead but not yet
     // past its heartbeat) costs the live waiter at most its re-check interval.

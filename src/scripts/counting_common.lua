@@ -60,7 +60,11 @@
 --     the body's first write; once_record() writes it last, with SET, which takes a
 --     key of any type and cannot fail after another write (out of memory refuses only
 --     a script's first write).
--- Work per call is bounded: a wake-up pass looks at SCAN waiters, a purge at 256.
+--   - ZMSCORE in wake(), after the count was written: HB is a zset or absent
+--     (fix_waiter_keys() ran first), and the command exists on every supported
+--     server (Redis 6.2+, as the README says).
+-- Work per call is bounded: a wake-up pass looks at SCAN waiters (and drops the dead
+-- among them), a purge at 256.
 
 local C, Q, HB, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -153,16 +157,24 @@ end
 -- order, each one whose request still fits in what the earlier ones would take
 -- (first fit: a large request at the head does not hold back smaller ones behind it;
 -- the semaphore is not fair). Returns how many were told.
+-- purge() drops at most 256 dead waiters, those whose heartbeats passed first, so
+-- more dead ones may still stand at the head of the queue: each waiter looked at is
+-- checked against its own heartbeat, and a dead one is dropped here instead of being
+-- told (a message to a dead waiter would use up the budget of a live one behind it,
+-- which would then wait for its re-check timer).
 local function wake(budget)
     if budget <= 0 then return 0 end
     purge()
     local ids = redis.call('ZRANGE', Q, 0, SCAN - 1)
     if #ids == 0 then return 0 end
     local recs = redis.call('HMGET', W, unpack(ids))
-    local told = 0
+    local beats = redis.call('ZMSCORE', HB, unpack(ids))
+    local told, dead = 0, {}
     for k = 1, #ids do
         local rec = recs[k]
-        if rec then
+        if not beats[k] or tonumber(beats[k]) <= now then
+            dead[#dead + 1] = ids[k]
+        elseif rec then
             local n, chan = string.match(rec, '^(%d+)|(.*)$')
             n = tonumber(n)
             if n and n <= budget and chan ~= '' then
@@ -172,6 +184,11 @@ local function wake(budget)
                 if budget <= 0 then break end
             end
         end
+    end
+    if #dead > 0 then
+        redis.call('ZREM', Q, unpack(dead))
+        redis.call('ZREM', HB, unpack(dead))
+        redis.call('HDEL', W, unpack(dead))
     end
     return told
 end
