@@ -623,6 +623,85 @@ fn a_redisson_call_the_cluster_client_resends_changes_the_counter_once() {
     );
 }
 
+/// Redisson on a Redis 7 cluster subscribes its waiters with `SSUBSCRIBE` (its default
+/// `shardedSubscriptionMode = AUTO`), on Redis 6.2 or with sharding off with
+/// `SUBSCRIBE`; the two namespaces do not see each other. By default on a cluster a
+/// release of either Redisson layout is announced in both, so Java waiters of either
+/// kind hear it (before, only `PUBLISH` was sent and a sharded Java waiter slept on).
+#[test]
+fn a_redisson_release_on_a_cluster_reaches_sharded_and_plain_subscribers() {
+    let cluster = RedisCluster::start();
+    let client = Client::open(cluster.url()).unwrap();
+    let rs = client.redisson_semaphore("announced");
+    assert!(rs.try_set_permits(0).unwrap());
+    let pes = client.redisson_permit_expirable_semaphore("announced-pes");
+    let k = cluster.primary_of("announced");
+    let kp = cluster.primary_of("announced-pes");
+
+    // a sharded subscriber (as Redisson's SSUBSCRIBE) on the node of each channel's slot
+    let sharded = |k: usize, channel: &str| -> redis::Connection {
+        let mut conn = cluster.nodes[k].conn();
+        conn.send_packed_command(&redis::cmd("SSUBSCRIBE").arg(channel).get_packed_command())
+            .unwrap();
+        let confirmed = conn.recv_response().unwrap();
+        assert!(
+            format!("{confirmed:?}").contains("ssubscribe"),
+            "{confirmed:?}"
+        );
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn
+    };
+    let message = |conn: &mut redis::Connection| -> Vec<String> {
+        redis::from_redis_value(conn.recv_response().unwrap()).unwrap()
+    };
+    let mut rs_sharded = sharded(k, "redisson_sc:{announced}");
+    let mut pes_sharded = sharded(kp, "redisson_sc:{announced-pes}");
+    // a plain subscriber (as Redisson's SUBSCRIBE) on another node: PUBLISH reaches
+    // every node of a cluster
+    let mut plain_conn = cluster.nodes[(k + 1) % 3].conn();
+    let mut plain = plain_conn.as_pubsub();
+    plain.subscribe("redisson_sc:{announced}").unwrap();
+    plain.subscribe("redisson_sc:{announced-pes}").unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    assert_eq!(rs.release(2).unwrap(), 2);
+    assert_eq!(
+        message(&mut rs_sharded),
+        ["smessage", "redisson_sc:{announced}", "2"]
+    );
+    let m = plain.get_message().unwrap();
+    assert_eq!(m.get_channel_name(), "redisson_sc:{announced}");
+    assert_eq!(m.get_payload::<String>().unwrap(), "2");
+
+    assert!(pes.try_set_permits(1).unwrap());
+    assert_eq!(
+        message(&mut pes_sharded),
+        ["smessage", "redisson_sc:{announced-pes}", "1"]
+    );
+    let m = plain.get_message().unwrap();
+    assert_eq!(m.get_channel_name(), "redisson_sc:{announced-pes}");
+    assert_eq!(m.get_payload::<String>().unwrap(), "1");
+    let permit = pes.try_acquire(None).unwrap().expect("the permit");
+    permit.release().unwrap();
+    assert_eq!(
+        message(&mut pes_sharded),
+        ["smessage", "redisson_sc:{announced-pes}", "1"]
+    );
+    let m = plain.get_message().unwrap();
+    assert_eq!(m.get_payload::<String>().unwrap(), "1");
+
+    // and a Rust waiter of the same cluster still wakes on a Rust release
+    let waiter = {
+        let rs = rs.clone();
+        thread::spawn(move || rs.acquire_timeout(3, Duration::from_secs(10)).unwrap())
+    };
+    rs.release(1).unwrap();
+    assert!(waiter.join().unwrap(), "the waiter got its permits");
+}
+
 /// Review: a release the cluster client resent (its first run released the permit,
 /// its reply came late) found the permit gone and said it was "released by someone
 /// else". While the lease surely runs, that is the release's own first run.

@@ -898,14 +898,15 @@ fn a_batch_asking_for_more_than_the_most_permits_in_all_is_refused_before_any_wr
 
 /// A Redisson script, as the library builds it, for calls the public API never makes.
 fn redisson_script(pes: bool, body: &str) -> redis::Script {
+    let publish = include_str!("../src/scripts/redisson_publish.lua");
     let once = include_str!("../src/scripts/once.lua");
     if pes {
         redis::Script::new(&format!(
-            "{}{once}{body}",
+            "{publish}{}{once}{body}",
             include_str!("../src/scripts/redisson_pes_common.lua")
         ))
     } else {
-        redis::Script::new(&format!("{once}{body}"))
+        redis::Script::new(&format!("{publish}{once}{body}"))
     }
 }
 

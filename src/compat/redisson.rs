@@ -79,10 +79,16 @@
 //! permits that may proceed: a positive count makes the waiter try again, zero or
 //! below wakes nobody, as in Redisson. A waiter also tries again every second (a lost
 //! message) and, on `RPermitExpirableSemaphore`, at the nearest lease deadline.
-//! Releases, `add_permits` and `try_set_permits` publish with `PUBLISH` by default;
-//! [`PublishCommand::SPublish`] matches Redisson on a Redis 7 cluster, where it uses
-//! sharded pub/sub (Rust waiters of such a semaphore then poll every 50 ms instead of
-//! subscribing, since the blocking `redis` client cannot `SSUBSCRIBE`).
+//! Releases, `add_permits` and `try_set_permits` publish with `PUBLISH` by default,
+//! as Redisson does on one server, Sentinel or master/replica set-ups. On Redis
+//! Cluster the default is [`PublishCommand::Both`]: `SPUBLISH` for Redisson's waiters
+//! on a Redis 7 cluster (its default `shardedSubscriptionMode = AUTO` subscribes with
+//! `SSUBSCRIBE`) and `PUBLISH` for the others (Redisson on Redis 6.2, or with sharding
+//! turned off, and this library's waiters); the two namespaces do not see each other.
+//! The blocking `redis` client cannot `SSUBSCRIBE`, so Rust waiters do not hear
+//! Redisson's `SPUBLISH`: with [`PublishCommand::SPublish`] they poll every 50 ms
+//! instead of subscribing, and with [`PublishCommand::Both`] they subscribe (and hear
+//! this library's releases at once) and also look again every 50 ms.
 //!
 //! # Example
 //!
@@ -134,16 +140,23 @@ const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 const MAX_MANY: u32 = 10_000;
 
 /// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
-/// semaphore must use the one its waiters subscribe with.
+/// semaphore must use one that its waiters subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum PublishCommand {
-    /// `PUBLISH` (Redisson's choice except on a Redis 7 cluster): the default.
+    /// `PUBLISH` (Redisson's choice except on a Redis 7 cluster): the default except
+    /// on Redis Cluster.
     #[default]
     Publish,
     /// `SPUBLISH` (Redisson's default on a Redis 7+ cluster, `shardedSubscriptionMode
     /// = AUTO`). Rust waiters then poll every 50 ms instead of subscribing.
     SPublish,
+    /// Both `SPUBLISH` and `PUBLISH` (`SPUBLISH` is skipped where Redis does not know
+    /// it, before Redis 7): waiters of either kind hear every release. The default on
+    /// Redis Cluster, where Redisson's waiters use `SSUBSCRIBE` or `SUBSCRIBE`
+    /// depending on the server's version and their settings. Rust waiters subscribe
+    /// and also look again every 50 ms (they cannot hear Redisson's `SPUBLISH`).
+    Both,
 }
 
 impl PublishCommand {
@@ -151,6 +164,7 @@ impl PublishCommand {
         match self {
             PublishCommand::Publish => "PUBLISH",
             PublishCommand::SPublish => "SPUBLISH",
+            PublishCommand::Both => "BOTH",
         }
     }
 }
@@ -179,7 +193,13 @@ impl Common {
             client: client.clone(),
             name: name.to_owned(),
             keys: RedissonKeys::new(name),
-            publish: PublishCommand::Publish,
+            // Redisson publishes with SPUBLISH or PUBLISH on a cluster, depending on
+            // the server's version and its settings: both reach its waiters
+            publish: if client.inner.shared.is_cluster() {
+                PublishCommand::Both
+            } else {
+                PublishCommand::Publish
+            },
             recheck: RECHECK,
             replica_wait: None,
             replicas_seen: Arc::new(AtomicI64::new(-1)),
@@ -369,16 +389,18 @@ impl Common {
         // bound is the timeout and the one try in flight at it, not a connect timeout
         // and an operation timeout more
         let mut holder = match self.publish {
-            PublishCommand::Publish => match open_subscriber(self.shared(), deadline) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    log::warn!(
-                        "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
-                        self.keys.channel
-                    );
-                    None
+            PublishCommand::Publish | PublishCommand::Both => {
+                match open_subscriber(self.shared(), deadline) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        log::warn!(
+                            "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
+                            self.keys.channel
+                        );
+                        None
+                    }
                 }
-            },
+            }
             PublishCommand::SPublish => None,
         };
         let op = self.shared().op_timeout;
@@ -419,10 +441,12 @@ impl Common {
                 Attempt::Wait => None,
             };
             let now = Instant::now();
-            let every = if sub.ps.is_some() {
-                self.recheck
-            } else {
-                NO_PUSH_POLL
+            // a subscriber hears PUBLISH only: where Redisson may SPUBLISH (Both), it
+            // also looks again as often as a waiter that cannot subscribe
+            let every = match sub.ps {
+                Some(_) if self.publish != PublishCommand::Both => self.recheck,
+                Some(_) => self.recheck.min(NO_PUSH_POLL),
+                None => NO_PUSH_POLL,
             };
             let mut until = now + every;
             if let Some(d) = deadline {
@@ -576,15 +600,18 @@ impl Client {
 /// and anyone may release any number.
 ///
 /// Counts are `i64`: Redisson's counter may be negative after a negative
-/// [`add_permits`](Self::add_permits).
+/// [`add_permits`](Self::add_permits). Redisson's Java API counts in `int`: where Java
+/// clients share the semaphore, keep the counter and each call's permits within
+/// 2^31 - 1 (Java reads a larger counter wrapped, and its waiters fail on a larger
+/// announced count).
 #[derive(Clone)]
 pub struct RSemaphore {
     common: Common,
 }
 
 impl RSemaphore {
-    /// The same semaphore, announcing freed permits with `command` (`PUBLISH` by
-    /// default; `SPUBLISH` for Redisson on a Redis 7 cluster).
+    /// The same semaphore, announcing freed permits with `command` (by default
+    /// `PUBLISH`, and on Redis Cluster [`PublishCommand::Both`]).
     pub fn with_publish_command(mut self, command: PublishCommand) -> Self {
         self.common.publish = command;
         self
@@ -1104,8 +1131,8 @@ impl Grantor for PesGrant {
 }
 
 impl RPermitExpirableSemaphore {
-    /// The same semaphore, announcing freed permits with `command` (`PUBLISH` by
-    /// default; `SPUBLISH` for Redisson on a Redis 7 cluster).
+    /// The same semaphore, announcing freed permits with `command` (by default
+    /// `PUBLISH`, and on Redis Cluster [`PublishCommand::Both`]).
     pub fn with_publish_command(self, command: PublishCommand) -> Self {
         let mut common = self.inner.common.clone();
         common.publish = command;

@@ -23,7 +23,13 @@ pub(crate) const NO_LEASE: i64 = 922_337_203_685_477;
 /// A script of the `RSemaphore` layout, after the once prelude (`once.lua`).
 macro_rules! rs_script {
     ($file:literal) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("once.lua"), include_str!($file))))
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("redisson_publish.lua"),
+                include_str!("once.lua"),
+                include_str!($file)
+            ))
+        })
     };
 }
 
@@ -37,6 +43,7 @@ macro_rules! pes_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("redisson_publish.lua"),
                 include_str!("redisson_pes_common.lua"),
                 include_str!("once.lua"),
                 include_str!($file)

@@ -3,7 +3,7 @@
 -- KEYS: 1 NAME (the counter of free permits), 2 {NAME}:timeout (zset: permit id as 16
 --       raw bytes -> lease deadline in client epoch ms, or NO_LEASE), 3 the channel
 --       redisson_sc:{NAME}
--- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 now (client epoch ms), then the
+-- ARGV: 1 publish command (redisson_publish.lua), 2 now (client epoch ms), then the
 --       script's own arguments.
 -- No TIME call: deadlines and "now" are the clients' clocks, as in Redisson.
 --
@@ -19,10 +19,11 @@
 --   - an argument Redis refuses (NOW in reclaim's first read; a deadline, which the
 --     bodies check first): before any write. The Rust side sends only integers;
 --   - out of memory: Redis refuses only a script's first write;
---   - PUBLISH/SPUBLISH refused (ACL, cluster): sent with redis.pcall, its error
---     ignored (a waiter also polls, see src/compat/redisson.rs).
+--   - PUBLISH/SPUBLISH refused (ACL, SPUBLISH before Redis 7): sent with
+--     redis.pcall, its error ignored (redisson_publish.lua; a waiter also polls, see
+--     src/compat/redisson.rs).
 
-local PUB, NOW = ARGV[1], ARGV[2]
+local NOW = ARGV[2]
 local NO_LEASE = '922337203685477'
 
 -- INCRBY n on the counter through redis.pcall: its new value, or nil and a WRONGTYPE
@@ -61,7 +62,7 @@ local function reclaim(limit)
         redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, NOW)
     end
     if value > 0 then
-        redis.pcall(PUB, KEYS[3], value)
+        publish(KEYS[3], value)
     end
     return nil
 end

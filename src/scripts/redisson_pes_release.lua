@@ -28,7 +28,7 @@ local late = tonumber(expire) <= tonumber(NOW)
 local value, bad = incr(1)
 if bad then return bad end
 redis.call('ZREM', KEYS[2], member)
-redis.pcall(PUB, KEYS[3], value)
+publish(KEYS[3], value)
 local reply = 1
 if late then reply = 2 end
 once_record(3, tostring(reply))

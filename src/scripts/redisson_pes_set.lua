@@ -27,19 +27,19 @@ if ARGV[3] == 'add' then
     local after = (value == false and 0 or tonumber(value)) + arg
     redis.call('SET', KEYS[1], string.format('%d', after))
     if arg > 0 then
-        redis.pcall(PUB, KEYS[3], ARGV[4])
+        publish(KEYS[3], ARGV[4])
     end
     once_record(3, string.format('%d', after))
     return after
 end
 if value == false then
     redis.call('SET', KEYS[1], ARGV[4])
-    redis.pcall(PUB, KEYS[3], ARGV[4])
+    publish(KEYS[3], ARGV[4])
     return arg
 end
 local total = tonumber(value) + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
 if total ~= arg then
     value = redis.call('INCRBY', KEYS[1], string.format('%d', arg - total))
-    redis.pcall(PUB, KEYS[3], ARGV[4])
+    publish(KEYS[3], ARGV[4])
 end
 return tonumber(value)

@@ -1,7 +1,7 @@
 -- Redisson RSemaphore.release(n) (RedissonSemaphore.java 450-468) and
 -- releaseIfExists(n) (476-499).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
--- ARGV: 1 publish command (PUBLISH or SPUBLISH), 2 n (>= 1), 3 '1' for releaseIfExists
+-- ARGV: 1 publish command (redisson_publish.lua), 2 n (>= 1), 3 '1' for releaseIfExists
 -- ARGV 4, KEYS 3: the operation key's retention and the key (Redis Cluster, see
 -- once.lua).
 -- Reply: {1, counter after} released (the new value was published; a resent call:
@@ -19,6 +19,6 @@ if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0}
 end
 local value = redis.call('INCRBY', KEYS[1], ARGV[2])
-redis.pcall(ARGV[1], KEYS[2], value)
+publish(KEYS[2], value)
 once_record(2, string.format("%d", value))
 return {1, value}

@@ -1,7 +1,7 @@
 -- Redisson trySetPermits(p) and trySetPermits(p, ttl) (RedissonSemaphore.java 534-586;
 -- RedissonPermitExpirableSemaphore.java 843-854, the same steps).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
--- ARGV: 1 publish command, 2 p (>= 0), 3 ttl ms ('' for none), 4 the operation key's
+-- ARGV: 1 publish command (redisson_publish.lua), 2 p (>= 0), 3 ttl ms ('' for none), 4 the operation key's
 -- retention (with KEYS[3], the key: Redis Cluster, see once.lua)
 -- Reply: 1 when the counter was absent (now SET to p, with PX ttl when given, and p
 -- published; a resent call that set it: 1 again), else 0 (a counter at 0 counts as
@@ -22,6 +22,6 @@ if ARGV[3] ~= '' then
 else
     redis.call('SET', KEYS[1], ARGV[2])
 end
-redis.pcall(ARGV[1], KEYS[2], ARGV[2])
+publish(KEYS[2], ARGV[2])
 once_record(2, '1')
 return 1
