@@ -1118,3 +1118,162 @@ fn a_grant_held_in_this_client_is_not_adopted_twice() {
     let p = short.adopt(again).unwrap();
     p.release().unwrap();
 }
+
+/// The holder record of `id` in semaphore `name`, with its slot list replaced by
+/// `slots` (an operator's edit).
+fn edit_slots(conn: &mut redis::Connection, name: &str, id: &str, slots: &str) {
+    let info = format!("redsem:{{{name}}}:i");
+    let rec: String = redis::cmd("HGET").arg(&info).arg(id).query(conn).unwrap();
+    let mut parts: Vec<&str> = rec.split('|').collect();
+    parts[2] = slots;
+    redis::cmd("HSET")
+        .arg(&info)
+        .arg(id)
+        .arg(parts.join("|"))
+        .exec(conn)
+        .unwrap();
+}
+
+/// Review of the scripts (2026-11-26, late): records and fields edited by hand made a
+/// script fail after its first write, leaving half of an operation behind (a holder
+/// gone from h with its permit still counted; a batch's earlier grant orphaned). Each
+/// case now runs to its end, and never grants past the limit.
+#[test]
+fn hand_edited_records_never_make_a_script_fail_after_a_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = client(&server);
+
+    // a slot SETBIT refuses, met by a release on the full path (someone queued): the
+    // release is done, and the waiter gets the permit in a slot within the limit
+    for (k, slots) in ["4294967296", "00", "0,07"].into_iter().enumerate() {
+        let name = format!("slots{k}");
+        let sem = client.semaphore(&name, 1).unwrap();
+        let p = sem.try_acquire().unwrap().expect("the permit");
+        let waiter = support::queued_waiter(&sem, Duration::from_secs(10));
+        edit_slots(&mut conn, &name, p.id(), slots);
+        p.release().expect("a release runs to its end");
+        let (got, _) = waiter.join().unwrap();
+        let got = got.unwrap().expect("the waiter's permit");
+        assert_eq!(got.slots(), &[0], "{slots}");
+        assert!(
+            sem.try_acquire().unwrap().is_none(),
+            "{slots}: never over the limit"
+        );
+    }
+
+    // the same on the fast path (nobody queued) and when the purge meets it
+    let sem = client.semaphore("fastslots", 2).unwrap();
+    let p = sem.try_acquire().unwrap().expect("a permit");
+    let _other = sem.try_acquire().unwrap().expect("a permit");
+    edit_slots(&mut conn, "fastslots", p.id(), "99999");
+    p.release().expect("a release runs to its end");
+    let short = client
+        .semaphore_builder("purged")
+        .limit(2)
+        .lease(Duration::from_millis(200))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let gone = short.try_acquire().unwrap().expect("a permit");
+    edit_slots(&mut conn, "purged", gone.id(), "0,4294967296");
+    let deadline_ms = server_ms(&mut conn) + 250;
+    wait_past_server_ms(&mut conn, deadline_ms);
+    assert!(short.available().is_ok(), "the purge runs to its end");
+    let a = short
+        .try_acquire()
+        .unwrap()
+        .expect("a permit after the repair");
+    let b = short.try_acquire().unwrap().expect("a second permit");
+    assert!(
+        short.try_acquire().unwrap().is_none(),
+        "never over the limit"
+    );
+    assert!(
+        a.slots()[0] < 2 && b.slots()[0] < 2,
+        "{:?} {:?}",
+        a.slots(),
+        b.slots()
+    );
+    drop(gone);
+
+    // a waiter record that does not parse: the waiter is dropped, not a failed release
+    let sem = client.semaphore("wrec", 1).unwrap();
+    let p = sem.try_acquire().unwrap().expect("the permit");
+    let waiter = support::queued_waiter(&sem, Duration::from_secs(10));
+    let queued: Vec<String> = redis::cmd("ZRANGE")
+        .arg("redsem:{wrec}:q")
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{wrec}:i")
+        .arg(format!("w:{}", queued[0]))
+        .arg("garbage")
+        .exec(&mut conn)
+        .unwrap();
+    p.release().expect("a release runs to its end");
+    // the waiter looks again (its heartbeat or its timer) and queues anew
+    let (got, _) = waiter.join().unwrap();
+    assert!(got.unwrap().is_some(), "the waiter still gets the permit");
+
+    // a stored limit that is no integer ('nan' and 'inf' pass Lua's tonumber) is
+    // ignored: the caller's limit holds
+    for bad in ["nan", "inf", "-inf", "1e300", "2.5"] {
+        let name = format!("lim-{bad}");
+        let sem = client.semaphore(&name, 2).unwrap();
+        let first = sem.try_acquire().unwrap().expect("a permit");
+        redis::cmd("HSET")
+            .arg(format!("redsem:{{{name}}}:i"))
+            .arg("limit")
+            .arg(bad)
+            .exec(&mut conn)
+            .unwrap();
+        let second = sem.try_acquire().unwrap().expect("a second permit");
+        assert!(
+            sem.try_acquire().unwrap().is_none(),
+            "limit {bad}: never over 2"
+        );
+        assert!(sem.try_acquire_many(2).unwrap().is_none(), "limit {bad}");
+        drop((first, second));
+    }
+
+    // a live holder record that does not parse, met by a batch's repeated id after an
+    // earlier operation of the batch was granted: the batch runs to its end
+    let sem = client.semaphore("grec", 3).unwrap();
+    let held = sem.try_acquire().unwrap().expect("a permit");
+    redis::cmd("HSET")
+        .arg("redsem:{grec}:i")
+        .arg(held.id())
+        .arg("garbage")
+        .exec(&mut conn)
+        .unwrap();
+    let batch = support::batch_script();
+    let fresh = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+    let mut inv = call_on(&batch, "grec");
+    support::batch_try_many(&mut inv, fresh, 1, 3, 10_000);
+    support::batch_try_many(&mut inv, held.id(), 1, 3, 10_000);
+    let replies: Vec<redis::Value> = inv.invoke(&mut conn).expect("the batch runs to its end");
+    assert_eq!(support::acquire_reply(&replies[0])[0], 1, "{replies:?}");
+    assert_eq!(
+        support::acquire_reply(&replies[1])[..3],
+        [1, support::acquire_reply(&replies[1])[1], 0],
+        "a grant without token or slots: {replies:?}"
+    );
+
+    // a direct caller that sends three keys is refused before anything is written
+    let mut inv = batch.prepare_invoke();
+    for part in ["h", "i", "s"] {
+        inv.key(format!("redsem:{{grec}}:{part}"));
+    }
+    inv.arg("r").arg(fresh);
+    let err = inv.invoke::<redis::Value>(&mut conn).unwrap_err();
+    assert!(err.to_string().contains("four keys"), "{err}");
+    let still: Option<String> = redis::cmd("HGET")
+        .arg("redsem:{grec}:i")
+        .arg(fresh)
+        .query(&mut conn)
+        .unwrap();
+    assert!(still.is_some(), "nothing written");
+}

@@ -85,7 +85,15 @@
 --     patterns); a user denied some command fails at that command, which a user with
 --     the documented rule never is;
 --   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
---     operations, refresh chunks of 500 ids).
+--     operations, refresh chunks of 500 ids);
+--   - records edited by hand: a holder record whose slot list names a slot SETBIT
+--     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
+--     full logic), and the next call repairs the disagreement; a waiter record that
+--     does not parse drops its waiter (serve); a live holder record that does not
+--     parse is answered as a grant without token or slots, which the client refuses
+--     as a malformed reply (grant_reply); a stored 'limit' or 'ctr' that is no
+--     integer in range is ignored (new_state, fast_state; 'nan' and 'inf' would
+--     otherwise pass tonumber()), so no such text reaches a comparison or int().
 -- Partial loss (a key evicted, deleted or overwritten by hand): check_keys() sees that
 -- h, i and s (and q while someone queues) do not all exist with their types, or do
 -- not agree (the hash without its state, a bitmap whose bits are not 'used'), keeps
@@ -122,8 +130,8 @@ local function new_state(v)
         exp = tonumber(v[1]) or 0,
         used = tonumber(v[2]) or 0,
         mind = tonumber(v[3]) or END_OF_TIME,
-        ctr = tonumber(v[4]) or 0,
-        limit = tonumber(v[5]),
+        ctr = int_arg(v[4], 0, MAX_TOKEN) or 0,
+        limit = int_arg(v[5], 1, MAX_LIMIT),
         qn = tonumber(v[6]) or 0,
         qseq = tonumber(v[7]) or 0,
         rec = false,
@@ -336,10 +344,17 @@ local function deadline_of(id)
     return tonumber(redis.call('ZSCORE', H, id)) or now
 end
 
--- Frees the slots named in a holder record; returns its permit count.
+-- Frees the slots named in a holder record; returns its permit count. A slot list
+-- that names a slot SETBIT refuses (a record edited by hand) frees no slot: 'used'
+-- and s then disagree (K2), nothing more is granted in this script (`damaged`), and
+-- the next call's check_keys() repairs.
 local function free_slots(rec)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
-    for slot in string.gmatch(slots or '', '%d+') do
+    if not slots or not slots_ok(slots) then
+        slots = ''
+        damaged = true
+    end
+    for slot in string.gmatch(slots, '%d+') do
         redis.call('SETBIT', S, slot, '0')
     end
     return tonumber(p) or 0
@@ -432,10 +447,13 @@ local function dequeue(st, id)
 end
 
 -- Parses "permits|token|slots|..." into the reply shape {1, now, token, deadline,
--- slot...}.
+-- slot...}. A record that does not parse (edited by hand) gives a grant without
+-- token or slots, which the client refuses as a malformed reply: the script still
+-- runs to its end (an earlier operation of a batch may have written).
 local function grant_reply(rec, deadline)
-    local p, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
-    local out = {1, now, tonumber(tok), deadline}
+    local _, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
+    local out = {1, now, tonumber(tok) or 0, deadline}
+    if not tok then return out end
     for slot in string.gmatch(slots, '%d+') do out[#out + 1] = tonumber(slot) end
     return out
 end
@@ -456,7 +474,7 @@ end
 -- Returns the granted ids as a set.
 local function serve(st)
     local served = {}
-    while st.qn > 0 do
+    while st.qn > 0 and not damaged do
         local head = redis.call('ZRANGE', Q, 0, 0)[1]
         if not head or head == '~' then
             st.qn = 0
@@ -464,15 +482,19 @@ local function serve(st)
             break
         end
         local wrec = field(st, 'w:' .. head)
-        if not wrec then
-            -- a queue entry without its record: dropped, and counted against K9
+        local n, wlimit, lease, pad, hb, chan
+        if wrec then
+            n, wlimit, lease, pad, hb, chan =
+                string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|')
+        end
+        if not chan then
+            -- a queue entry without its record, or with one that does not parse (edited
+            -- by hand): dropped, and counted against K9
             if st.budget <= 0 then break end
             st.budget = st.budget - 1
             dequeue(st, head)
         else
-            local n, wlimit, lease, pad, hb, chan =
-                string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|')
-            n = tonumber(n) or 1
+            n = tonumber(n)
             local origin = string.match(wrec, '^%d+|%d+|%d+|%d+|%d+|[^|]*|(.*)$') or ''
             local limit = st.limit or tonumber(wlimit)
             if st.budget <= 0 then

@@ -36,7 +36,9 @@
 -- plain", so every write is to a key whose type a read has shown. Out of memory
 -- refuses only a script's first write. fast_flush() writes the hash, shown to be a
 -- hash by the read that loaded `fv` (the only fast operation that removes it, the
--- idle release, forgets `fv`).
+-- idle release, forgets `fv`). Every argument a write takes is checked first: slot
+-- numbers from a holder record by slots_ok() (a record edited by hand may name one
+-- SETBIT refuses: not plain), the others are made by the script with int().
 
 -- Whether this script has already seen h and s exist with their types and agree with
 -- the hash (h holds its sentinel, s has exactly 'used' bits set), and has kept them
@@ -71,7 +73,7 @@ local function fast_state(id)
     local rec = v[8]
     if v[1] then
         v[2], v[3] = tonumber(v[2]) or false, tonumber(v[3]) or END_OF_TIME
-        v[5] = v[5] and (tonumber(v[5]) or -1)
+        v[5] = v[5] and (int_arg(v[5], 1, MAX_LIMIT) or -1)
         if v[6] == '0' then v[6] = 0 else v[6] = tonumber(v[6]) or 0 end
     end
     v[8] = false

@@ -53,7 +53,7 @@ end
 -- creation, and the conversion of a nested array: measured with
 -- scripts/server-instructions.sh), and a batch carries several.
 local function fast_acquire(id, n, j, cutoff)
-    if n ~= 1 or (cutoff > 0 and now >= cutoff) then return nil end
+    if n ~= 1 or damaged or (cutoff > 0 and now >= cutoff) then return nil end
     local rec = fast_state(id)
     if rec == nil then return nil end
     local v = fv
@@ -117,7 +117,7 @@ local function fast_acquire(id, n, j, cutoff)
     redis.call('ZADD', H, d, id)
     local slot = int(b)
     redis.call('SETBIT', S, slot, '1')
-    local token = math.max((tonumber(v[4]) or 0) + 1, now_us)
+    local token = math.max((int_arg(v[4], 0, MAX_TOKEN) or 0) + 1, now_us)
     local t = int(token)
     local nt = int(now)
     local rec = '1|' .. t .. '|' .. slot .. '|' .. nt .. '|' .. ARGV[j + 5]

@@ -23,7 +23,9 @@ local function fast_release(id, keep)
     local v = fv
     if not rec or not v[1] or v[6] ~= 0 or not v[2] then return nil end
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
-    if not p then return nil end
+    -- (a slot SETBIT would refuse, in a record edited by hand, is not plain: no
+    -- SETBIT below may fail after this operation's or an earlier one's writes)
+    if not p or not slots_ok(slots) then return nil end
     -- live while now is before 'mind', a lower bound of every deadline in h (K3);
     -- else its deadline in h says (h must hold it: else the full logic repairs)
     local live = now < v[3]

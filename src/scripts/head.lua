@@ -4,6 +4,9 @@
 -- common.lua for the key layout and the invariants.
 
 local H, I, S, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- (every script takes the four keys; a direct caller that sends fewer is refused here,
+-- before anything runs: a missing key would fail a command after a write)
+if not Q then return redis.error_reply('ERR redis-semaphore: four keys expected (h, i, s, q)') end
 local END_OF_TIME = 9000000000000000
 local MAX_SERVE = 64
 local MAX_PURGE = 512
@@ -11,6 +14,9 @@ local MAX_PURGE = 512
 -- of milliseconds (lease, pad, heartbeat, retention: 300 years) an argument may give.
 local MAX_LIMIT = 10000
 local MAX_MS = 10000000000000
+-- The largest fencing token ('ctr'): 2^53, below which every integer is exact. Tokens
+-- are the server's time in microseconds or one above the last (about 1.8e15 today).
+local MAX_TOKEN = 9007199254740992
 local t = redis.call('TIME')
 local t_s, t_us = tonumber(t[1]), tonumber(t[2])
 local now = t_s * 1000 + math.floor(t_us / 1000)
@@ -26,6 +32,20 @@ local function int_arg(x, lo, hi)
     local v = tonumber(x)
     if v and v == math.floor(v) and v >= lo and v <= hi then return v end
     return nil
+end
+
+-- Set once this script has met a holder record whose slots it could not free (see
+-- slots_ok): 'used' and s may then disagree (K2), so no later operation of the script
+-- grants (the lowest clear bit could lie past the limit); the next call's check_keys()
+-- sees the disagreement and repairs.
+local damaged = false
+
+-- Whether a holder record's slot list (digits and commas, as its pattern matched it)
+-- names only slots that SETBIT takes and that lie below MAX_LIMIT: no number of five
+-- digits or more, none with a leading zero. A record edited by hand may hold others;
+-- it must not make a SETBIT fail after a script's first write.
+local function slots_ok(slots)
+    return not string.find(slots, '%d%d%d%d%d') and not string.find(',' .. slots, ',0%d')
 end
 
 -- Whether `id` has the shape of a permit id (see Namespaces in common.lua). (An

@@ -60,7 +60,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     end
 
     local queued = st.wrec and st.qn > 0 and redis.call('ZSCORE', Q, id)
-    if st.used + n <= limit and (st.qn == 0 or not fair) then
+    if st.used + n <= limit and (st.qn == 0 or not fair) and not damaged then
         init(st)
         if queued then dequeue(st, id) end
         local reply = grant(st, id, n, now + lease, pad, origin)
