@@ -250,7 +250,12 @@ impl Client {
     /// The library takes each connection's read and write timeouts in hand: it sets them
     /// to [`ClientBuilder::operation_timeout`]'s default (2 s) on every checkout. For the
     /// lowest latency, build the pool's `redis::Client` with TCP_NODELAY on and the
-    /// pool with `test_on_check_out(false)`.
+    /// pool with `test_on_check_out(false)`. With r2d2's default
+    /// `test_on_check_out(true)`, r2d2 sends a `PING` on each checkout before the
+    /// library can set the connection's timeouts; the library then checks out on a
+    /// thread of its own and waits for it no longer than the call's bound, so that a
+    /// server that stops answering cannot hold a `Permit`'s drop past the operation
+    /// timeout (that costs a thread start per checkout, beside the `PING`).
     ///
     /// The pool must hold at least two connections: the client's wake-up listener
     /// keeps one for as long as the client lives (blocking acquires are woken through

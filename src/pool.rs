@@ -397,6 +397,46 @@ pub(crate) enum Conn {
     User(r2d2::PooledConnection<redis::Client>),
 }
 
+/// A checkout from a user's pool that tests each connection on checkout (r2d2's
+/// `test_on_check_out(true)`, its default), ended by `timeout` however the server
+/// behaves. r2d2 sends that test's `PING` in the calling thread, on a connection
+/// whose timeouts the library has not set yet (one the pool opened and the library
+/// never used has none at all), and does not look at the checkout's deadline while
+/// it waits for the answer: against a server that stopped answering a checkout
+/// could wait until it answered again, and a `Permit`'s drop with it (DESIGN
+/// invariant 13). So the checkout runs on a thread of its own and the caller waits
+/// for it at most `timeout`; a connection checked out after that goes back to the
+/// pool when that thread ends. The thread costs a few microseconds beside the
+/// `PING`'s round trip; a pool built with `test_on_check_out(false)` needs neither.
+fn checkout_aside(
+    pool: &r2d2::Pool<redis::Client>,
+    timeout: Duration,
+) -> Result<r2d2::PooledConnection<redis::Client>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let aside = pool.clone();
+    std::thread::Builder::new()
+        .name("redsem-checkout".into())
+        .spawn(move || {
+            // (a caller that stopped waiting drops the connection: back to the pool)
+            let _ = tx.send(aside.get_timeout(timeout));
+        })
+        .map_err(|e| Error::Redis(e.into()))?;
+    match rx.recv_timeout(timeout) {
+        Ok(got) => Ok(got?),
+        Err(_) => Err(Error::Redis(
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no connection from the given pool within {timeout:?} (its check on \
+                     checkout, a PING, got no answer; build the pool with \
+                     test_on_check_out(false))"
+                ),
+            )
+            .into(),
+        )),
+    }
+}
+
 impl Pool {
     /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
     pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
@@ -436,9 +476,13 @@ impl Pool {
                 }
             }
             Pool::User(p, op) => {
-                let c = match timeout {
-                    Some(t) => p.get_timeout(t)?,
-                    None => p.get()?,
+                let c = if p.test_on_check_out() {
+                    checkout_aside(p, timeout.unwrap_or_else(|| p.connection_timeout()))?
+                } else {
+                    match timeout {
+                        Some(t) => p.get_timeout(t)?,
+                        None => p.get()?,
+                    }
                 };
                 c.set_read_timeout(Some(*op)).map_err(Error::Redis)?;
                 c.set_write_timeout(Some(*op)).map_err(Error::Redis)?;

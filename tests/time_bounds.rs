@@ -596,3 +596,39 @@ fn a_redisson_wait_ends_without_waiting_to_leave_its_subscription() {
     drop(paused);
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
+
+/// `Client::from_pool` with r2d2's defaults (`test_on_check_out(true)`, `min_idle` =
+/// `max_size`): r2d2 sends a `PING` on each checkout, in the caller's thread, on a
+/// connection whose timeouts the library has not set yet (those the pool opened and
+/// the library never used have none). Dropping a permit on a stopped server waited
+/// until the server answered again (found still blocked after 12 s, with a 2 s
+/// operation timeout); it now ends within the operation timeout.
+#[test]
+fn dropping_a_permit_of_a_default_user_pool_on_a_stopped_server_ends_within_the_operation_timeout()
+{
+    let server = RedisServer::start();
+    let pool = r2d2::Pool::builder()
+        .max_size(4)
+        .build(redis::Client::open(server.url()).unwrap())
+        .unwrap();
+    assert!(pool.test_on_check_out(), "r2d2's default");
+    let client = Client::from_pool(pool).unwrap();
+    let op = Duration::from_secs(2); // from_pool's operation timeout
+    let sem = client.semaphore("user-pool", 2).unwrap();
+    let permit = sem.try_acquire().unwrap().expect("a permit");
+    let paused = server.pause();
+    // (on a thread: a drop that hangs until the server answers must fail the test,
+    // not hang it)
+    let (done, ended) = crossbeam_channel::bounded(1);
+    let start = Instant::now();
+    let dropping = thread::spawn(move || {
+        drop(permit);
+        let _ = done.send(start.elapsed());
+    });
+    let took = ended.recv_timeout(op + SLACK);
+    drop(paused);
+    dropping.join().unwrap();
+    assert!(took.is_ok(), "the drop did not end within {:?}", op + SLACK);
+    // and the client works again once the server answers
+    assert!(sem.try_acquire().unwrap().is_some());
+}
