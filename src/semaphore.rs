@@ -375,6 +375,13 @@ impl SemaphoreBuilder {
     }
 
     /// Whether blocked waiters are served in arrival order. Defaults to `true`.
+    ///
+    /// With `true`, an acquire of this handle is granted only when nobody queues or it
+    /// heads the queue, and a release serves the queue's head. With `false`, an
+    /// acquire of this handle takes free permits whoever queues (a waiter looks again
+    /// at most a heartbeat, about a second, after a release the head could not use).
+    /// The setting is each handle's, not the semaphore's: give every client of a
+    /// semaphore the same one, or the unfair ones go ahead of the fair ones' queue.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = fair;
         self

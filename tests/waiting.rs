@@ -446,7 +446,7 @@ fn a_waiter_served_from_the_queue_gets_the_full_lease_without_auto_refresh() {
 /// queues again and is kept alive from then on: the background thread must not drop
 /// the heartbeat a waiter registers anew while it settles the lost ones.
 #[test]
-fn waiters_that_queue_again_after_losing_their_heartbeat_keep_their_place() {
+fn waiters_that_queue_again_after_losing_their_heartbeat_stay_queued() {
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();
     let s = client.semaphore("requeued", 1).unwrap();
@@ -610,4 +610,52 @@ fn a_waiter_rides_through_a_second_outage_long_after_the_first() {
         matches!(got, Ok(Some(_))),
         "the waiter got the released permit: {got:?}"
     );
+}
+
+/// An unfair semaphore serves only the head of its queue on a release; a permit the
+/// head cannot use (it waits for more) goes to the first unfair waiter that looks.
+/// Waiters past the third place had no time to look again (-1) and fell back to a
+/// timer of up to 5 s (measured: 4,999 ms with a 10 s lease); every waiter of an
+/// unfair caller now looks again when the head's heartbeat would end, at most a
+/// heartbeat (1 s) after the release.
+#[test]
+fn an_unfair_waiter_behind_heads_that_need_more_takes_a_freed_permit_within_a_heartbeat() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let unfair = |client: &Client| {
+        client
+            .semaphore_builder("unfair-rank")
+            .limit(2)
+            .fair(false)
+            .lease(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    let holders = Client::open(server.url()).unwrap();
+    let x = unfair(&holders).acquire().unwrap();
+    let y = unfair(&holders).acquire().unwrap();
+    let waiters = Client::open(server.url()).unwrap();
+    let s = unfair(&waiters);
+    let mut heads = Vec::new();
+    for i in 0..4 {
+        let s2 = s.clone();
+        heads.push(thread::spawn(move || {
+            s2.acquire_many_timeout(2, Duration::from_secs(30))
+        }));
+        queue_reaches(&s, i + 1);
+    }
+    let b = {
+        let s = s.clone();
+        thread::spawn(move || s.acquire_timeout(Duration::from_secs(30)))
+    };
+    queue_reaches(&s, 5);
+    let released_at = support::server_ms(&mut conn);
+    x.release().unwrap();
+    let p = b.join().unwrap().unwrap().expect("the freed permit");
+    let waited = support::server_ms(&mut conn) - released_at;
+    assert!(waited < 2_000, "the freed permit waited {waited} ms");
+    drop((p, y));
+    for h in heads {
+        let _ = h.join();
+    }
 }

@@ -507,7 +507,7 @@ local function serve(st)
             elseif st.used + n > limit then
                 if st.moved then
                     local retry = -1
-                    if st.mind < END_OF_TIME then retry = st.mind - now end
+                    if st.mind < END_OF_TIME then retry = math.max(st.mind - now, 0) end
                     tell(chan, 'H ' .. head .. ' ' .. int(retry))
                 end
                 break

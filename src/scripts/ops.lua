@@ -15,7 +15,9 @@
 -- Reply: {1, now, token, deadline, slot...}  granted (or granted before to this same
 --                                            id), lasting until `deadline` (server ms)
 --        {0, now, retry_ms, is_head}         not now; retry_ms is when to look again
---                                            (-1: no time known), is_head 1 when the
+--                                            (-1: no time known; 0: at once, as when
+--                                            'mind' has passed because the purge's
+--                                            budget ran out), is_head 1 when the
 --                                            caller heads the queue
 --        {-1, now, limit}                    n is above the limit: never grantable
 --        {-2, now}                           past the cutoff: nothing was done
@@ -69,7 +71,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     end
 
     local retry = -1
-    if st.mind < END_OF_TIME then retry = st.mind - now end
+    if st.mind < END_OF_TIME then retry = math.max(st.mind - now, 0) end
     if mode ~= 'w' then
         save(st)
         return {0, now, retry, 0}
@@ -100,14 +102,17 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     save(st)
     -- The head looks again when the earliest deadline passes (a lease that ends without
     -- a release); the next few waiters when the head's heartbeat would end, so that a
-    -- head whose process died is replaced within a heartbeat, not a lease.
+    -- head whose process died is replaced within a heartbeat, not a lease. So does
+    -- every waiter of an unfair caller: a release serves only the head, and a permit
+    -- the head cannot use (it waits for more) is taken by the first unfair waiter
+    -- that looks.
     local rank = redis.call('ZRANK', Q, id)
     if rank == 0 then
-        if st.mind < END_OF_TIME then retry = st.mind - now end
+        if st.mind < END_OF_TIME then retry = math.max(st.mind - now, 0) end
         return {0, now, retry, 1}
     end
     retry = -1
-    if rank and rank < 4 then
+    if rank and (rank < 4 or not fair) then
         local head = redis.call('ZRANGE', Q, 0, 0)[1]
         local hdl = head and tonumber(redis.call('ZSCORE', H, 'w:' .. head))
         if hdl then retry = math.max(hdl - now, 0) end
