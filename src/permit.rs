@@ -3,14 +3,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::clock::{deadline_in, left_until};
 use crate::error::{Error, LostReason, Result};
 use crate::registry::PermitState;
-use crate::threads::DropBudget;
+use crate::threads::{DropBudget, drop_deadline};
 
 /// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
 ///
 /// The permits go back when the `Permit` is dropped, or by [`release`](Permit::release),
-/// which reports errors that `Drop` can only log. While it is held, the client's
+/// which reports errors that `Drop` can only log. A drop never blocks longer than the
+/// client's operation timeout; on Redis Cluster, whose client reconnects a node by
+/// itself inside a call, its release runs on a thread of its own for that (a drop
+/// that gives up waiting leaves it to end in the background, and logs so). While it is held, the client's
 /// background thread renews its lease (unless the semaphore was built with
 /// `auto_refresh(false)`). Permits of the wire-compatible
 /// [`compat::book`](crate::compat::book) and [`compat::redisson`](crate::compat::redisson)
@@ -197,6 +201,44 @@ pub(crate) trait Grantor: Send + Sync + 'static {
     fn detach(&self, _permit: &PermitState) {}
     /// The operation timeout of the client: what a drop of a permit may take in all.
     fn op_timeout(&self) -> Duration;
+    /// Whether a drop runs the release on a thread of its own and waits for it no
+    /// longer than its budget: where a call can outlast every deadline the library
+    /// sets (on Redis Cluster the cluster client reconnects a node by itself, inside
+    /// the call, each step with its own connect timeout).
+    fn release_aside(&self) -> bool {
+        false
+    }
+}
+
+/// Runs `grantor.release(state)` on a thread of its own and waits for it until the
+/// drop's budget of `budget` from now ends; `None` when it did not end by then (it goes
+/// on in the background, and is safe to end late: a release that finds the permit
+/// gone changes nothing). The thread lets go of its handles before it answers, so a
+/// release that ends in time leaves the last handle of the client (and the joins of its
+/// threads) to the drop, as without the thread.
+fn release_aside(
+    grantor: &Arc<dyn Grantor>,
+    state: &Arc<PermitState>,
+    budget: Duration,
+) -> Option<Result<()>> {
+    let end = drop_deadline(deadline_in(budget));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (g, s) = (Arc::clone(grantor), Arc::clone(state));
+    let spawned = std::thread::Builder::new()
+        .name("redsem-release".into())
+        .spawn(move || {
+            let outcome = {
+                let _budget = DropBudget::start(left_until(end));
+                g.release(&s)
+            };
+            drop((g, s));
+            let _ = tx.send(outcome);
+        });
+    match spawned {
+        Ok(_) => rx.recv_deadline(end).ok(),
+        // no thread to be had: the release runs here, within the library's deadlines
+        Err(_) => Some(grantor.release(state)),
+    }
 }
 
 /// What a dropped [`Permit`] holds in place of its grantor, so that the grantor (and
@@ -231,8 +273,24 @@ impl Drop for Permit {
         self.released = true;
         // one budget for the release and, when this permit held the last handle of its
         // client, the client's joins of its threads (invariant 13)
-        let _budget = DropBudget::start(self.grantor.op_timeout());
-        match self.grantor.release(&self.state) {
+        let op = self.grantor.op_timeout();
+        let _budget = DropBudget::start(op);
+        let outcome = if self.grantor.release_aside() {
+            release_aside(&self.grantor, &self.state, op)
+        } else {
+            Some(self.grantor.release(&self.state))
+        };
+        let Some(outcome) = outcome else {
+            log::warn!(
+                "redis-semaphore: releasing permit {} of {:?} on drop did not end within the \
+                 operation timeout ({op:?}); it goes on in the background",
+                self.state.id,
+                self.grantor.name()
+            );
+            self.grantor = Arc::clone(&RELEASED);
+            return;
+        };
+        match outcome {
             Ok(()) => {}
             // a lease that ended while held: the holder's work may have overlapped
             // another's, which Drop says at `warn` as the design asks (as release()

@@ -1746,6 +1746,10 @@ impl Grantor for SemInner {
         self.client.inner.shared.op_timeout
     }
 
+    fn release_aside(&self) -> bool {
+        self.client.inner.shared.is_cluster()
+    }
+
     fn detach(&self, permit: &PermitState) {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);

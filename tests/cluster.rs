@@ -843,3 +843,53 @@ fn a_release_resent_on_a_fresh_cluster_connection_ends_within_the_operation_time
         "the drop took {took:?} (operation timeout {OP:?})"
     );
 }
+
+/// Invariant 13 on a cluster, when the pooled connection's link to the semaphore's
+/// node was closed (a node restart, `CLIENT KILL`, an idle timeout) and the node then
+/// accepts connections but does not answer: the cluster client reconnects the node by
+/// itself, inside the call, each step of each reconnect with the client's connect
+/// timeout. A drop took 12.09 s with a 1 s operation timeout and a 2 s connect timeout
+/// (review of 2026-11-26, late). The release now runs on a thread of its own and the
+/// drop waits for it no longer than the operation timeout.
+#[test]
+fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_the_operation_timeout()
+ {
+    const OP: Duration = Duration::from_secs(1);
+    const SLACK: Duration = Duration::from_millis(500);
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .connect_timeout(Duration::from_secs(2))
+        .build(cluster.url())
+        .unwrap();
+    let name = "cut-then-hang";
+    let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
+    let sem = client.semaphore(name, 2).unwrap();
+    let permit = sem.try_acquire().unwrap().expect("a permit");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut cluster.nodes[k].conn())
+        .unwrap();
+    assert!(killed > 0, "the client's links to node {k} were cut");
+    let paused = cluster.nodes[k].pause();
+    let (done, ended) = crossbeam_channel::bounded(1);
+    let start = Instant::now();
+    let dropping = thread::spawn(move || {
+        drop(permit);
+        let _ = done.send(start.elapsed());
+    });
+    let took = ended.recv_timeout(OP + SLACK);
+    drop(paused);
+    dropping.join().unwrap();
+    assert!(took.is_ok(), "the drop did not end within {:?}", OP + SLACK);
+    // the client carries on once the node answers again
+    wait_until(
+        Duration::from_secs(10),
+        "a permit after the node answers",
+        || sem.try_acquire().is_ok_and(|p| p.is_some()),
+    );
+}

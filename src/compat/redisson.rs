@@ -1062,6 +1062,10 @@ impl Grantor for PesGrant {
         self.inner.common.shared().op_timeout
     }
 
+    fn release_aside(&self) -> bool {
+        self.inner.common.shared().is_cluster()
+    }
+
     fn detach(&self, permit: &PermitState) {
         if let Some(key) = &self.group {
             let shared = self.inner.common.shared();
