@@ -45,17 +45,22 @@
 //! (`fair(true)`, the default); a `try_acquire` does not jump ahead of them, and a
 //! waiter for several permits at the head of the queue keeps what frees up until it has
 //! enough, so a stream of small acquires cannot starve it. With `fair(false)` a
-//! `try_acquire` takes a free permit even while others wait.
+//! `try_acquire` takes a free permit even while others wait. Fairness is each
+//! handle's setting: give every client of a semaphore the same one.
 //!
-//! Waiters do not poll. A release (or a raised limit, or the purge of an expired
-//! holder) hands the permits to the head of the queue inside the same script and
-//! publishes the grant on the waiting client's channel; one listener thread and
+//! Waiters are not woken by polling. A release (or a raised limit, or the purge of an
+//! expired holder) hands the permits to the head of the queue inside the same script
+//! and publishes the grant on the waiting client's channel; one listener thread and
 //! connection per client serves all its waiters. The head waiter also looks again at
 //! the moment the earliest lease ends, so a crashed holder's permit goes to it then.
 //! A queued waiter has a heartbeat of at most a second (never more than the lease),
-//! renewed by the client's background thread: a waiter whose process dies leaves the
-//! queue within about a second, and a permit pushed to it lasts only that long until
-//! its client renews it, so it comes back as soon.
+//! renewed by the client's background thread with one call per semaphore (which also
+//! purges the expired and serves the head, as any call does): a waiter whose process
+//! dies leaves the queue within about a second, and a permit pushed to it lasts only
+//! that long until its client renews it, so it comes back as soon. The next few
+//! waiters, and on an unfair semaphore every waiter, also look again when the head's
+//! heartbeat would end, so a dead head is replaced, and a permit the head cannot use
+//! is taken, within about a second.
 //!
 //! # Leases and refresh
 //!
