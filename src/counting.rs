@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
+use crate::clock::left_until;
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
@@ -159,7 +160,8 @@ impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.finish();
-            if let Err(e) = self.sem.cancel(&self.id) {
+            let end = crate::clock::deadline_in(self.sem.shared().op_timeout);
+            if let Err(e) = self.sem.cancel(&self.id, Some(end)) {
                 log::warn!(
                     "redis-semaphore: could not leave the queue of counting semaphore {}: {e}",
                     self.sem.name()
@@ -211,7 +213,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`] when the key holds something else; Redis and pool errors.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.run_once("try_set_permits", |c, k, once| {
+        self.run_once("try_set_permits", None, |c, k, once| {
             calls::try_set(c, k, permits, once)
         })
     }
@@ -235,7 +237,9 @@ impl CountingSemaphore {
                 "delta must be within -(2^32 - 1)..=2^32 - 1".into(),
             ));
         }
-        self.run_once("add_permits", |c, k, once| calls::add(c, k, delta, once))?;
+        self.run_once("add_permits", None, |c, k, once| {
+            calls::add(c, k, delta, once)
+        })?;
         Ok(())
     }
 
@@ -264,7 +268,7 @@ impl CountingSemaphore {
     /// A timeout leaves the acquire in doubt (see the type's docs).
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
-        let granted = self.look(permits, None)?;
+        let granted = self.look(permits, None, None)?;
         if granted {
             self.inner.metrics.acquired();
         } else {
@@ -323,7 +327,9 @@ impl CountingSemaphore {
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
-        self.run_once("release", |c, k, once| calls::release(c, k, permits, once))?;
+        self.run_once("release", None, |c, k, once| {
+            calls::release(c, k, permits, once)
+        })?;
         self.inner.metrics.released();
         Ok(())
     }
@@ -369,7 +375,7 @@ impl CountingSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<u32> {
-        self.run_once("drain_permits", calls::drain)
+        self.run_once("drain_permits", None, calls::drain)
     }
 
     /// How many acquires are queued, waiting, across all clients (those whose
@@ -430,8 +436,26 @@ impl CountingSemaphore {
         op: &'static str,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.shared().pool.get(None)?;
-        call(&mut conn, &self.inner.keys).map_err(|e| {
+        self.run_by(op, None, call)
+    }
+
+    /// [`run`](Self::run), all of it (the wait for a connection and the call) ending
+    /// by `end` when one is given: the calls of a wait with a deadline end by the
+    /// deadline and one operation timeout, also when every pooled connection is busy.
+    fn run_by<T>(
+        &self,
+        op: &'static str,
+        end: Option<Instant>,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
+    ) -> Result<T> {
+        let shared = self.shared();
+        let mut conn = shared.pool.get(end.map(left_until))?;
+        let keys = &self.inner.keys;
+        let result = match end {
+            Some(end) => conn.within(left_until(end), shared.op_timeout, |c| call(c, keys)),
+            None => call(&mut conn, keys),
+        };
+        result.map_err(|e| {
             Counters::bump(&self.shared().stats.errors);
             self.inner.metrics.errors();
             match e {
@@ -447,11 +471,12 @@ impl CountingSemaphore {
     fn run_once<T>(
         &self,
         op: &'static str,
+        end: Option<Instant>,
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
         let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
-        self.run(op, |c, k| call(c, k, once.as_ref()))
+        self.run_by(op, end, |c, k| call(c, k, once.as_ref()))
     }
 
     /// {set, count, queued} in one round trip.
@@ -462,13 +487,18 @@ impl CountingSemaphore {
 
     /// One run of the acquire script: a plain try when `waiter` is `None`, else a look
     /// by a queued waiter (channel, id), which queues it or renews its heartbeat when
-    /// the permits are not there.
-    fn look(&self, permits: u32, waiter: Option<(&str, &str)>) -> Result<bool> {
+    /// the permits are not there; ending by `end` when one is given (see `run_by`).
+    fn look(
+        &self,
+        permits: u32,
+        waiter: Option<(&str, &str)>,
+        end: Option<Instant>,
+    ) -> Result<bool> {
         let look = match waiter {
             Some((id, channel)) => Look::Waiter { id, channel },
             None => Look::Try,
         };
-        self.run_once("acquire", |c, k, once| {
+        self.run_once("acquire", end, |c, k, once| {
             calls::acquire(
                 c,
                 k,
@@ -481,9 +511,10 @@ impl CountingSemaphore {
         })
     }
 
-    /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up.
-    fn cancel(&self, id: &str) -> Result<()> {
-        self.run("cancel", |c, k| calls::cancel(c, k, id))
+    /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up;
+    /// ending by `end` when one is given (see `run_by`).
+    fn cancel(&self, id: &str, end: Option<Instant>) -> Result<()> {
+        self.run_by("cancel", end, |c, k| calls::cancel(c, k, id))
     }
 
     /// Blocking acquire: one plain try; then the waiter registers with the client's
@@ -493,7 +524,11 @@ impl CountingSemaphore {
     fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<bool> {
         Error::check_permits(permits)?;
         let metrics = &self.inner.metrics;
-        if self.look(permits, None)? {
+        // every call of the wait ends by its deadline and one operation timeout (the
+        // look in flight at the deadline, or the cancel after it), the waits for a
+        // connection included
+        let end = deadline.map(|d| d.checked_add(self.shared().op_timeout).unwrap_or(d));
+        if self.look(permits, None, end)? {
             metrics.acquired();
             return Ok(true);
         }
@@ -517,7 +552,7 @@ impl CountingSemaphore {
         Counters::bump(&stats.waits);
         metrics.waits();
         let started = Instant::now();
-        let result = self.wait_queued(permits, deadline, &mut waiter);
+        let result = self.wait_queued(permits, deadline, end, &mut waiter);
         match result {
             Ok(true) => {
                 let waited = started.elapsed();
@@ -538,10 +573,11 @@ impl CountingSemaphore {
         &self,
         permits: u32,
         deadline: Option<Instant>,
+        end: Option<Instant>,
         waiter: &mut Waiter<'_>,
     ) -> Result<bool> {
         loop {
-            match self.look(permits, Some((&waiter.id, &waiter.hub.channel))) {
+            match self.look(permits, Some((&waiter.id, &waiter.hub.channel)), end) {
                 Ok(true) => {
                     waiter.finish();
                     return Ok(true);
@@ -574,7 +610,7 @@ impl CountingSemaphore {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // Leave the queue first, then stop listening: the cancel script
                 // passes on a wake-up that may have been meant for us.
-                let left = self.cancel(&waiter.id);
+                let left = self.cancel(&waiter.id, end);
                 waiter.finish();
                 left?;
                 return Ok(false);

@@ -124,6 +124,29 @@ fn a_counting_acquire_timeout_ends_within_its_timeout_and_one_round_trip_on_a_st
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
+/// The same bound when the wait must first wait for a connection: every pooled
+/// connection busy (here the only one, hung in another call) and the server stopped.
+/// The look waited for a connection as long as the checkout timeout allows and then
+/// an operation timeout for its call (2.85 s here against a bound of 1.8 s); every
+/// call of the wait, the wait for its connection included, now ends by the deadline
+/// and one operation timeout.
+#[test]
+fn a_counting_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_and_one_round_trip()
+{
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    let cs = client.counting_semaphore("cs-busy").unwrap();
+    assert!(cs.try_set_permits(0).unwrap());
+    let mut admin = server.conn();
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let (r, took) = timed(|| cs.acquire_timeout(1, TIMEOUT));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+}
+
 /// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
 /// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
 /// it used to wait for one as long as the checkout timeout (5 s) allows, and then an
