@@ -147,6 +147,35 @@ fn a_counting_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_a
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
+/// The Redisson waits promise their timeout plus at most one operation timeout; their
+/// tries waited for a connection as long as the checkout timeout allows, and then an
+/// operation timeout for the call. Every try of a wait, the wait for its connection
+/// included, now ends by the deadline and one operation timeout.
+#[test]
+fn redisson_acquire_timeouts_behind_a_busy_connection_end_within_their_timeout_and_one_try() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    let rs = client.redisson_semaphore("rs-busy");
+    assert!(rs.try_set_permits(0).unwrap());
+    let pes = client.redisson_permit_expirable_semaphore("pes-busy");
+    assert!(pes.try_set_permits(0).unwrap());
+    let mut admin = server.conn();
+
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let (r, took) = timed(|| rs.acquire_timeout(1, TIMEOUT));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let (r, took) = timed(|| pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some()));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+}
+
 /// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
 /// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
 /// it used to wait for one as long as the checkout timeout (5 s) allows, and then an

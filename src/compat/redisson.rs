@@ -374,9 +374,13 @@ impl Common {
     fn wait<T>(
         &self,
         deadline: Option<Instant>,
-        mut attempt: impl FnMut() -> Result<Attempt<T>>,
+        mut attempt: impl FnMut(Option<Instant>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
-        if let Attempt::Got(t) = attempt()? {
+        // every try of the wait ends by its deadline and one operation timeout (the try
+        // in flight at the deadline), the wait for a connection included
+        let op = self.shared().op_timeout;
+        let end = deadline.map(|d| d.checked_add(op).unwrap_or(d));
+        if let Attempt::Got(t) = attempt(end)? {
             return Ok(Some(t));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -432,7 +436,7 @@ impl Common {
         });
         let mut sub = Leaving { ps: sub, own };
         loop {
-            let retry_at = match attempt()? {
+            let retry_at = match attempt(end)? {
                 Attempt::Got(t) => {
                     stats.waited(started.elapsed());
                     return Ok(Some(t));
@@ -722,18 +726,19 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
-        let got = self.try_once(permits)?;
+        let got = self.try_once(permits, None)?;
         if !got {
             Counters::bump(&self.common.shared().stats.try_failed);
         }
         Ok(got)
     }
 
-    fn try_once(&self, permits: u32) -> Result<bool> {
+    fn try_once(&self, permits: u32, end: Option<Instant>) -> Result<bool> {
         let publish = self.common.publish();
         let once = self.common.once();
-        let got = self.common.run_write(
+        let got = self.common.run_write_by(
             "acquire",
+            end,
             |c, k| calls::rs_try_acquire(c, k, permits, once.as_ref()),
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back
@@ -802,8 +807,8 @@ impl RSemaphore {
     }
 
     fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
-        self.common.wait(deadline, || {
-            Ok(if self.try_once(permits)? {
+        self.common.wait(deadline, |end| {
+            Ok(if self.try_once(permits, end)? {
                 Attempt::Got(())
             } else {
                 Attempt::Wait
@@ -1230,19 +1235,37 @@ impl RPermitExpirableSemaphore {
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
         undo: impl FnOnce(&T) -> bool,
     ) -> Result<T> {
+        self.run_write_by(operation, None, call, undo)
+    }
+
+    /// [`run_write`](Self::run_write), all of it ending by `end` when one is given
+    /// ([`Common::run_write_by`]).
+    fn run_write_by<T>(
+        &self,
+        operation: &'static str,
+        end: Option<Instant>,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
         let publish = self.inner.publish();
         let now = now_ms();
         self.inner
             .common
-            .run_write(operation, |c, k| call(c, k, publish, now), undo)
+            .run_write_by(operation, end, |c, k| call(c, k, publish, now), undo)
     }
 
     /// One run of the acquire script for `n` new ids.
-    fn attempt(&self, n: u32, lease: Option<Duration>) -> Result<Attempt<Vec<Permit>>> {
+    fn attempt(
+        &self,
+        n: u32,
+        lease: Option<Duration>,
+        end: Option<Instant>,
+    ) -> Result<Attempt<Vec<Permit>>> {
         let ids: Vec<[u8; 16]> = (0..n).map(|_| new_id()).collect();
         let sent = Instant::now();
-        let answer = self.run_write(
+        let answer = self.run_write_by(
             "acquire",
+            end,
             |c, k, publish, now| {
                 calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
             },
@@ -1358,7 +1381,7 @@ impl RPermitExpirableSemaphore {
     /// [`try_acquire`](Self::try_acquire).
     pub fn try_acquire_many(&self, n: u32, lease: Option<Duration>) -> Result<Option<Vec<Permit>>> {
         Self::check_many(n, lease)?;
-        match self.attempt(n, lease)? {
+        match self.attempt(n, lease, None)? {
             Attempt::Got(p) => Ok(Some(p)),
             _ => {
                 Counters::bump(&self.inner.common.shared().stats.try_failed);
@@ -1399,7 +1422,7 @@ impl RPermitExpirableSemaphore {
         Self::check_many(n, lease)?;
         self.inner
             .common
-            .wait(None, || self.attempt(n, lease))?
+            .wait(None, |end| self.attempt(n, lease, end))?
             .ok_or_else(|| Error::reply("redisson_pes_acquire", "no permit"))
     }
 
@@ -1446,7 +1469,7 @@ impl RPermitExpirableSemaphore {
         Self::check_many(n, lease)?;
         self.inner
             .common
-            .wait(Some(deadline_of(wait)), || self.attempt(n, lease))
+            .wait(Some(deadline_of(wait)), |end| self.attempt(n, lease, end))
     }
 
     /// Releases the permit with hex id `id` (from a [`Permit`] or a Java client), and
