@@ -176,6 +176,31 @@ fn redisson_acquire_timeouts_behind_a_busy_connection_end_within_their_timeout_a
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
+/// The leased semaphore's wait behind a busy connection: its timeout plus at most one
+/// operation timeout, as every other wait (its try already ends by its deadline: the
+/// combined call's checkout and call share one budget; a guard for the waits above).
+#[test]
+fn an_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_and_one_round_trip() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    let sem = client.semaphore("leased-busy", 1).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let held = other
+        .semaphore("leased-busy", 1)
+        .unwrap()
+        .acquire()
+        .unwrap();
+    let mut admin = server.conn();
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let (r, took) = timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some()));
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+    drop(held);
+}
+
 /// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
 /// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
 /// it used to wait for one as long as the checkout timeout (5 s) allows, and then an
