@@ -272,8 +272,8 @@ impl Registry {
     /// this client already holds that grant (registered and not lost, under any lease
     /// of the semaphore) or another adoption of it is under way. Two handles of one
     /// grant in one client would each believe it theirs: the first release would end
-    /// both, and an adoption's renewal with a shorter lease would move the server's
-    /// deadline before the other handle's. Held until [`Registry::unclaim`], which the
+    /// both (renewals no longer move a deadline earlier, so a shorter lease cannot cut
+    /// the other's short any more). Held until [`Registry::unclaim`], which the
     /// adoption calls after it registered its permit (or failed).
     pub(crate) fn claim(&mut self, name: &str, id: &str) -> bool {
         let held = self.groups.iter().any(|(key, g)| {

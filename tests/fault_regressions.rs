@@ -1277,3 +1277,78 @@ fn hand_edited_records_never_make_a_script_fail_after_a_write() {
         .unwrap();
     assert!(still.is_some(), "nothing written");
 }
+
+/// Review of the permit paths (2026-11-26, late): a renewal the first holder sent
+/// before `into_parts` (its refresher had taken the batch, and the call waited for a
+/// connection) ran after another client adopted the grant with a longer lease, and
+/// moved the server's deadline back to the first holder's shorter lease. The server
+/// then purged the grant and gave its slot away while the adopter's `Permit` still said
+/// it had most of its lease left: two valid holders of a limit-1 semaphore, in one slot
+/// (reproduced with a busy pool). Renewals and adoptions now never move a deadline
+/// earlier; each client counts validity from its own call and lease.
+#[test]
+fn a_renewal_sent_before_a_hand_over_never_cuts_the_adopter_s_lease_short() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let first = client(&server);
+    let short = first
+        .semaphore_builder("handover")
+        .limit(1)
+        .lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let parts = short
+        .try_acquire()
+        .unwrap()
+        .expect("the permit")
+        .into_parts();
+    let id = parts.id().to_owned();
+    let second = client(&server);
+    let long = second
+        .semaphore_builder("handover")
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let adopted = long.adopt(parts).unwrap();
+    let score = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("ZSCORE")
+            .arg("redsem:{handover}:h")
+            .arg(&id)
+            .query(conn)
+            .unwrap()
+    };
+    let after_adopt = score(&mut conn);
+    // the first holder's renewal, sent before the hand-over, arrives now
+    let refresh = support::refresh_script();
+    let lost: Vec<redis::Value> = call_on(&refresh, "handover")
+        .arg(3000)
+        .arg(1000)
+        .arg(&id)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(lost.len(), 1, "renewed, nothing lost: {lost:?}");
+    assert!(
+        score(&mut conn) >= after_adopt,
+        "the deadline moved back from {after_adopt} to {}",
+        score(&mut conn)
+    );
+    // the adopter's view is never later than the server's
+    let server_left = score(&mut conn) - server_ms(&mut conn);
+    assert!(
+        adopted.lease_left() <= Duration::from_millis(server_left.max(0) as u64),
+        "{:?} left on the client, {server_left} ms on the server",
+        adopted.lease_left()
+    );
+    assert!(
+        long.try_acquire().unwrap().is_none(),
+        "never over the limit"
+    );
+
+    // nor does an adoption with a shorter lease than the grant's
+    let parts = adopted.into_parts();
+    let before = score(&mut conn);
+    let again = short.adopt(parts).unwrap();
+    assert!(score(&mut conn) >= before);
+    assert!(again.lease_left() <= Duration::from_secs(3));
+}

@@ -13,8 +13,12 @@
 -- brought back (ZADD XX only touches members that exist, and an entry whose deadline
 -- has passed is reported lost, not renewed, even when the purge's budget left it), so
 -- a refresh racing a release cannot resurrect a permit; what the purge
--- frees goes to the queue (K6); K1 for the new deadlines, and K3 when they are earlier
--- than before (a permit adopted by a handle with a shorter lease than its grant's).
+-- frees goes to the queue (K6); K1 for the new deadlines.
+-- A renewal never moves a deadline earlier (ZADD GT): a permit handed over
+-- (into_parts) and adopted by a handle with a longer lease may still meet a renewal
+-- its first holder sent before the hand-over, and that must not end the lease the
+-- adopter counts on. Each client counts its permit's validity from its own call's
+-- time and its own lease, so a deadline kept later on the server is safe for all.
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
@@ -52,13 +56,13 @@ for first = 3, #ARGV, CHUNK do
             end
         end
         if #args > 0 then
-            redis.call('ZADD', H, 'XX', unpack(args))
+            redis.call('ZADD', H, 'XX', 'GT', unpack(args))
             renewed = true
         end
     end
 end
--- (a renewal may move a deadline earlier, a permit adopted by a handle with a shorter
--- lease than its grant's: deadline_set keeps K3)
+-- (deadline_set keeps K3 and K1 with the renewal's deadline: one a GT kept later was
+-- already covered by both)
 if renewed then deadline_set(st, deadline, pad) else extend(st, deadline, pad) end
 save(st)
 return lost
