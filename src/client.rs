@@ -513,16 +513,20 @@ impl ClientBuilder {
         self
     }
 
-    /// The ACL user name to authenticate as, overriding the URL's.
+    /// The ACL user name to authenticate as, overriding the URL's. An empty one is the
+    /// same as none (an empty environment variable passed through, say): the URL's
+    /// stays.
     pub fn username(mut self, user: impl Into<String>) -> Self {
-        self.creds.username = Some(user.into());
+        self.creds.username = Some(user.into()).filter(|u| !u.is_empty());
         self
     }
 
     /// The password to authenticate with, overriding the URL's (so that it need not
-    /// be written into a URL). It is never printed, not even by `Debug`.
+    /// be written into a URL). It is never printed, not even by `Debug`. An empty one
+    /// is the same as none: the URL's stays (Redis refuses `AUTH` with an empty
+    /// password).
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.creds.password = Some(password.into());
+        self.creds.password = Some(password.into()).filter(|p| !p.is_empty());
         self
     }
 
@@ -547,14 +551,17 @@ impl ClientBuilder {
     /// The user name for the sentinels of a `redis+sentinel://` URL (the URL's own
     /// user and password are for the data nodes). Unset by default.
     pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
-        self.sentinel_username = Some(username.into());
+        self.sentinel_username = Some(username.into()).filter(|u| !u.is_empty());
         self
     }
 
     /// The password for the sentinels of a `redis+sentinel://` URL (the URL's own
-    /// password is for the data nodes). Unset by default: the sentinels need none.
+    /// password is for the data nodes). Unset by default: the sentinels need none. An
+    /// empty one is the same as none.
     pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
-        self.sentinel_password = Some(topology::Secret(password.into()));
+        self.sentinel_password = Some(password.into())
+            .filter(|p| !p.is_empty())
+            .map(topology::Secret);
         self
     }
 

@@ -284,6 +284,21 @@ impl Target {
 
 /// A one-server URL, parsed by redis-rs.
 fn single(url: &str) -> Result<Target> {
+    // A `?` or `#` in a password that is not percent-encoded ends the URL's authority
+    // there: the URL parser would take what came before it for the host (the user
+    // name and the start of the password) and drop the credentials. Refused, as the
+    // Sentinel and cluster forms refuse it.
+    if let Some((_, rest)) = url.split_once("://") {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let cut_short = rest[authority_end..].starts_with(['?', '#']);
+        if cut_short && rest.rfind('@').is_some_and(|at| at > authority_end) {
+            return Err(Error::InvalidArgument(format!(
+                "bad Redis URL {}: a '?' or '#' before the '@' (percent-encode it in a \
+                 password: %3F, %23)",
+                redact(url)
+            )));
+        }
+    }
     let info = url
         .into_connection_info()
         .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {}: {e}", redact(url))))?;
@@ -643,18 +658,31 @@ pub(crate) fn install_crypto_provider() {
 pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> Error {
     let text = e.to_string();
     let code = e.code().unwrap_or("");
+    // (the cluster and Sentinel clients of `redis` report a refused AUTH as an I/O
+    // error whose text names the kind: "Password authentication failed -
+    // AuthenticationFailed")
     if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
         || text.contains("NOAUTH")
         || text.contains("WRONGPASS")
         || text.contains("NOPERM")
+        || text.contains("AuthenticationFailed")
     {
         // the code of the error, or of the node's error inside an aggregated one (a
         // Sentinel target reports every sentinel and the primary in one message)
         let says = |c: &str| code == c || text.contains(c);
-        let hint = if says("NOAUTH") {
+        // (a Sentinel target's address reads `service "NAME" via host:port,...`)
+        let sentinels = addr.starts_with("service ");
+        let hint = if says("NOAUTH") && sentinels {
+            " (a sentinel or the server requires a password: the URL's password is the \
+             data nodes'; the sentinels' is ClientBuilder::sentinel_password, or the \
+             CLI's --sentinel-password)"
+        } else if says("NOAUTH") {
             " (the server requires a password: put it in the URL or set \
              ClientBuilder::password)"
+        } else if sentinels && !says("NOPERM") {
+            " (wrong user name or password; the sentinels' are \
+             ClientBuilder::sentinel_user and sentinel_password)"
         } else if says("NOPERM") {
             " (the ACL user lacks a permission this library needs: see the ACL rule in \
              docs/deployment.md)"
@@ -709,6 +737,19 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
         addr: addr.to_owned(),
         message,
     }
+}
+
+/// Whether an [`Error::Connect`]'s message says a connect timed out: no answer, no TLS
+/// handshake, or no connection at all within the connect or checkout timeout (the
+/// messages this module and the pool write).
+pub(crate) fn is_connect_timeout(message: &str) -> bool {
+    [
+        "no answer within the connect timeout",
+        "no TLS handshake within the connect timeout",
+        "no connection was made within the checkout timeout",
+    ]
+    .iter()
+    .any(|m| message.starts_with(m))
 }
 
 /// Whether a connect error says the server is not there at all (a refused

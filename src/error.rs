@@ -300,11 +300,14 @@ impl Error {
         }
     }
 
-    /// Whether this error is a timeout of a Redis command or of the pool checkout.
+    /// Whether this error is a timeout of a Redis command, of the pool checkout, or of
+    /// opening a connection (no answer, or no TLS handshake, within the connect
+    /// timeout).
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::Redis(e) | Error::Call { source: e, .. } => e.is_timeout(),
             Error::Timeout { .. } | Error::Pool(_) => true,
+            Error::Connect { message, .. } => crate::connect::is_connect_timeout(message),
             _ => false,
         }
     }

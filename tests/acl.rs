@@ -96,6 +96,15 @@ fn builder_credentials_override_the_urls() {
     drop(sem.try_acquire().unwrap().unwrap());
     let debug = format!("{client:?} {:?}", Client::builder().password(USER_PW));
     assert!(!debug.contains(USER_PW), "{debug}");
+    // an empty user name or password (an empty REDIS_PASSWORD passed through, say) is
+    // none: the URL's stay (it sent AUTH with an empty password, which Redis refuses)
+    let url = server.url_as("semaphores", USER_PW);
+    let client = Client::builder()
+        .username("")
+        .password("")
+        .build(&url)
+        .unwrap();
+    client.ping().unwrap();
 }
 
 #[test]
@@ -267,6 +276,26 @@ fn the_documented_acl_user_runs_every_operation_on_a_cluster() {
     let client = Client::open(&url).unwrap();
     every_operation_with_replicas(&client, "aclcluster");
     drop(client);
+    // a wrong password on a cluster is refused credentials, at once (it read as a
+    // connection closed during the handshake, retryable, after the checkout timeout)
+    let wrong = Client::open(cluster.url().replacen(
+        "redis+cluster://",
+        "redis+cluster://semaphores:wrong-Pw-1@",
+        1,
+    ))
+    .unwrap();
+    let started = std::time::Instant::now();
+    assert_auth(
+        wrong.ping().unwrap_err(),
+        "cluster ping with a wrong password",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let sem = wrong.semaphore("wrongpw", 1).unwrap();
+    assert_auth(sem.try_acquire().unwrap_err(), "cluster try_acquire");
     for node in &cluster.nodes {
         let refusals = refusals_on(&mut node.conn());
         assert!(

@@ -317,6 +317,39 @@ fn sentinels_with_a_password_take_the_builders_credentials() {
         "{e}"
     );
     assert!(e.contains("\"svc\""), "{e}");
+    // (the hint names the sentinels' own setting: the URL's password is the data nodes')
+    assert!(e.contains("sentinel_password"), "{e}");
+
+    // a wrong sentinel password is refused credentials, at once and not retryable (it
+    // read as a connection closed during the handshake, and waited out the checkout)
+    let wrong = Client::builder()
+        .sentinel_password("not-sentpw")
+        .build(set.url())
+        .unwrap();
+    let started = std::time::Instant::now();
+    let e = wrong.ping().unwrap_err();
+    eprintln!("sentinel with a wrong password: {e}");
+    assert!(matches!(e, redis_semaphore::Error::Auth { .. }), "{e:?}");
+    assert!(!e.is_retryable(), "{e:?}");
+    assert!(!format!("{e:?}").contains("not-sentpw"), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // an empty sentinel password is none
+    let empty = Client::builder()
+        .sentinel_password("")
+        .checkout_timeout(Duration::from_millis(500))
+        .build(set.url())
+        .unwrap();
+    assert!(
+        empty
+            .ping()
+            .unwrap_err()
+            .to_string()
+            .contains("sentinel_password")
+    );
 
     let client = Client::builder()
         .sentinel_password("sentpw")

@@ -420,11 +420,13 @@ fn a_call_that_must_connect_to_a_stopped_server_fails_within_the_connect_timeout
         Err(e @ Error::Connect { .. }) => {
             assert!(e.to_string().contains("connect timeout"), "{e}");
             assert!(e.is_retryable(), "{e}");
+            // (it said false: a connect that timed out is a timeout)
+            assert!(e.is_timeout(), "{e}");
         }
         other => panic!("ping of a stopped server: {other:?}"),
     }
     let (r, took) = timed(|| sem.available());
-    assert!(r.is_err(), "{r:?}");
+    assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
     assert!(took <= CONNECT + SLACK, "available took {took:?}: {r:?}");
 }
 

@@ -92,3 +92,32 @@ fn tls_files_with_a_plaintext_url_are_refused() {
     assert!(text.contains("rediss://"), "{text}");
     assert!(!text.contains(SECRET), "{text}");
 }
+
+/// A `?` or `#` in a password that is not percent-encoded ends the URL's authority:
+/// the URL parser took the user name and the start of the password for the host and
+/// dropped the credentials (`redis://localhost:7642#pw@redis.internal:6379/` connected
+/// to localhost without AUTH). Refused, as the Sentinel and cluster forms refuse it,
+/// without showing the password.
+#[test]
+fn an_unencoded_question_mark_or_hash_in_a_password_is_refused() {
+    for url in [
+        "redis://admin:pa#ss-wd@h:6379/",
+        "redis://admin:pa?ss-wd@h:6379/0",
+        "redis://localhost:7642#ss-wd@redis.internal:6379/",
+    ] {
+        let e = Client::open(url).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{url}: {e:?}");
+        assert!(text.contains("percent-encode"), "{text}");
+        assert!(!text.contains("ss-wd"), "{text}");
+        assert!(!format!("{e:?}").contains("ss-wd"), "{e:?}");
+    }
+    // encoded, and '?' or '@' where they belong, still open
+    for url in [
+        "redis://admin:pa%23ss%3Fwd@h:6379/",
+        "redis://h:6379/0?protocol=resp3",
+        "redis://h:6379/0#fragment",
+    ] {
+        Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
