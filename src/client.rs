@@ -288,8 +288,12 @@ impl Client {
         ClientInner::start(Pool::User(pool, op), op, None, defaults.connect_timeout)
     }
 
-    /// Checks now that Redis can be reached and accepts the credentials: checks a
-    /// connection out of the pool (opening one if none is idle) and runs `PING` on it.
+    /// Checks now that Redis can be reached and accepts the credentials: opens a
+    /// connection of its own (as a pooled connection would be opened: through the
+    /// sentinels, or to the cluster's nodes) and runs `PING` on it, so that a password
+    /// changed or a server restarted since the pool's connections were opened shows
+    /// now. With a pool given to [`Client::from_pool`] it checks a connection out of
+    /// that pool instead (once more on another when the server had closed it).
     ///
     /// # Errors
     ///
@@ -299,16 +303,34 @@ impl Client {
     /// [`Error::Redis`] otherwise.
     pub fn ping(&self) -> Result<()> {
         let shared = &self.inner.shared;
-        let mut conn = shared.pool.get(None)?;
-        let reply: String = redis::cmd("PING")
-            .query(&mut *conn)
-            .map_err(|e| match e.code() {
-                Some("NOAUTH" | "WRONGPASS") => Error::Auth {
-                    addr: shared.pool.addr(),
-                    message: e.to_string(),
-                },
-                _ => Error::Redis(e),
-            })?;
+        let reply = match &shared.pool {
+            Pool::Own(_, manager) => {
+                let mut fresh = manager.open()?;
+                redis::cmd("PING").query::<String>(&mut fresh)
+            }
+            Pool::User(..) => {
+                let mut conn = shared.pool.get(None)?;
+                match redis::cmd("PING").query::<String>(&mut *conn) {
+                    Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                        // (the pool drops a broken connection when it comes back)
+                        drop(conn);
+                        redis::cmd("PING").query::<String>(&mut *shared.pool.get(None)?)
+                    }
+                    r => r,
+                }
+            }
+        };
+        let reply: String = reply.map_err(|e| match e.code() {
+            Some("NOAUTH" | "WRONGPASS") => Error::Auth {
+                addr: shared.pool.addr(),
+                message: e.to_string(),
+            },
+            // (the address, which the error of `redis` does not name)
+            _ if e.is_io_error() || e.is_connection_dropped() => {
+                crate::connect::connect_error_at(&shared.pool.addr(), false, &e)
+            }
+            _ => Error::Redis(e),
+        })?;
         if reply != "PONG" {
             return Err(Error::Connect {
                 addr: shared.pool.addr(),

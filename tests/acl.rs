@@ -346,3 +346,33 @@ fn the_documented_acl_user_runs_every_operation_through_sentinel() {
         );
     }
 }
+
+/// `ping` checks the connection and the credentials as they are now (DESIGN): it
+/// answered OK from a pooled connection after the user's password had been changed,
+/// and failed with "unexpected end of file" (no address) once after a server restart.
+#[test]
+fn ping_checks_the_credentials_and_the_server_as_they_are_now() {
+    let server = user_server();
+    let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
+    client.ping().unwrap();
+    let sem = client.semaphore("pinged", 2).unwrap();
+    drop(sem.try_acquire().unwrap());
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("semaphores")
+        .arg("resetpass")
+        .arg(">another-Pw-2")
+        .exec(&mut server.admin_conn())
+        .unwrap();
+    assert_auth(
+        client.ping().unwrap_err(),
+        "ping after the password changed",
+    );
+
+    let mut plain = support::RedisServer::start();
+    let client = Client::open(plain.url()).unwrap();
+    let sem = client.semaphore("restarted", 2).unwrap();
+    drop(sem.try_acquire().unwrap());
+    plain.restart();
+    client.ping().unwrap();
+}
