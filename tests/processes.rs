@@ -312,10 +312,11 @@ fn adopting_checks_the_parts_against_the_grant_and_says_when_its_lease_ended() {
     }
 }
 
-/// 'mind' (a lower bound of every deadline, K3) follows a deadline that a renewal
+/// 'mind' (a lower bound of every deadline, K3) follows a deadline that an adoption
 /// moves earlier: a permit adopted by a handle with a shorter lease than its grant's
-/// comes back when the shorter lease ends, not the original one; the same for the
-/// refresh script renewing a grant with a shorter lease.
+/// comes back when the shorter lease ends, not the original one. The refresh script
+/// renewing a grant with a shorter lease keeps the later deadline (a renewal never
+/// moves one earlier) and 'mind' stays a lower bound.
 #[test]
 fn a_permit_renewed_with_a_shorter_lease_comes_back_when_that_lease_ends() {
     let server = RedisServer::start();

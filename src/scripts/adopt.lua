@@ -15,9 +15,12 @@
 -- loss, after which nothing can fail).
 --
 -- Keeps: as refresh.lua: an id that is not held is never brought back, an ended lease
--- is purged (what it frees goes to the queue, K6), never renewed, and a deadline is
--- never moved earlier (ZADD GT: the adopter's lease may be shorter than the grant's;
--- it counts its validity from its own call and lease); K1 for the new deadline.
+-- is purged (what it frees goes to the queue, K6), never renewed; K1 for the new
+-- deadline, and K3 when it is earlier than the grant's: unlike a renewal, an adoption
+-- sets the deadline to its own lease even when that is shorter (the permit then comes
+-- back when the adopter's lease ends, should it die). That harms no valid holder:
+-- the handle that gave the grant up (into_parts) no longer counts itself valid, and a
+-- renewal it sent before that cannot move the deadline back (refresh.lua's GT).
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
@@ -40,9 +43,8 @@ purge(st)
 if st.qn > 0 then serve(st) end
 if reply == 1 then
     local deadline = now + lease
-    redis.call('ZADD', H, 'XX', 'GT', int(deadline), id)
-    -- (deadline_set keeps K3 and K1 with this deadline: one GT kept later was
-    -- already covered by both)
+    redis.call('ZADD', H, 'XX', int(deadline), id)
+    -- (this handle's lease may be shorter than the grant's: deadline_set keeps K3)
     deadline_set(st, deadline, pad)
 end
 save(st)

@@ -321,8 +321,8 @@ local function extend(st, deadline, pad)
 end
 
 -- Keeps K3 and K1 for a deadline just written to h, new or moved (a grant, a waiter's
--- heartbeat, a renewal; renewals and adoptions never move one earlier, ZADD GT):
--- 'mind' at or below it, 'exp' at or after it.
+-- heartbeat, a renewal, which never moves one earlier, or an adoption, which may when
+-- its lease is shorter than the grant's): 'mind' at or below it, 'exp' at or after it.
 local function deadline_set(st, deadline, pad)
     if deadline < st.mind then
         st.mind = deadline

@@ -19,6 +19,7 @@
 -- its first holder sent before the hand-over, and that must not end the lease the
 -- adopter counts on. Each client counts its permit's validity from its own call's
 -- time and its own lease, so a deadline kept later on the server is safe for all.
+-- (Only an adoption sets a deadline earlier than before, adopt.lua.)
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
