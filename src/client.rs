@@ -293,7 +293,9 @@ impl Client {
     /// sentinels, or to the cluster's nodes) and runs `PING` on it, so that a password
     /// changed or a server restarted since the pool's connections were opened shows
     /// now. With a pool given to [`Client::from_pool`] it checks a connection out of
-    /// that pool instead (once more on another when the server had closed it).
+    /// that pool instead (once more on another when the server had closed it). It
+    /// waits at most the connect timeout to open the connection, then the operation
+    /// timeout for the `PING`.
     ///
     /// # Errors
     ///
