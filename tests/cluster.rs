@@ -876,16 +876,11 @@ fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_th
         .unwrap();
     assert!(killed > 0, "the client's links to node {k} were cut");
     let paused = cluster.nodes[k].pause();
-    let (done, ended) = crossbeam_channel::bounded(1);
-    let start = Instant::now();
-    let dropping = thread::spawn(move || {
-        drop(permit);
-        let _ = done.send(start.elapsed());
-    });
-    let took = ended.recv_timeout(OP + SLACK);
-    drop(paused);
-    dropping.join().unwrap();
-    assert!(took.is_ok(), "the drop did not end within {:?}", OP + SLACK);
+    assert!(
+        support::drop_ends_within(OP + SLACK, permit, || drop(paused)),
+        "the drop did not end within {:?}",
+        OP + SLACK
+    );
     // the client carries on once the node answers again
     wait_until(
         Duration::from_secs(10),

@@ -500,6 +500,25 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
     wait_for(timeout, what, || cond().then_some(()))
 }
 
+/// Drops `value` on a thread of its own and says whether the drop ended within
+/// `limit`; then `resume` runs (a paused server let go, say) and the thread is joined.
+/// A drop that hangs until the server answers fails the test instead of hanging it.
+pub fn drop_ends_within<T: Send + 'static>(
+    limit: Duration,
+    value: T,
+    resume: impl FnOnce(),
+) -> bool {
+    let (done, ended) = crossbeam_channel::bounded(1);
+    let dropping = thread::spawn(move || {
+        drop(value);
+        let _ = done.send(());
+    });
+    let in_time = ended.recv_timeout(limit).is_ok();
+    resume();
+    dropping.join().unwrap();
+    in_time
+}
+
 /// Polls `f` about every 2 ms until it returns `Some`, and returns the value; panics naming
 /// `what` when `timeout` passes first.
 pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
