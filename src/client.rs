@@ -307,8 +307,27 @@ impl Client {
         let shared = &self.inner.shared;
         let reply = match &shared.pool {
             Pool::Own(_, manager) => {
-                let mut fresh = manager.open()?;
-                redis::cmd("PING").query::<String>(&mut fresh)
+                // on a thread of its own: a TLS handshake with a plaintext server may
+                // wait for ever (native-tls has no handshake timeout), so the wait
+                // for it ends by the connect timeout and one operation timeout
+                let bound = shared.connect_timeout + shared.op_timeout;
+                let (tx, rx) = crossbeam_channel::bounded(1);
+                let opener = manager.clone();
+                std::thread::Builder::new()
+                    .name("redsem-ping".into())
+                    .spawn(move || {
+                        let answer = opener
+                            .open()
+                            .map(|mut fresh| redis::cmd("PING").query::<String>(&mut fresh));
+                        let _ = tx.send(answer);
+                    })
+                    .map_err(|e| Error::Redis(e.into()))?;
+                match rx.recv_timeout(bound) {
+                    Ok(answer) => answer?,
+                    Err(_) => {
+                        return Err(manager.stalled_within("the connect timeout"));
+                    }
+                }
             }
             Pool::User(..) => {
                 let mut conn = shared.pool.get(None)?;

@@ -746,7 +746,7 @@ pub(crate) fn is_connect_timeout(message: &str) -> bool {
     [
         "no answer within the connect timeout",
         "no TLS handshake within the connect timeout",
-        "no connection was made within the checkout timeout",
+        "no connection was made within",
     ]
     .iter()
     .any(|m| message.starts_with(m))

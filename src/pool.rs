@@ -327,15 +327,22 @@ impl Manager {
     /// timeout; a host that drops packets, with a connect timeout longer than the
     /// checkout timeout).
     fn stalled(&self) -> Error {
+        self.stalled_within("the checkout timeout")
+    }
+
+    /// [`stalled`](Self::stalled), for a connection that was not made within `what`.
+    pub(crate) fn stalled_within(&self, what: &str) -> Error {
         let message = if self.connector.is_tls() {
-            "no connection was made within the checkout timeout: the TLS handshake did not \
-             finish (is this a plaintext port? use redis:// for a server without TLS)"
+            format!(
+                "no connection was made within {what}: the TLS handshake did not finish (is \
+                 this a plaintext port? use redis:// for a server without TLS)"
+            )
         } else {
-            "no connection was made within the checkout timeout: connecting hangs"
+            format!("no connection was made within {what}: connecting hangs")
         };
         Error::Connect {
             addr: self.addr(),
-            message: message.to_owned(),
+            message,
         }
     }
 
