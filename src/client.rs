@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, deadline_in};
 use crate::combine::SemCombiner;
 use crate::connect::{
     Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
@@ -18,7 +18,7 @@ use crate::registry::Registry;
 use crate::scripts::leased::{self, Kind};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
-use crate::threads::{drop_deadline, join_by};
+use crate::threads::{drop_deadline, join_by, run_aside};
 use crate::topology::{self, ClusterSource, Connector, SentinelTarget, SentinelUrl, Watcher};
 use crossbeam_channel::{Receiver, Sender};
 use redis::IntoConnectionInfo;
@@ -310,23 +310,17 @@ impl Client {
                 // on a thread of its own: a TLS handshake with a plaintext server may
                 // wait for ever (native-tls has no handshake timeout), so the wait
                 // for it ends by the connect timeout and one operation timeout
-                let bound = shared.connect_timeout + shared.op_timeout;
-                let (tx, rx) = crossbeam_channel::bounded(1);
+                let bound = deadline_in(shared.connect_timeout + shared.op_timeout);
                 let opener = manager.clone();
-                std::thread::Builder::new()
-                    .name("redsem-ping".into())
-                    .spawn(move || {
-                        let answer = opener
-                            .open()
-                            .map(|mut fresh| redis::cmd("PING").query::<String>(&mut fresh));
-                        let _ = tx.send(answer);
-                    })
-                    .map_err(|e| Error::Redis(e.into()))?;
-                match rx.recv_timeout(bound) {
-                    Ok(answer) => answer?,
-                    Err(_) => {
-                        return Err(manager.stalled_within("the connect timeout"));
-                    }
+                let answer = run_aside("redsem-ping", bound, move || {
+                    opener
+                        .open()
+                        .map(|mut fresh| redis::cmd("PING").query::<String>(&mut fresh))
+                })
+                .map_err(|e| Error::Redis(e.into()))?;
+                match answer {
+                    Some(answer) => answer?,
+                    None => return Err(manager.stalled_within("the connect timeout")),
                 }
             }
             Pool::User(..) => {
@@ -341,16 +335,15 @@ impl Client {
                 }
             }
         };
-        let reply: String = reply.map_err(|e| match e.code() {
-            Some("NOAUTH" | "WRONGPASS") => Error::Auth {
-                addr: shared.pool.addr(),
-                message: e.to_string(),
-            },
-            // (the address, which the error of `redis` does not name)
-            _ if e.is_io_error() || e.is_connection_dropped() => {
+        // refused credentials and a lost connection are sorted as when connecting, with
+        // the address (which the error of `redis` does not name)
+        let reply: String = reply.map_err(|e| {
+            let refused = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+            if refused || e.is_io_error() || e.is_connection_dropped() {
                 crate::connect::connect_error_at(&shared.pool.addr(), false, &e)
+            } else {
+                Error::Redis(e)
             }
-            _ => Error::Redis(e),
         })?;
         if reply != "PONG" {
             return Err(Error::Connect {

@@ -711,8 +711,8 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
             format!("{TLS_HANDSHAKE_FAILED}: {text}")
         } else if e.is_timeout() {
             format!(
-                "no TLS handshake within the connect timeout (is this a plaintext port? use \
-                 redis:// for a server without TLS): {text}"
+                "{NO_TLS_HANDSHAKE} (is this a plaintext port? use redis:// for a server \
+                 without TLS): {text}"
             )
         } else {
             format!("TLS connection failed: {text}")
@@ -720,7 +720,7 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
     } else if e.is_connection_refusal() || lower.contains("refused") {
         text
     } else if e.is_timeout() {
-        format!("no answer within the connect timeout: {text}")
+        format!("{NO_ANSWER}: {text}")
     } else if e.is_connection_dropped()
         || ["reset", "broken pipe", "end of file", "eof"]
             .iter()
@@ -739,17 +739,18 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
     }
 }
 
-/// Whether an [`Error::Connect`]'s message says a connect timed out: no answer, no TLS
-/// handshake, or no connection at all within the connect or checkout timeout (the
-/// messages this module and the pool write).
+/// How the [`Error::Connect`] messages of a connect that timed out begin: no answer, no
+/// TLS handshake (both [`connect_error_at`]), or no connection at all within a timeout
+/// (the pool's, `Manager::stalled_within`). [`is_connect_timeout`] reads them.
+const NO_ANSWER: &str = "no answer within the connect timeout";
+const NO_TLS_HANDSHAKE: &str = "no TLS handshake within the connect timeout";
+pub(crate) const NO_CONNECTION: &str = "no connection was made within";
+
+/// Whether an [`Error::Connect`]'s message says a connect timed out (see [`NO_ANSWER`]).
 pub(crate) fn is_connect_timeout(message: &str) -> bool {
-    [
-        "no answer within the connect timeout",
-        "no TLS handshake within the connect timeout",
-        "no connection was made within",
-    ]
-    .iter()
-    .any(|m| message.starts_with(m))
+    [NO_ANSWER, NO_TLS_HANDSHAKE, NO_CONNECTION]
+        .iter()
+        .any(|m| message.starts_with(m))
 }
 
 /// Whether a connect error says the server is not there at all (a refused

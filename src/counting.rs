@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::left_until;
+use crate::clock::{deadline_in, left_until};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
@@ -160,7 +160,7 @@ impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.finish();
-            let end = crate::clock::deadline_in(self.sem.shared().op_timeout);
+            let end = deadline_in(self.sem.shared().op_timeout);
             if let Err(e) = self.sem.cancel(&self.id, Some(end)) {
                 log::warn!(
                     "redis-semaphore: could not leave the queue of counting semaphore {}: {e}",

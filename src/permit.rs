@@ -6,7 +6,7 @@ use crossbeam_channel::Receiver;
 use crate::clock::{deadline_in, left_until};
 use crate::error::{Error, LostReason, Result};
 use crate::registry::PermitState;
-use crate::threads::{DropBudget, drop_deadline};
+use crate::threads::{DropBudget, drop_deadline, run_aside};
 
 /// A held permit (or several, see [`permits`](Permit::permits)) of a [`Semaphore`].
 ///
@@ -222,23 +222,17 @@ fn release_aside(
     budget: Duration,
 ) -> Option<Result<()>> {
     let end = drop_deadline(deadline_in(budget));
-    let (tx, rx) = crossbeam_channel::bounded(1);
     let (g, s) = (Arc::clone(grantor), Arc::clone(state));
-    let spawned = std::thread::Builder::new()
-        .name("redsem-release".into())
-        .spawn(move || {
-            let outcome = {
-                let _budget = DropBudget::start(left_until(end));
-                g.release(&s)
-            };
-            drop((g, s));
-            let _ = tx.send(outcome);
-        });
-    match spawned {
-        Ok(_) => rx.recv_deadline(end).ok(),
-        // no thread to be had: the release runs here, within the library's deadlines
-        Err(_) => Some(grantor.release(state)),
-    }
+    let spawned = run_aside("redsem-release", end, move || {
+        let outcome = {
+            let _budget = DropBudget::start(left_until(end));
+            g.release(&s)
+        };
+        drop((g, s));
+        outcome
+    });
+    // no thread to be had: the release runs here, within the library's deadlines
+    spawned.unwrap_or_else(|_| Some(grantor.release(state)))
 }
 
 /// What a dropped [`Permit`] holds in place of its grantor, so that the grantor (and

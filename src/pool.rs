@@ -11,8 +11,9 @@ use parking_lot::Mutex;
 use redis::ConnectionLike;
 
 use crate::clock::{deadline_in, left_until};
-use crate::connect::{connect_error_at, is_config_error, is_unreachable};
+use crate::connect::{NO_CONNECTION, connect_error_at, is_config_error, is_unreachable};
 use crate::error::{Error, Result};
+use crate::threads::run_aside;
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
 
 /// How much later than its deadline a call may end rather than pay for shortening its
@@ -334,11 +335,11 @@ impl Manager {
     pub(crate) fn stalled_within(&self, what: &str) -> Error {
         let message = if self.connector.is_tls() {
             format!(
-                "no connection was made within {what}: the TLS handshake did not finish (is \
-                 this a plaintext port? use redis:// for a server without TLS)"
+                "{NO_CONNECTION} {what}: the TLS handshake did not finish (is this a plaintext \
+                 port? use redis:// for a server without TLS)"
             )
         } else {
-            format!("no connection was made within {what}: connecting hangs")
+            format!("{NO_CONNECTION} {what}: connecting hangs")
         };
         Error::Connect {
             addr: self.addr(),
@@ -419,18 +420,14 @@ fn checkout_aside(
     pool: &r2d2::Pool<redis::Client>,
     timeout: Duration,
 ) -> Result<r2d2::PooledConnection<redis::Client>> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
     let aside = pool.clone();
-    std::thread::Builder::new()
-        .name("redsem-checkout".into())
-        .spawn(move || {
-            // (a caller that stopped waiting drops the connection: back to the pool)
-            let _ = tx.send(aside.get_timeout(timeout));
-        })
-        .map_err(|e| Error::Redis(e.into()))?;
-    match rx.recv_timeout(timeout) {
-        Ok(got) => Ok(got?),
-        Err(_) => Err(Error::Redis(
+    let got = run_aside("redsem-checkout", deadline_in(timeout), move || {
+        aside.get_timeout(timeout)
+    })
+    .map_err(|e| Error::Redis(e.into()))?;
+    match got {
+        Some(got) => Ok(got?),
+        None => Err(Error::Redis(
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!(

@@ -5,7 +5,9 @@
 //! [`Permit`](crate::Permit) that holds the last handle of its client runs two waits on
 //! one thread: the release, then the client's joins of its threads. Both take their
 //! deadline from [`drop_deadline`], so the second gets only what the first left of the
-//! budget that [`DropBudget::start`] opened.
+//! budget that [`DropBudget::start`] opened. A call that can outlast every deadline
+//! the library sets (a step inside `redis` or `r2d2` with no timeout of its own) runs
+//! through [`run_aside`], which the caller leaves at its deadline.
 
 use std::cell::Cell;
 use std::thread::JoinHandle;
@@ -22,6 +24,24 @@ thread_local! {
 /// the sending side of `stop`, so the channel is disconnected (nothing is ever sent).
 pub(crate) fn stopped(stop: &Receiver<()>) -> bool {
     matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
+}
+
+/// Runs `f` on a thread named `name` and waits for its answer until `until`: `Ok(None)`
+/// when none came by then (`f` goes on, and its late answer is dropped: a connection
+/// in it goes back to its pool), `Err` when no thread could be started. For a call
+/// that may block past every deadline the library sets.
+pub(crate) fn run_aside<T: Send + 'static>(
+    name: &str,
+    until: Instant,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Option<T>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })?;
+    Ok(rx.recv_deadline(until).ok())
 }
 
 /// A drop's time budget, open on this thread until this guard is dropped.
