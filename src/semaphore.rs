@@ -612,7 +612,8 @@ impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.finish();
-            match self.sem.run_cancel(&self.id) {
+            let until = Instant::now() + self.sem.inner.client.inner.shared.op_timeout;
+            match self.sem.run_cancel(&self.id, until) {
                 // a grant that came as this waiter left on an error: given back now,
                 // not left to lapse with its heartbeat
                 Ok(Some((token, deadline_ms, slots))) => {
@@ -718,6 +719,10 @@ impl Semaphore {
     }
 
     /// Takes one permit, waiting at most `timeout`; `Ok(None)` when the time is up.
+    ///
+    /// Returns within `timeout` and one operation timeout (the call in flight at the
+    /// deadline), the wait for a pooled connection included, also when the server
+    /// stops answering or every connection is busy.
     ///
     /// # Errors
     ///
@@ -987,6 +992,12 @@ impl Semaphore {
         self.inner.client.inner.shared.pool.get(None)
     }
 
+    /// A connection from the pool, waiting for one until `until` at most.
+    fn conn_until(&self, until: Instant) -> Result<crate::pool::Conn> {
+        let shared = &self.inner.client.inner.shared;
+        shared.pool.get(Some(left_until(until)))
+    }
+
     /// Blocking acquire. One try first; then the waiter queues itself (after the
     /// client's wake-up listener is subscribed) and sleeps until Redis pushes its grant,
     /// it heads the queue and the earliest lease ends, the listener asks everyone to
@@ -1215,10 +1226,10 @@ impl Semaphore {
                         waiter.renew_heartbeat();
                         break;
                     }
-                    recv(cancel) -> _ => return self.give_up(waiter, false),
+                    recv(cancel) -> _ => return self.give_up(waiter, false, deadline),
                     recv(crossbeam_channel::at(until)) -> _ => {
                         if deadline.is_some_and(|d| Instant::now() >= d) {
-                            return self.give_up(waiter, true);
+                            return self.give_up(waiter, true, deadline);
                         }
                         break;
                     }
@@ -1228,9 +1239,19 @@ impl Semaphore {
     }
 
     /// Leaves the queue. A grant that raced the cancellation is kept when `keep` (a
-    /// timeout at the very moment of the hand-off), else given back.
-    fn give_up(&self, waiter: &mut Waiter<'_>, keep: bool) -> Result<Option<Permit>> {
-        let reply = self.run_cancel(&waiter.id);
+    /// timeout at the very moment of the hand-off), else given back. The cancel, the
+    /// wait for its connection included, ends within one operation timeout, and by
+    /// the wait's `deadline` plus one operation timeout (the wait's bound).
+    fn give_up(
+        &self,
+        waiter: &mut Waiter<'_>,
+        keep: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Permit>> {
+        let op = self.inner.client.inner.shared.op_timeout;
+        let soon = Instant::now() + op;
+        let until = deadline.map_or(soon, |d| soon.min(d + op));
+        let reply = self.run_cancel(&waiter.id, until);
         waiter.finish();
         match reply? {
             Some((token, deadline_ms, slots)) => {
@@ -1247,13 +1268,17 @@ impl Semaphore {
         }
     }
 
-    /// Runs the cancel script; `Some((token, server deadline, slots))` when the waiter
-    /// had been granted meanwhile.
-    fn run_cancel(&self, id: &str) -> Result<Option<(u64, i64, Vec<u32>)>> {
-        let mut conn = self.conn()?;
+    /// Runs the cancel script, the whole call (checkout, write, read) ending by
+    /// `until`; `Some((token, server deadline, slots))` when the waiter had been
+    /// granted meanwhile.
+    fn run_cancel(&self, id: &str, until: Instant) -> Result<Option<(u64, i64, Vec<u32>)>> {
+        let mut conn = self.conn_until(until)?;
         let sent = Instant::now();
-        let reply =
-            leased::cancel(&mut conn, &self.inner.keys, id).map_err(|e| self.inner.sorted(e))?;
+        let op = self.inner.client.inner.shared.op_timeout;
+        let keys = &self.inner.keys;
+        let reply = conn
+            .within(left_until(until), op, |c| leased::cancel(c, keys, id))
+            .map_err(|e| self.inner.sorted(e))?;
         let clock = &self.inner.clock;
         match reply {
             Cancelled::Left { now_ms } => {
@@ -1423,14 +1448,33 @@ impl Semaphore {
         }
     }
 
-    /// A waiter's look: the acquire script in wait mode, alone on a connection.
+    /// A waiter's look: the acquire script in wait mode, alone on a connection, the
+    /// whole call (checkout, write, read) ending by `give_up` (one operation timeout
+    /// from its start, so a look in flight at the wait's deadline ends within the
+    /// wait's bound).
     fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
         let sem = &self.inner;
+        let mut conn = self.conn_until(give_up)?;
+        let op = sem.client.inner.shared.op_timeout;
+        conn.within(left_until(give_up), op, |c| {
+            self.look_on(c, id, n, channel, give_up)
+        })
+    }
+
+    /// [`look`](Self::look) on the connection `conn`.
+    fn look_on(
+        &self,
+        conn: &mut dyn redis::ConnectionLike,
+        id: &str,
+        n: u32,
+        channel: &str,
+        give_up: Instant,
+    ) -> Result<Acquired> {
+        let sem = &self.inner;
         let clock = &sem.clock;
-        let mut conn = self.conn()?;
         let anchor = match clock.get() {
             Some(a) => a,
-            None => read_server_time(&mut conn, &sem.keys, clock)?,
+            None => read_server_time(conn, &sem.keys, clock)?,
         };
         let args = AcquireArgs {
             id,
@@ -1444,7 +1488,7 @@ impl Semaphore {
             cutoff_ms: anchor.server_ms_by(give_up),
         };
         let sent = Instant::now();
-        let reply = leased::acquire(&mut conn, &sem.keys, &args)?;
+        let reply = leased::acquire(conn, &sem.keys, &args)?;
         note_anchor(clock, sent, reply.now_ms());
         Ok(reply)
     }

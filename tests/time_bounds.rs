@@ -201,6 +201,35 @@ fn an_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_and_one_r
     drop(held);
 }
 
+/// The leased wait's later calls behind a busy connection: once the waiter has
+/// queued, its looks and its cancel at the deadline each end by the wait's bound, the
+/// wait for a connection included. The cancel used to wait for a connection as long
+/// as the checkout timeout allows (here until the busy call's operation timeout), and
+/// then an operation timeout for its own call: 3.0 s against a bound of 2.3 s.
+#[test]
+fn a_queued_acquire_timeout_whose_connection_turns_busy_ends_within_its_timeout_and_one_round_trip()
+{
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(800);
+    let server = RedisServer::start();
+    let client = client(&server, OP, 1);
+    let sem = client.semaphore("leased-queued-busy", 1).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let other_sem = other.semaphore("leased-queued-busy", 1).unwrap();
+    let held = other_sem.acquire().unwrap();
+    let mut admin = server.conn();
+    let waiter = thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())));
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        other_sem.queue_len().unwrap() == 1
+    });
+    let busy = hang_the_only_connection(&mut admin, &client, OP);
+    let (r, took) = waiter.join().unwrap();
+    unpause(&mut admin);
+    busy.join().unwrap();
+    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+    drop(held);
+}
+
 /// Dropping a Redisson `RPermitExpirableSemaphore` permit never blocks longer than the
 /// operation timeout (DESIGN invariant 13), also when it must wait for a connection:
 /// it used to wait for one as long as the checkout timeout (5 s) allows, and then an
