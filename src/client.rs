@@ -300,9 +300,10 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Auth`] for a wrong user name or password, or a password missing where
-    /// the server requires one; [`Error::Connect`] when the server cannot be reached or
-    /// the TLS handshake fails (both name the address); [`Error::Pool`] or
-    /// [`Error::Redis`] otherwise.
+    /// the server requires one; [`Error::Connect`] when the server cannot be reached,
+    /// the TLS handshake fails, or the server refuses the URL's database index (not
+    /// retryable: the message names the index); both name the address; [`Error::Pool`]
+    /// or [`Error::Redis`] otherwise.
     pub fn ping(&self) -> Result<()> {
         let shared = &self.inner.shared;
         let reply = match &shared.pool {
@@ -340,7 +341,8 @@ impl Client {
         let reply: String = reply.map_err(|e| {
             let refused = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
             if refused || e.is_io_error() || e.is_connection_dropped() {
-                crate::connect::connect_error_at(&shared.pool.addr(), false, &e)
+                // (a PING on a connection already set up: no SELECT to refuse)
+                crate::connect::connect_error_at(&shared.pool.addr(), false, 0, &e)
             } else {
                 Error::Redis(e)
             }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
-use crate::error::{Error, Result, TLS_HANDSHAKE_FAILED};
+use crate::error::{DB_REFUSED, Error, Result, TLS_HANDSHAKE_FAILED};
 
 /// Default port of a sentinel in `redis+sentinel://` URLs.
 pub(crate) const SENTINEL_PORT: u16 = 26379;
@@ -654,8 +654,9 @@ pub(crate) fn install_crypto_provider() {
 }
 
 /// Sorts an error met while opening a connection to `addr` (what messages name: an
-/// address, or a Sentinel service and its sentinels), over TLS when `tls`.
-pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> Error {
+/// address, or a Sentinel service and its sentinels), over TLS when `tls`, that selects
+/// database `db` (0: the default, which needs no `SELECT`).
+pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisError) -> Error {
     let text = e.to_string();
     let code = e.code().unwrap_or("");
     // (the cluster and Sentinel clients of `redis` report a refused AUTH as an I/O
@@ -692,6 +693,21 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, e: &redis::RedisError) -> 
         return Error::Auth {
             addr: addr.to_owned(),
             message: format!("{text}{hint}"),
+        };
+    }
+    if refused_database(e) {
+        // what the server said, without the client library's wording around it (a
+        // Sentinel target's detail is its report of the primary it tried)
+        let said = e.detail().unwrap_or(&text);
+        let hint = if said.contains("cluster") {
+            " (a Redis Cluster node has only database 0: use a redis+cluster:// URL)"
+        } else {
+            " (the index is the number at the end of the URL's path; a server has 16 \
+             databases, 0 to 15, unless its `databases` setting says otherwise)"
+        };
+        return Error::Connect {
+            addr: addr.to_owned(),
+            message: format!("{DB_REFUSED} {db}: {said}{hint}"),
         };
     }
     let lower = text.to_ascii_lowercase();
@@ -753,12 +769,22 @@ pub(crate) fn is_connect_timeout(message: &str) -> bool {
         .any(|m| message.starts_with(m))
 }
 
+/// Whether `e`, met while a connection was set up, says the server refused to switch
+/// to the connection's database (`SELECT` answered an error: "DB index is out of range",
+/// "SELECT is not allowed in cluster mode"). `redis` reports it as a response error
+/// "Redis server refused to switch database", with the server's text as its detail; a
+/// Sentinel target passes that text on in its report of the primary it tried.
+fn refused_database(e: &redis::RedisError) -> bool {
+    e.to_string().contains("refused to switch database")
+}
+
 /// Whether a connect error says the server is not there at all (a refused
 /// connection, an unknown host name, a missing socket file): a call fails at once
-/// with it instead of waiting out the checkout timeout.
+/// with it instead of waiting out the checkout timeout. (A configuration error is not
+/// one, whatever its message says.)
 pub(crate) fn is_unreachable(e: &Error) -> bool {
     match e {
-        Error::Connect { message, .. } => {
+        Error::Connect { message, .. } if !is_config_error(e) => {
             let m = message.to_ascii_lowercase();
             [
                 "refused",
@@ -775,11 +801,15 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
 }
 
 /// Whether a connect error is a matter of configuration, which waiting will not fix:
-/// refused credentials, a TLS handshake the server or the client refused (certificates).
+/// refused credentials, a TLS handshake the server or the client refused (certificates),
+/// a database index the server refused. A call fails with it at once, and
+/// [`Error::is_retryable`] is false for it.
 pub(crate) fn is_config_error(e: &Error) -> bool {
     match e {
         Error::Auth { .. } => true,
-        Error::Connect { message, .. } => message.starts_with(TLS_HANDSHAKE_FAILED),
+        Error::Connect { message, .. } => [TLS_HANDSHAKE_FAILED, DB_REFUSED]
+            .iter()
+            .any(|p| message.starts_with(p)),
         _ => false,
     }
 }
@@ -956,6 +986,35 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(redact(url), want);
         }
+    }
+
+    #[test]
+    fn a_refused_database_is_a_configuration_error_naming_the_index() {
+        // as redis-rs reports a SELECT that answered an error while connecting
+        let refused = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "Redis server refused to switch database",
+            "DB index is out of range".to_owned(),
+        ));
+        let e = connect_error_at("127.0.0.1:6380", false, 99, &refused);
+        assert!(is_config_error(&e) && !is_unreachable(&e), "{e:?}");
+        assert!(!e.is_retryable() && !e.is_timeout(), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot connect to 127.0.0.1:6380: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("database 99: DB index is out of range"),
+            "{text}"
+        );
+        // a refused connection stays retryable
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = connect_error_at("127.0.0.1:6380", false, 99, &redis::RedisError::from(io));
+        assert!(
+            !is_config_error(&e) && is_unreachable(&e) && e.is_retryable(),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -2,6 +2,10 @@
 /// starts: a configuration error, not retryable.
 pub(crate) const TLS_HANDSHAKE_FAILED: &str = "TLS handshake failed";
 
+/// How the message of an [`Error::Connect`] for a database index the server refused
+/// (`SELECT` answered an error) starts: a configuration error, not retryable.
+pub(crate) const DB_REFUSED: &str = "the server refused database";
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -78,7 +82,11 @@ pub enum Error {
     /// No connection could be opened: the server cannot be reached, or the TLS
     /// handshake failed (a TLS URL against a plaintext port or the reverse, an unknown
     /// certificate authority, a missing client certificate), or a certificate file
-    /// could not be read.
+    /// could not be read, or the server refused the URL's database index (`SELECT`
+    /// answered an error: an index past the server's `databases`, any index but 0 on a
+    /// cluster node). A refused handshake over certificates and a refused database are
+    /// configuration mistakes: not [retryable](Error::is_retryable), and a call fails
+    /// with them at once.
     #[error("cannot connect to {addr}: {message}")]
     Connect {
         /// The server's address (`host:port`, never a password).
@@ -320,8 +328,9 @@ impl Error {
     /// the sentinels again), `MOVED` and `ASK` (a cluster slot moved while the cluster
     /// client ran out of redirections) and `NOREPLICAS` (`min-replicas-to-write` not met
     /// while replicas reconnect). Not retryable: bad arguments, refused credentials
-    /// ([`Error::Auth`]), a TLS handshake refused over certificates, wrong types,
-    /// malformed replies, lost or expired permits.
+    /// ([`Error::Auth`]), a TLS handshake refused over certificates, a database index
+    /// the server refused (both [`Error::Connect`]), wrong types, malformed replies,
+    /// lost or expired permits.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Redis(e) | Error::Call { source: e, .. } => {
@@ -344,7 +353,7 @@ impl Error {
                         )
                     )
             }
-            Error::Connect { message, .. } => !message.starts_with(TLS_HANDSHAKE_FAILED),
+            Error::Connect { .. } => !crate::connect::is_config_error(self),
             Error::Timeout { .. } | Error::Pool(_) => true,
             _ => false,
         }

@@ -267,7 +267,7 @@ impl Manager {
     /// ends by then ([`ClusterSource::within`]), its commands' timeouts at most what is
     /// left.
     fn open_cluster(&self, c: &ClusterSource, by: Option<Instant>) -> Result<RConn> {
-        let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, &e);
+        let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, 0, &e);
         let conn = match by {
             None => c.client.get_connection(),
             Some(by) => (c.within)(left_until(by)).and_then(|short| short.get_connection()),
@@ -291,10 +291,14 @@ impl Manager {
         by: Option<Instant>,
         timed_out: &Cell<bool>,
     ) -> Result<PrimaryConn> {
-        let (addr, tls) = (self.connector.addr(), self.connector.is_tls());
+        let (addr, tls, db) = (
+            self.connector.addr(),
+            self.connector.is_tls(),
+            self.connector.db(),
+        );
         let sort = |e: redis::RedisError| {
             timed_out.set(timed_out.get() || e.is_timeout());
-            connect_error_at(&addr, tls, &e)
+            connect_error_at(&addr, tls, db, &e)
         };
         let started = Instant::now();
         let mut conn = self.connector.connect(connect_timeout, by).map_err(sort)?;

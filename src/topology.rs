@@ -251,6 +251,15 @@ impl Connector {
         }
     }
 
+    /// The database connections select (0: the default; a cluster has only 0).
+    pub(crate) fn db(&self) -> i64 {
+        match self {
+            Connector::Single(ep) => ep.client.get_connection_info().redis_settings().db(),
+            Connector::Sentinel(t) => t.data.db(),
+            Connector::Cluster(_) => 0,
+        }
+    }
+
     /// Whether connections use TLS.
     pub(crate) fn is_tls(&self) -> bool {
         match self {

@@ -1037,6 +1037,55 @@ fn connect_at_build_checks_the_server_when_the_client_is_built() {
     );
 }
 
+/// A database index the server refuses (`SELECT 99` against the default 16 databases
+/// answers "ERR DB index is out of range") was a retryable `Error::Connect` whose
+/// message named neither the index nor what to change, and every call waited out the
+/// checkout timeout (5 s by default) before it. It is a configuration mistake: a
+/// connect error that is not retryable, names the address and the index (never the
+/// password), and comes at once, from an operation and from `ping`.
+#[test]
+fn a_database_index_the_server_refuses_is_a_configuration_error_at_once() {
+    const PW: &str = "db-Pw-99";
+    let plain = RedisServer::start();
+    let with_password = support::AclServer::start(PW);
+    for (port, url) in [
+        (
+            plain.port(),
+            format!("redis://127.0.0.1:{}/99", plain.port()),
+        ),
+        (
+            with_password.server.port(),
+            format!("redis://:{PW}@127.0.0.1:{}/99", with_password.server.port()),
+        ),
+    ] {
+        let client = Client::open(&url).unwrap();
+        let sem = client.semaphore("db99", 1).unwrap();
+        let started = std::time::Instant::now();
+        let errors = [
+            sem.try_acquire().unwrap_err(),
+            sem.acquire().unwrap_err(),
+            client.ping().unwrap_err(),
+        ];
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "{url}: three calls took {took:?} against a refused database"
+        );
+        let addr = format!("127.0.0.1:{port}");
+        for e in errors {
+            let (text, debug) = (e.to_string(), format!("{e:?}"));
+            assert!(
+                matches!(&e, Error::Connect { addr: a, .. } if *a == addr),
+                "{url}: {debug}"
+            );
+            assert!(!e.is_retryable() && !e.is_timeout(), "{url}: {debug}");
+            assert!(text.contains(&addr), "{url}: {text}");
+            assert!(text.contains("database 99"), "{url}: {text}");
+            assert!(!text.contains(PW) && !debug.contains(PW), "{url}: {debug}");
+        }
+    }
+}
+
 #[test]
 fn a_timed_out_release_names_the_operation_and_the_time_allowed() {
     let server = RedisServer::start();

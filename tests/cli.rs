@@ -191,6 +191,34 @@ fn watch_refuses_a_count_of_zero() {
     assert!(o.stdout.is_empty(), "{o:?}");
 }
 
+/// A database index the server refuses (`SELECT 99` against the default 16
+/// databases) made the CLI wait out its 3 s checkout timeout and say "cannot talk to
+/// Redis" without naming the index; it now fails at once, naming the address and the
+/// index.
+#[test]
+fn a_database_index_the_server_refuses_is_named_at_once() {
+    let server = RedisServer::start();
+    let started = std::time::Instant::now();
+    let out = bare_cli(
+        &[
+            "--url",
+            &format!("redis://127.0.0.1:{}/99", server.port()),
+            "status",
+            "x",
+        ],
+        &[],
+    );
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())),
+        "{text}"
+    );
+    assert!(text.contains("database 99"), "{text}");
+    assert!(took < Duration::from_secs(2), "took {took:?}: {text}");
+}
+
 fn bare_cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
         .args(args)

@@ -297,6 +297,37 @@ fn an_unknown_service_gives_an_error_naming_it() {
     assert!(e.contains(&format!("127.0.0.1:{}", sentinel.port())), "{e}");
 }
 
+/// A database index the primary refuses (`/svc/99` against the default 16 databases)
+/// read as a primary the sentinels' answers could not reach: a retryable error that
+/// named neither the index nor what to change. It is a configuration mistake, as on
+/// one server: not retryable, naming the service and the index, at once (the checkout
+/// timeout is 5 s by default).
+#[test]
+fn a_database_index_the_primary_refuses_is_a_configuration_error_at_once() {
+    let primary = RedisServer::start();
+    let sentinel = Sentinel::start(primary.port(), &[]);
+    let url = format!("redis+sentinel://127.0.0.1:{}/svc/99", sentinel.port());
+    let client = Client::open(&url).unwrap();
+    let started = std::time::Instant::now();
+    let errors = [
+        client.semaphore("s", 1).unwrap().try_acquire().unwrap_err(),
+        client.ping().unwrap_err(),
+    ];
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    for e in errors {
+        let text = e.to_string();
+        eprintln!("refused database through a sentinel: {text}");
+        assert!(!e.is_retryable() && !e.is_timeout(), "{e:?}");
+        assert!(text.contains("database 99"), "{text}");
+        assert!(text.contains("\"svc\""), "{text}");
+        assert!(
+            text.contains(&format!("127.0.0.1:{}", primary.port())),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn sentinels_with_a_password_take_the_builders_credentials() {
     let set = SentinelSet::start_with(&[], &["requirepass sentpw"]);
