@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, deadline_in};
 use crate::combine::SemCombiner;
 use crate::connect::{
-    Credentials, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, endpoint, redact,
-    with_credentials,
+    Credentials, HostPort, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, addr_text,
+    endpoint, redact, with_credentials,
 };
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
@@ -664,7 +664,8 @@ impl ClientBuilder {
                     redis::ConnectionAddr::Unix(_) => "unix",
                     _ => "redis",
                 };
-                (format!("{scheme}://{}", info.addr()), Target::Single(*info))
+                let addr = addr_text(info.addr());
+                (format!("{scheme}://{addr}"), Target::Single(*info))
             }
         };
         let url = url.as_str();
@@ -783,7 +784,7 @@ impl ClientBuilder {
                 .response_timeout(step)
                 .build()
         };
-        let list: Vec<String> = nodes.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        let list: Vec<String> = nodes.iter().map(|n| HostPort::of(n).to_string()).collect();
         Ok(ClusterSource {
             client,
             within: Box::new(within),

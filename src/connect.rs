@@ -121,7 +121,7 @@ impl std::fmt::Debug for Target {
         match self {
             Target::Single(info) => f
                 .debug_struct("Single")
-                .field("addr", &info.addr().to_string())
+                .field("addr", &addr_text(info.addr()))
                 .field("username", &info.redis_settings().username())
                 .field("password", &info.redis_settings().password().map(|_| "***"))
                 .field("db", &info.redis_settings().db())
@@ -148,6 +148,40 @@ impl std::fmt::Debug for Target {
                 .field("tls", tls)
                 .finish(),
         }
+    }
+}
+
+/// A host and port as messages, logs and `Debug` output show them: `host:port`, an
+/// IPv6 literal in brackets as in a URL (`[::1]:6379`, not the ambiguous `::1:6379`).
+/// Every place that prints a node's address goes through it (or [`addr_text`]).
+#[derive(Clone, Copy)]
+pub(crate) struct HostPort<'a>(pub(crate) &'a str, pub(crate) u16);
+
+impl<'a> HostPort<'a> {
+    /// The address of a node as the topologies keep it.
+    pub(crate) fn of((host, port): &'a (String, u16)) -> HostPort<'a> {
+        HostPort(host, *port)
+    }
+}
+
+impl std::fmt::Display for HostPort<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let HostPort(host, port) = *self;
+        if host.contains(':') && !host.starts_with('[') {
+            write!(f, "[{host}]:{port}")
+        } else {
+            write!(f, "{host}:{port}")
+        }
+    }
+}
+
+/// A connection address as messages show it: [`HostPort`] for TCP (redis-rs's own
+/// `Display` leaves an IPv6 host bare), the path of a Unix socket.
+pub(crate) fn addr_text(addr: &redis::ConnectionAddr) -> String {
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => HostPort(host, *port).to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -479,7 +513,8 @@ fn read_file(what: &str, path: &Path) -> Result<Vec<u8>> {
 #[derive(Clone)]
 pub(crate) struct Endpoint {
     pub(crate) client: redis::Client,
-    /// `host:port` (or the socket path): what messages name. Never a password.
+    /// `host:port` (`[::1]:6379` for IPv6, see [`HostPort`]) or the socket path: what
+    /// messages name. Never a password.
     pub(crate) addr: String,
     pub(crate) tls: bool,
     /// Whether a password is sent on connect (when none is, a PING checks at once that
@@ -509,7 +544,7 @@ pub(crate) fn endpoint(
     let info = info
         .set_redis_settings(settings)
         .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    let addr = info.addr().to_string();
+    let addr = addr_text(info.addr());
     let tls = is_tls_addr(info.addr());
     let client = if tls_files.is_empty() {
         redis::Client::open(info)
@@ -986,6 +1021,29 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(redact(url), want);
         }
+    }
+
+    #[test]
+    fn host_port_brackets_an_ipv6_literal() {
+        assert_eq!(HostPort("127.0.0.1", 6379).to_string(), "127.0.0.1:6379");
+        assert_eq!(
+            HostPort("redis.internal", 1).to_string(),
+            "redis.internal:1"
+        );
+        assert_eq!(HostPort("::1", 6379).to_string(), "[::1]:6379");
+        assert_eq!(
+            HostPort("fe80::1%eth0", 7000).to_string(),
+            "[fe80::1%eth0]:7000"
+        );
+        assert_eq!(HostPort("[::1]", 6379).to_string(), "[::1]:6379");
+        let tcp = redis::ConnectionAddr::Tcp("::1".into(), 6380);
+        assert_eq!(addr_text(&tcp), "[::1]:6380");
+        let Target::Single(info) = parse("redis://[::1]:6381/") else {
+            panic!()
+        };
+        assert_eq!(addr_text(info.addr()), "[::1]:6381");
+        let unix = redis::ConnectionAddr::Unix("/run/redis.sock".into());
+        assert_eq!(addr_text(&unix), "/run/redis.sock");
     }
 
     #[test]

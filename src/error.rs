@@ -73,7 +73,8 @@ pub enum Error {
     /// the commands needed to connect. Retrying does not help; fix the configuration.
     #[error("authentication failed at {addr}: {message}")]
     Auth {
-        /// The server's address (`host:port`, never a password).
+        /// The server's address (`host:port`, an IPv6 host in brackets: `[::1]:6379`;
+        /// never a password).
         addr: String,
         /// What the server or the client library said.
         message: String,
@@ -89,7 +90,8 @@ pub enum Error {
     /// with them at once.
     #[error("cannot connect to {addr}: {message}")]
     Connect {
-        /// The server's address (`host:port`, never a password).
+        /// The server's address (`host:port`, an IPv6 host in brackets: `[::1]:6379`;
+        /// never a password).
         addr: String,
         /// What went wrong, with the underlying error's text.
         message: String,

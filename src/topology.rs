@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::connect::{Endpoint, NodeTls, connect_within, with_credentials};
+use crate::connect::{Endpoint, HostPort, NodeTls, connect_within, with_credentials};
 use crate::error::{reply_code, server_code};
 use crate::threads::stopped;
 use redis::io::tcp::TcpSettings;
@@ -423,7 +423,7 @@ impl SentinelTarget {
     fn sentinel_list(&self) -> String {
         self.sentinels
             .iter()
-            .map(|(h, p)| format!("{h}:{p}"))
+            .map(|n| HostPort::of(n).to_string())
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -435,11 +435,10 @@ impl SentinelTarget {
             Some(known) if *known == addr => {}
             Some(_) => {
                 log::warn!(
-                    "redis-semaphore: the primary of sentinel service {:?} is now {}:{}; \
+                    "redis-semaphore: the primary of sentinel service {:?} is now {}; \
                      connections to the old one are dropped",
                     self.service,
-                    addr.0,
-                    addr.1
+                    HostPort::of(&addr)
                 );
                 *primary = Some(addr);
                 self.generation.fetch_add(1, Ordering::AcqRel);
@@ -470,7 +469,7 @@ impl SentinelTarget {
                 "redis-semaphore: the primary of sentinel service {:?}{} refused a write \
                  (READONLY): it is a replica now; asking the sentinels again",
                 self.service,
-                primary.map_or(String::new(), |(h, p)| format!(", {h}:{p},"))
+                primary.map_or(String::new(), |n| format!(", {},", HostPort::of(&n)))
             );
         }
     }
@@ -518,7 +517,6 @@ impl SentinelTarget {
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
         let mut conn = self.node_conn(node, self.data.clone(), timeout)?;
-        let (host, port) = node;
         let role: redis::Value = redis::cmd("ROLE").query(&mut conn)?;
         let first = match &role {
             redis::Value::Array(items) => items.first(),
@@ -533,8 +531,8 @@ impl SentinelTarget {
                 ErrorKind::Client,
                 "not a primary",
                 format!(
-                    "{host}:{port}, named primary of sentinel service {:?}, answers ROLE \
-                     with {role:?}",
+                    "{}, named primary of sentinel service {:?}, answers ROLE with {role:?}",
+                    HostPort::of(node),
                     self.service
                 ),
             )));
@@ -573,7 +571,7 @@ impl SentinelTarget {
                 Ok(conn) => return Ok((conn, generation)),
                 Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
                 Err(e) => {
-                    tried.push(format!("known primary {}:{}: {e}", addr.0, addr.1));
+                    tried.push(format!("known primary {}: {e}", HostPort::of(&addr)));
                     failed = Some(addr);
                 }
             }
@@ -586,8 +584,9 @@ impl SentinelTarget {
             match self.ask(s, t) {
                 // just failed: not worth a second connect timeout
                 Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
-                    "sentinel {}:{} names the same {}:{}",
-                    s.0, s.1, addr.0, addr.1
+                    "sentinel {} names the same {}",
+                    HostPort::of(s),
+                    HostPort::of(&addr)
                 )),
                 Ok(Some(addr)) => match step(timeout, by)
                     .ok_or_else(|| out_of_time(&tried))
@@ -602,18 +601,19 @@ impl SentinelTarget {
                     // outage (nor wait out its checkout timeout)
                     Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
                     Err(e) => tried.push(format!(
-                        "sentinel {}:{} names {}:{}: {e}",
-                        s.0, s.1, addr.0, addr.1
+                        "sentinel {} names {}: {e}",
+                        HostPort::of(s),
+                        HostPort::of(&addr)
                     )),
                 },
                 Ok(None) => {
                     unknown += 1;
                     tried.push(format!(
-                        "sentinel {}:{} does not know the service",
-                        s.0, s.1
+                        "sentinel {} does not know the service",
+                        HostPort::of(s)
                     ));
                 }
-                Err(e) => tried.push(format!("sentinel {}:{}: {e}", s.0, s.1)),
+                Err(e) => tried.push(format!("sentinel {}: {e}", HostPort::of(s))),
             }
         }
         let detail = format!("service {:?}: {}", self.service, tried.join("; "));
@@ -635,11 +635,11 @@ impl SentinelTarget {
 
 impl SentinelTarget {
     /// The error for credentials the primary `addr` refused, naming the service.
-    fn refused(&self, (host, port): &(String, u16), e: &RedisError) -> RedisError {
+    fn refused(&self, node: &(String, u16), e: &RedisError) -> RedisError {
         RedisError::from((
             ErrorKind::AuthenticationFailed,
             "the primary refused the credentials or the ACL user's permissions",
-            format!("service {:?}: {host}:{port}: {e}", self.service),
+            format!("service {:?}: {}: {e}", self.service, HostPort::of(node)),
         ))
     }
 }
@@ -737,10 +737,9 @@ fn watch(target: &SentinelTarget, timeout: Duration, stop: &Receiver<()>) {
             Ok(()) => return,
             Err(e) => {
                 log::warn!(
-                    "redis-semaphore: sentinel watcher of service {:?} lost sentinel {}:{}: {e}",
+                    "redis-semaphore: sentinel watcher of service {:?} lost sentinel {}: {e}",
                     target.service,
-                    s.0,
-                    s.1
+                    HostPort::of(s)
                 );
             }
         }
@@ -776,10 +775,9 @@ fn watch_one(
         target.observe(addr);
     }
     log::debug!(
-        "redis-semaphore: watching {SWITCH_CHANNEL} of service {:?} on {}:{}",
+        "redis-semaphore: watching {SWITCH_CHANNEL} of service {:?} on {}",
         target.service,
-        sentinel.0,
-        sentinel.1
+        HostPort::of(sentinel)
     );
     let mut last_heard = Instant::now();
     loop {

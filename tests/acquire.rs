@@ -1086,6 +1086,66 @@ fn a_database_index_the_server_refuses_is_a_configuration_error_at_once() {
     }
 }
 
+/// IPv6 addresses were printed without brackets in messages (`::1:6379`: which part
+/// is the port?). Every message that names a host and port shows an IPv6 literal as
+/// `[::1]:PORT`: one server's address, a Sentinel target's sentinels and a cluster's
+/// seed nodes (the text `redis` adds to a cluster's error is its own), and a
+/// `ConnectionInfo` built by hand. Nothing listens on the port (bound on the loopback,
+/// then freed), so the connection is refused at once. On a machine without an IPv6 loopback the connect
+/// fails otherwise (no such address, unreachable network) after at most the short
+/// connect timeout set here, and the messages still name the address through the
+/// same formatting, which is what this test checks.
+#[test]
+fn an_ipv6_address_is_bracketed_in_messages() {
+    let port = std::net::TcpListener::bind("[::1]:0")
+        .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bracketed = format!("[::1]:{port}");
+    let bare = format!("::1:{port}");
+    let build = |url: String| {
+        Client::builder()
+            .connect_timeout(Duration::from_millis(300))
+            .checkout_timeout(Duration::from_millis(600))
+            .build(url)
+            .unwrap()
+    };
+    let check = |what: &str, text: String| {
+        assert!(text.contains(&bracketed), "{what}: {text}");
+        assert!(!text.contains(&bare), "{what}: {text}");
+    };
+    let client = build(format!("redis://[::1]:{port}/"));
+    check("client debug", format!("{client:?}"));
+    let sem = client.semaphore("v6", 1).unwrap();
+    for e in [sem.try_acquire().unwrap_err(), client.ping().unwrap_err()] {
+        assert!(
+            matches!(&e, Error::Connect { addr, .. } if *addr == bracketed),
+            "{e:?}"
+        );
+        check("one server", e.to_string());
+    }
+    // a hand-built target is named by a URL made from its address
+    use redis_semaphore::redis::{ConnectionAddr, IntoConnectionInfo};
+    let info = ConnectionAddr::Tcp("::1".into(), port)
+        .into_connection_info()
+        .unwrap();
+    let e = Client::builder()
+        .tls_ca_file("/nonexistent/ca.crt")
+        .build(info)
+        .unwrap_err();
+    check("hand-built", e.to_string());
+    let sentinel = build(format!("redis+sentinel://[::1]:{port}/svc"));
+    check("sentinel", sentinel.ping().unwrap_err().to_string());
+    // (what the cluster client of `redis` adds after the address is its own text, which
+    // shows its nodes its own way: only the library's part is checked)
+    let cluster = build(format!("redis+cluster://[::1]:{port}"));
+    let text = cluster.ping().unwrap_err().to_string();
+    let ours = format!("cannot connect to cluster {bracketed}: ");
+    assert!(text.starts_with(&ours), "cluster: {text}");
+}
+
 #[test]
 fn a_timed_out_release_names_the_operation_and_the_time_allowed() {
     let server = RedisServer::start();
