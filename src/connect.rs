@@ -814,7 +814,8 @@ fn refused_database(e: &redis::RedisError) -> bool {
 }
 
 /// Whether a connect error says the server is not there at all (a refused
-/// connection, an unknown host name, a missing socket file): a call fails at once
+/// connection, an unknown host name, a missing socket file, a Sentinel service no
+/// sentinel knows, as a misspelt name is): a call fails at once
 /// with it instead of waiting out the checkout timeout. (A configuration error is not
 /// one, whatever its message says.)
 pub(crate) fn is_unreachable(e: &Error) -> bool {
@@ -827,6 +828,7 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
                 "name or service not known",
                 "no such file or directory",
                 "nodename nor servname",
+                "no sentinel knows the service",
             ]
             .iter()
             .any(|w| m.contains(w))
