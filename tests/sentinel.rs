@@ -13,6 +13,21 @@ use redis_semaphore::compat::book::BookVariant;
 use support::sentinel::{SERVICE, Sentinel, SentinelSet};
 use support::{RedisServer, command_calls, keys, queued_waiter, wait_for, wait_until};
 
+/// The two tests that count the library's threads in this process take this lock
+/// exclusively, every other test shared: a client another test builds or drops
+/// meanwhile would change the count (a flake seen in a full run).
+static THREAD_COUNT: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that builds clients, so that no thread count runs meanwhile.
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    THREAD_COUNT.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a test that counts the library's threads.
+fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    THREAD_COUNT.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Script calls a data node ran for clients (`EVALSHA` and `EVAL`). Replication
 /// carries a script's effects, never the script, so a replica's own count stays put.
 fn script_calls(node: &RedisServer) -> u64 {
@@ -38,6 +53,7 @@ fn wait_until_client_uses(client: &Client, node: &RedisServer, what: &str) {
 
 #[test]
 fn acquire_and_release_through_a_sentinel_url() {
+    let _threads = shared();
     let set = SentinelSet::start();
     let client = Client::open(set.url()).unwrap();
     let sem = client.semaphore("s", 2).unwrap();
@@ -63,6 +79,7 @@ fn acquire_and_release_through_a_sentinel_url() {
 
 #[test]
 fn a_failover_is_followed_and_the_old_primary_gets_no_writes_after_the_switch() {
+    let _threads = shared();
     const WORKERS: usize = 4;
     let set = SentinelSet::start();
     let client = Client::builder()
@@ -218,6 +235,7 @@ fn a_failover_is_followed_and_the_old_primary_gets_no_writes_after_the_switch() 
 
 #[test]
 fn a_blocked_acquire_is_woken_across_a_failover() {
+    let _threads = shared();
     let set = SentinelSet::start();
     let client = Client::open(set.url()).unwrap();
     let sem = client
@@ -253,6 +271,7 @@ fn dead_port() -> u16 {
 
 #[test]
 fn unreachable_sentinels_give_an_error_naming_them_and_the_service() {
+    let _threads = shared();
     let (p1, p2) = (dead_port(), dead_port());
     let url = format!("redis+sentinel://user:hunter2@127.0.0.1:{p1},127.0.0.1:{p2}/mysvc");
     let client = Client::builder()
@@ -278,6 +297,7 @@ fn unreachable_sentinels_give_an_error_naming_them_and_the_service() {
 /// retryable (a service may be added to the sentinels later).
 #[test]
 fn an_unknown_service_gives_an_error_naming_it_at_once() {
+    let _threads = shared();
     let primary = RedisServer::start();
     let sentinel = Sentinel::start(primary.port(), &[]);
     let url = format!(
@@ -308,6 +328,7 @@ fn an_unknown_service_gives_an_error_naming_it_at_once() {
 /// timeout is 5 s by default).
 #[test]
 fn a_database_index_the_primary_refuses_is_a_configuration_error_at_once() {
+    let _threads = shared();
     let primary = RedisServer::start();
     let sentinel = Sentinel::start(primary.port(), &[]);
     let url = format!("redis+sentinel://127.0.0.1:{}/svc/99", sentinel.port());
@@ -334,6 +355,7 @@ fn a_database_index_the_primary_refuses_is_a_configuration_error_at_once() {
 
 #[test]
 fn sentinels_with_a_password_take_the_builders_credentials() {
+    let _threads = shared();
     let set = SentinelSet::start_with(&[], &["requirepass sentpw"]);
     // the URL's credentials are the data nodes': no password there
     let without = Client::builder()
@@ -404,6 +426,7 @@ fn sentinels_with_a_password_take_the_builders_credentials() {
 
 #[test]
 fn bad_sentinel_urls_are_refused_at_once() {
+    let _threads = shared();
     for (url, needle) in [
         ("redis+sentinel://h1:26379", "service name"),
         ("redis+sentinel://u:secret@h1:x/s", "port must be"),
@@ -428,6 +451,7 @@ struct CrashRun {
 
 #[test]
 fn a_crashed_primary_is_replaced_and_the_same_client_carries_on() {
+    let _threads = shared();
     const WORKERS: usize = 4;
     const LIMIT: u32 = 2;
     let mut set = SentinelSet::start();
@@ -594,6 +618,7 @@ const DATA_PW: &str = "data-Pw-3";
 
 #[test]
 fn data_nodes_with_a_password_take_the_urls_and_a_wrong_one_is_refused_clearly() {
+    let _threads = shared();
     let set = SentinelSet::start_with_data_password(DATA_PW);
     let with = |pw: &str| {
         set.url()
@@ -702,6 +727,7 @@ fn swap_roles_unannounced(set: &SentinelSet, old: u16, new: u16) {
 /// sentinels, and the error is retryable; a release that met it is sent again at once.
 #[test]
 fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
+    let _threads = shared();
     let set = SentinelSet::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_secs(1))
@@ -770,6 +796,7 @@ fn a_demoted_primary_s_readonly_replies_send_the_client_to_the_new_one() {
 /// to the new primary in the same way.
 #[test]
 fn a_book_semaphore_leaves_a_demoted_primary_too() {
+    let _threads = shared();
     let set = SentinelSet::start();
     let client = Client::builder()
         .operation_timeout(Duration::from_secs(1))
@@ -821,6 +848,7 @@ fn a_book_semaphore_leaves_a_demoted_primary_too() {
 /// times the operation timeout. The whole set-up now ends by the release's deadline.
 #[test]
 fn a_drop_cut_off_from_the_primary_and_the_sentinels_ends_within_the_operation_timeout() {
+    let _threads = shared();
     let set = SentinelSet::start();
     let op = Duration::from_millis(500);
     let client = Client::builder()
@@ -881,6 +909,7 @@ fn connected_to(port: u16) -> bool {
 /// ends by itself when its call does).
 #[test]
 fn dropping_a_client_whose_sentinels_answer_nothing_ends_within_the_operation_timeout() {
+    let _threads = exclusive();
     let set = SentinelSet::start();
     let op = Duration::from_millis(300);
     let _paused: Vec<support::Paused> = set.sentinels.iter().map(Sentinel::pause).collect();
@@ -919,6 +948,7 @@ fn dropping_a_client_whose_sentinels_answer_nothing_ends_within_the_operation_ti
 /// the operation timeout; and the client's threads end with it.
 #[test]
 fn holders_and_waiters_across_a_crashed_primary() {
+    let _threads = exclusive();
     let mut set = SentinelSet::start();
     let threads_before = support::library_threads();
     let op = Duration::from_secs(1);
