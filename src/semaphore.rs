@@ -686,7 +686,7 @@ impl Semaphore {
     pub fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
         self.check_permits(n)?;
         match self.attempt(&new_id(), n, Mode::Try, "")? {
-            Attempt::Granted(p) => self.confirm(p).map(Some),
+            Attempt::Granted(p) => self.confirm(p, None).map(Some),
             Attempt::Busy { .. } => Ok(None),
         }
     }
@@ -1012,8 +1012,11 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         self.check_permits(n)?;
         let id = new_id();
+        // the wait's bound: its deadline and one operation timeout
+        let op = self.inner.client.inner.shared.op_timeout;
+        let end = deadline.map(|d| d.checked_add(op).unwrap_or(d));
         if let Attempt::Granted(p) = self.attempt(&id, n, Mode::Try, "")? {
-            return self.confirm(p).map(Some);
+            return self.confirm(p, end).map(Some);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -1030,8 +1033,11 @@ impl Semaphore {
         let result = self
             .wait_riding_through(n, deadline, cancel, &hub, id)
             .and_then(|p| {
-                p.map(|p| self.full_lease(p, deadline).and_then(|p| self.confirm(p)))
-                    .transpose()
+                p.map(|p| {
+                    self.full_lease(p, deadline)
+                        .and_then(|p| self.confirm(p, end))
+                })
+                .transpose()
             });
         match &result {
             Ok(Some(_)) => {
@@ -1096,6 +1102,29 @@ impl Semaphore {
             // the permit is gone (marked lost), or an error of another kind: dropping
             // it gives it back, one round trip to a server that answers
             Err(e) => Err(e),
+        }
+    }
+
+    /// Gives `p` back now, the release ending by `end` (or one operation timeout from
+    /// now, if sooner); a release that fails or runs out of time is left to the
+    /// background thread (sent again until the lease has surely ended), so the caller
+    /// never waits past `end` for it.
+    fn give_back_by(&self, p: Permit, end: Instant) {
+        let sem = &self.inner;
+        let state = Arc::clone(&p.state);
+        // stops its renewal here and sends nothing
+        let _ = p.into_parts();
+        let deadline = end.min(Instant::now() + sem.client.inner.shared.op_timeout);
+        match sem.release_by(&state, deadline) {
+            Ok(()) | Err(Error::PermitLost { .. } | Error::LeaseExpired { .. }) => {}
+            Err(e) => {
+                log::debug!(
+                    "redis-semaphore: giving back {} of {} in the background: {e}",
+                    state.id,
+                    sem.name
+                );
+                self.clean_up_after(&state.id, Instant::now());
+            }
         }
     }
 
@@ -1394,43 +1423,60 @@ impl Semaphore {
     /// only counts the writes of its own connection. So a renewal of the permit goes
     /// first on the connection that then waits: replication is one ordered stream, and
     /// a replica that acknowledged the renewal has the grant before it.
-    fn confirm(&self, permit: Permit) -> Result<Permit> {
+    ///
+    /// With `end` (a wait's bound: its deadline and one operation timeout), all of it
+    /// (the checkout, the renewal and `WAIT`) ends by then, and a permit that was not
+    /// confirmed is given back in the background, not in the caller's time.
+    fn confirm(&self, permit: Permit, end: Option<Instant>) -> Result<Permit> {
         let sem = &self.inner;
         let Some((wanted, timeout_ms)) = sem.replicas else {
             return Ok(permit);
         };
-        let acked = self.conn().and_then(|mut conn| {
-            match leased::refresh(&mut conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
-                Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
-                Ok(_) => {
-                    return Err(Error::PermitLost {
-                        id: permit.id().to_owned(),
-                        reason: LostReason::Expired,
-                    });
+        let shared = &sem.client.inner.shared;
+        let op = shared.op_timeout;
+        let left = || end.map_or(op, left_until);
+        let acked = shared.pool.get(end.map(left_until)).and_then(|mut conn| {
+            conn.within_conn(left(), op, |conn| {
+                match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
+                    Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
+                    Ok(_) => {
+                        return Err(Error::PermitLost {
+                            id: permit.id().to_owned(),
+                            reason: LostReason::Expired,
+                        });
+                    }
+                    Err(e) => return Err(sem.sorted(e)),
                 }
-                Err(e) => return Err(sem.sorted(e)),
-            }
-            match conn.cluster() {
-                // on the primary of the semaphore's slot, not on every primary
-                Some(cluster) => {
-                    // the cluster connection's read timeout is a share of the
-                    // operation's (one per attempt): WAIT may block for its own
-                    let op = sem.client.inner.shared.op_timeout;
-                    let wait = Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op);
-                    let _ = cluster.set_read_timeout(Some(wait));
-                    let acked =
-                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, timeout_ms);
-                    let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
-                    acked
+                match conn.cluster() {
+                    // on the primary of the semaphore's slot, not on every primary
+                    Some(cluster) => {
+                        // the cluster connection's read timeout is a share of the
+                        // operation's (one per attempt): WAIT may block for its own,
+                        // never past `end`
+                        let wait = (Duration::from_millis(timeout_ms)
+                            + crate::pool::per_attempt(op))
+                        .min(left().max(Duration::from_millis(1)));
+                        let _ = cluster.set_read_timeout(Some(wait));
+                        let acked = leased::wait_replicas_at(
+                            cluster,
+                            &sem.keys.holders,
+                            wanted,
+                            timeout_ms,
+                        );
+                        let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                        acked
+                    }
+                    None => leased::wait_replicas(conn, wanted, timeout_ms),
                 }
-                None => leased::wait_replicas(&mut conn, wanted, timeout_ms),
-            }
-            .map_err(|e| sem.sorted(e))
+                .map_err(|e| sem.sorted(e))
+            })
         });
         match acked {
             Ok(acked) if acked >= wanted => Ok(permit),
             Ok(acked) => {
-                if let Err(e) = permit.release() {
+                if let Some(end) = end {
+                    self.give_back_by(permit, end);
+                } else if let Err(e) = permit.release() {
                     log::warn!(
                         "redis-semaphore: could not give back a permit of {} that too few \
                          replicas acknowledged: {e}",
@@ -1443,8 +1489,14 @@ impl Semaphore {
                     wanted,
                 })
             }
-            // dropping the permit gives it back (best effort, bounded)
-            Err(e) => Err(e),
+            Err(e) => {
+                match end {
+                    Some(end) => self.give_back_by(permit, end),
+                    // dropping the permit gives it back (best effort, bounded)
+                    None => drop(permit),
+                }
+                Err(e)
+            }
         }
     }
 
@@ -1804,8 +1856,18 @@ impl Grantor for SemInner {
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
+        let deadline = Instant::now() + self.client.inner.shared.op_timeout;
+        self.release_by(permit, deadline)
+    }
+}
+
+impl SemInner {
+    /// [`Grantor::release`], all of it ending by `deadline`.
+    fn release_by(&self, permit: &PermitState, deadline: Instant) -> Result<()> {
         let shared = &self.client.inner.shared;
-        let result = self.give_back(permit).map_err(|e| e.during("release"));
+        let result = self
+            .give_back(permit, deadline)
+            .map_err(|e| e.during("release"));
         match &result {
             Ok(()) => {
                 Counters::bump(&shared.stats.released);
@@ -1834,9 +1896,7 @@ impl Grantor for SemInner {
         }
         result
     }
-}
 
-impl SemInner {
     /// Renews `permit` for a full lease (a manual refresh), waiting on Redis (the pool
     /// checkout and the call) at most `wait`.
     fn renew_within(&self, permit: &PermitState, wait: Duration) -> Result<()> {
@@ -1872,14 +1932,14 @@ impl SemInner {
     }
 
     /// Sends the release, all of it (pool checkout, a wait for a shared call, the call,
-    /// one retry) ending by one deadline: the operation timeout from now. A release
+    /// one retry) ending by one deadline: for `release` and `Drop`, the operation
+    /// timeout from now. A release
     /// that fails on a broken connection is sent once more on a fresh one (the script
     /// is safe to run twice): after a `CLIENT KILL` or a restart every idle pooled
     /// connection may be dead, and the slot would otherwise stay taken for a lease.
-    fn give_back(&self, permit: &PermitState) -> Result<()> {
+    fn give_back(&self, permit: &PermitState, deadline: Instant) -> Result<()> {
         let shared = &self.client.inner.shared;
         shared.registry.lock().deregister(&self.group, &permit.id);
-        let deadline = Instant::now() + shared.op_timeout;
         let first = self
             .combiner
             .run(

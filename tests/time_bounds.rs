@@ -734,3 +734,48 @@ fn dropping_a_permit_of_a_default_user_pool_on_a_stopped_server_ends_within_the_
     // and the client works again once the server answers
     assert!(sem.try_acquire().unwrap().is_some());
 }
+
+/// `acquire_timeout` with `wait_replicas`: the grant's confirmation (the renewal on a
+/// pooled connection, then `WAIT`) ran without the wait's deadline (a checkout with
+/// the pool's own wait, then an operation timeout per command), and a confirmation
+/// that failed gave the permit back in the foreground (another operation timeout).
+/// Here the grant is pushed to a queued waiter as the server's writes pause: the
+/// renewal hangs for an operation timeout, then the release for another.
+#[test]
+fn a_replica_confirmed_acquire_timeout_served_from_the_queue_on_a_paused_server_ends_within_its_timeout_and_one_round_trip()
+ {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(800);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = client(&server, OP, 16);
+    let sem = client
+        .semaphore_builder("confirmed")
+        .limit(1)
+        .wait_replicas(1, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    // the holder, on a handle without the replica wait (no replica here), renewed by
+    // nobody once handed over
+    let held = client
+        .semaphore("confirmed", 1)
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+    };
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        sem.queue_len().unwrap() == 1
+    });
+    release_and_pause_writes(&mut admin, "confirmed", held.id());
+    let (r, took) = waiter.join().unwrap();
+    unpause(&mut admin);
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+}
