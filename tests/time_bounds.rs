@@ -779,3 +779,63 @@ fn a_replica_confirmed_acquire_timeout_served_from_the_queue_on_a_paused_server_
         "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
     );
 }
+
+/// Redisson's replica wait inside `acquire_timeout`: a try whose write no replica
+/// acknowledged gives its permits back (Redisson's `handleNoSync`). That give-back ran
+/// without the wait's deadline: a checkout with the pool's own wait, then an operation
+/// timeout for its call. Here the replica is stopped (no acknowledgement) and the
+/// primary's writes pause while the try's `WAIT` blocks: the give-back hangs.
+#[test]
+fn a_redisson_acquire_timeout_whose_give_back_after_an_unacknowledged_try_hangs_ends_within_its_timeout_and_one_try()
+ {
+    const OP: Duration = Duration::from_millis(1500);
+    const REPLICA_WAIT: Duration = Duration::from_millis(1400);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let (primary, replica) = support::primary_and_replica();
+    let mut admin = primary.conn();
+    let client = client(&primary, OP, 16);
+    for expirable in [false, true] {
+        let name = if expirable { "pes-undo" } else { "rs-undo" };
+        let rs = client
+            .redisson_semaphore(name)
+            .with_replica_wait(REPLICA_WAIT)
+            .unwrap();
+        let pes = client
+            .redisson_permit_expirable_semaphore(name)
+            .with_replica_wait(REPLICA_WAIT)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(name)
+            .arg(5)
+            .query(&mut admin)
+            .unwrap();
+        let stalled = replica.pause();
+        let waiter = thread::spawn(move || {
+            timed(|| {
+                if expirable {
+                    pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some())
+                } else {
+                    rs.acquire_timeout(1, TIMEOUT)
+                }
+            })
+        });
+        // the try took a permit and waits for the replica's acknowledgement
+        wait_until(Duration::from_secs(5), "the try's WAIT blocks", || {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+            list.lines().any(|l| l.contains(" cmd=wait "))
+        });
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(30_000)
+            .arg("WRITE")
+            .query(&mut admin)
+            .unwrap();
+        let (r, took) = waiter.join().unwrap();
+        unpause(&mut admin);
+        drop(stalled);
+        assert!(
+            took <= TIMEOUT + OP + SLACK,
+            "{name}: acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+        );
+    }
+}

@@ -540,6 +540,31 @@ fn wait_message(ps: &mut redis::PubSub<'_>, until: Instant) -> redis::RedisResul
     }
 }
 
+/// Runs `give_back` (the give-back of permits a try took that no replica
+/// acknowledged, Redisson's `handleNoSync`) and says whether it gave them back. With
+/// `end` (a wait's bound) the caller waits for it no later than then: it runs on a
+/// thread of its own, which goes on in the background after `end` (permits without an
+/// owner or a lease would be lost for good if it were cut short).
+fn give_back_by(end: Option<Instant>, give_back: impl FnOnce() -> bool + Send + 'static) -> bool {
+    let Some(end) = end else {
+        return give_back();
+    };
+    match crate::threads::run_aside("redsem-give-back", end, give_back) {
+        Ok(Some(given_back)) => given_back,
+        Ok(None) => {
+            log::warn!(
+                "redis-semaphore: giving back permits that no replica acknowledged did not \
+                 end by the wait's bound; it goes on in the background"
+            );
+            false
+        }
+        Err(e) => {
+            log::warn!("redis-semaphore: cannot start a thread to give back permits: {e}");
+            false
+        }
+    }
+}
+
 /// The client's wall clock in epoch milliseconds: Redisson's time base.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -741,27 +766,23 @@ impl RSemaphore {
             end,
             |c, k| calls::rs_try_acquire(c, k, permits, once.as_ref()),
             |got| {
-                // Redisson's handleNoSync: give the permits just taken back
-                *got && self
-                    .common
-                    .run(|c, k| {
-                        calls::rs_release(
-                            c,
-                            k,
-                            publish,
-                            permits,
-                            false,
-                            self.common.once().as_ref(),
-                        )
-                    })
-                    .inspect_err(|e| {
-                        log::warn!(
-                            "redis-semaphore: could not give back {permits} permit(s) of {} \
-                             that no replica acknowledged: {e}",
-                            self.common.name
-                        )
-                    })
-                    .is_ok()
+                // Redisson's handleNoSync: give the permits just taken back (by the
+                // wait's bound, when there is one)
+                let common = self.common.clone();
+                *got && give_back_by(end, move || {
+                    common
+                        .run(|c, k| {
+                            calls::rs_release(c, k, publish, permits, false, common.once().as_ref())
+                        })
+                        .inspect_err(|e| {
+                            log::warn!(
+                                "redis-semaphore: could not give back {permits} permit(s) of {} \
+                                 that no replica acknowledged: {e}",
+                                common.name
+                            )
+                        })
+                        .is_ok()
+                })
             },
         )?;
         if got {
@@ -1270,25 +1291,27 @@ impl RPermitExpirableSemaphore {
                 calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
             },
             |answer| {
-                // Redisson's handleNoSync: give the permits just taken back
+                // Redisson's handleNoSync: give the permits just taken back (by the
+                // wait's bound, when there is one)
                 if !matches!(answer, PesAcquire::Granted) {
                     return false;
                 }
-                let mut all = true;
-                for id in &ids {
-                    let released =
-                        self.inner
-                            .release_raw_unsynced(&encode_id(id))
-                            .inspect_err(|e| {
+                let (inner, ids) = (Arc::clone(&self.inner), ids.clone());
+                give_back_by(end, move || {
+                    let mut all = true;
+                    for id in &ids {
+                        let released =
+                            inner.release_raw_unsynced(&encode_id(id)).inspect_err(|e| {
                                 log::warn!(
-                                    "redis-semaphore: could not give back a permit of {} that no \
-                                 replica acknowledged: {e}",
-                                    self.inner.common.name
+                                    "redis-semaphore: could not give back a permit of {} that \
+                                     no replica acknowledged: {e}",
+                                    inner.common.name
                                 )
                             });
-                    all &= released.is_ok();
-                }
-                all
+                        all &= released.is_ok();
+                    }
+                    all
+                })
             },
         )?;
         Ok(match answer {
