@@ -652,7 +652,9 @@ impl RSemaphore {
     /// count read from `INFO replication` (`connected_slaves`) and read again when
     /// `WAIT`'s answer differs from it. When replicas are connected and none
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
-    /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
+    /// the permits it took back and fails with [`Error::ReplicasNotAcked`] (with
+    /// [`Error::NoSyncedReplicas`] when an `acquire_timeout`'s give-back has not ended by
+    /// its bound: it goes on in the background); any other
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
@@ -1184,7 +1186,9 @@ impl RPermitExpirableSemaphore {
     /// count read from `INFO replication` (`connected_slaves`) and read again when
     /// `WAIT`'s answer differs from it. When replicas are connected and none
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
-    /// the permits it took back and fails with [`Error::ReplicasNotAcked`]; any other
+    /// the permits it took back and fails with [`Error::ReplicasNotAcked`] (with
+    /// [`Error::NoSyncedReplicas`] when an `acquire_timeout`'s give-back has not ended by
+    /// its bound: it goes on in the background); any other
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
