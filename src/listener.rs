@@ -236,9 +236,25 @@ impl Drop for Listener {
 /// A connection for the subscription (see [`open_subscriber`]): a dedicated one to the
 /// current primary when the client built its own pool, else one taken from the user's
 /// pool for as long as the thread needs it.
+///
+/// A subscription on it must be left with [`leave`](SubConn::leave), its `PubSub`
+/// dropped with a read timeout of [`LEAVE_AT_ONCE`] first ([`quit_pubsub`]): a dedicated
+/// connection is closed, and a pooled one is brought back in step with its replies
+/// before it goes back to the user's pool (see [`PooledSub`]).
 pub(crate) enum SubConn {
     Own(PrimaryConn),
-    Pooled(crate::pool::Conn),
+    Pooled(PooledSub),
+}
+
+/// The read timeout a `PubSub` is dropped with: redis-rs then sends `UNSUBSCRIBE` and
+/// `PUNSUBSCRIBE` and waits this long for their answers (see [`PooledSub`] for what
+/// follows when they come later).
+pub(crate) const LEAVE_AT_ONCE: Duration = Duration::from_millis(1);
+
+/// Drops a subscription without waiting for the server: see [`LEAVE_AT_ONCE`].
+pub(crate) fn quit_pubsub(ps: redis::PubSub<'_>) {
+    let _ = ps.set_read_timeout(Some(LEAVE_AT_ONCE));
+    drop(ps);
 }
 
 impl SubConn {
@@ -246,7 +262,29 @@ impl SubConn {
     pub(crate) fn get(&mut self) -> Option<&mut redis::Connection> {
         match self {
             SubConn::Own(c) => Some(c),
-            SubConn::Pooled(c) => c.plain(),
+            SubConn::Pooled(c) => {
+                c.subscribed = true;
+                c.conn.as_mut()?.plain()
+            }
+        }
+    }
+
+    /// Makes a pooled connection's [`leave`](SubConn::leave) (also the one its drop
+    /// makes) wait here until `by` at most.
+    pub(crate) fn leave_by(&mut self, by: Instant) {
+        if let SubConn::Pooled(c) = self {
+            c.leave_by = Some(by);
+        }
+    }
+
+    /// Gives the connection up once its subscription's `PubSub` is dropped
+    /// ([`quit_pubsub`]): a dedicated one is closed; a pooled one goes back to the
+    /// user's pool in step with its replies, waiting for that at most `budget` here
+    /// (the rest, if any, on a thread of its own).
+    pub(crate) fn leave(self, budget: Duration) {
+        match self {
+            SubConn::Own(c) => drop(c),
+            SubConn::Pooled(mut c) => c.leave(budget),
         }
     }
 
@@ -276,7 +314,153 @@ pub(crate) fn open_subscriber(shared: &Shared, by: Option<Instant>) -> crate::Re
         Pool::User(..) => shared
             .pool
             .get(Some(within(shared.op_timeout)))
-            .map(SubConn::Pooled),
+            .map(|conn| {
+                SubConn::Pooled(PooledSub {
+                    conn: Some(conn),
+                    subscribed: false,
+                    op_timeout: shared.op_timeout,
+                    leave_by: None,
+                })
+            }),
+    }
+}
+
+/// A connection of the user's pool that a subscription used. redis-rs leaves a
+/// subscription when its `PubSub` is dropped (`UNSUBSCRIBE` and `PUNSUBSCRIBE`, then it
+/// reads their answers); when they do not come within the read timeout (a server that
+/// stopped answering), the answers arrive later and the next command on the connection
+/// reads them as its own replies, each later command the reply of the one before
+/// (measured with redis 1.8.1: a `SET` answered with `punsubscribe`, the `GET` after it
+/// with `OK`). A script given another call's reply could take another caller's grant
+/// for its own. So before the connection goes back to the user's pool it is brought
+/// back in step: three `PING`s with tokens of their own are sent after the
+/// subscription's last commands, and everything is read up to the third token's echo.
+/// Three, because redis-rs skips one reply for each read that timed out (the reply of
+/// the command it was waiting for, it assumes): at most two here (the leave's own wait
+/// in `quit_pubsub`, and the wait below), so the third token is always read, and
+/// nothing is left to read after it. A connection not back in step within the budget
+/// is brought back on a thread of its own, which waits as long as it takes (a server
+/// that never answers keeps that one connection out of the pool; one whose socket
+/// closed makes the pool discard it).
+///
+/// Dropped without [`leave`](PooledSub::leave), it leaves as `leave` does, with the time
+/// until [`SubConn::leave_by`]'s instant as its budget, else the operation timeout.
+pub(crate) struct PooledSub {
+    conn: Option<crate::pool::Conn>,
+    /// Whether a subscription was made on it ([`SubConn::get`] was called).
+    subscribed: bool,
+    op_timeout: Duration,
+    /// When set, how long a drop's leave may wait here: until then.
+    leave_by: Option<Instant>,
+}
+
+impl PooledSub {
+    fn leave(&mut self, budget: Duration) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if !self.subscribed || conn.plain().is_none() {
+            return;
+        }
+        let op = self.op_timeout;
+        let tokens: Vec<String> = (0..3)
+            .map(|k| format!("redsem-leave-{}-{k}", uuid::Uuid::new_v4().simple()))
+            .collect();
+        let sent = conn.plain().map(|c| send_tokens(c, &tokens, budget));
+        match sent {
+            Some(Ok(())) => {}
+            // not sent: the connection is broken (the pool discards it) or out of step
+            // with nothing known of what it holds; either way a read below tells
+            Some(Err(e)) => log::debug!("redis-semaphore: leaving a subscription: {e}"),
+            None => return,
+        }
+        let last = tokens[2].clone();
+        let done = conn.plain().map(|c| read_to_token(c, &last));
+        match done {
+            Some(Ok(())) => restore(&mut conn, op),
+            Some(Err(e)) if e.is_timeout() => {
+                log::warn!(
+                    "redis-semaphore: a connection of the given pool left its subscription                      without an answer within {budget:?}; it goes back to the pool once the                      server has answered ({e})"
+                );
+                let spawned = std::thread::Builder::new()
+                    .name("redsem-unsub".into())
+                    .spawn(move || {
+                        let mut conn = conn;
+                        let done = conn.plain().map(|c| {
+                            c.set_read_timeout(None)?;
+                            read_to_token(c, &last)
+                        });
+                        match done {
+                            Some(Ok(())) => restore(&mut conn, op),
+                            Some(Err(e)) => log::debug!(
+                                "redis-semaphore: a connection of the given pool failed while                                  leaving its subscription: {e}"
+                            ),
+                            None => {}
+                        }
+                    });
+                if let Err(e) = spawned {
+                    log::warn!(
+                        "redis-semaphore: cannot start a thread to leave a subscription: {e}"
+                    );
+                }
+            }
+            // the connection failed (the pool discards a closed one)
+            Some(Err(e)) => log::debug!("redis-semaphore: leaving a subscription: {e}"),
+            None => {}
+        }
+    }
+}
+
+impl Drop for PooledSub {
+    fn drop(&mut self) {
+        let budget = self.leave_by.map_or(self.op_timeout, left_until);
+        self.leave(budget);
+    }
+}
+
+/// Sends `PING token` for each of `tokens`, with read and write timeouts of `budget`
+/// (at least a millisecond) for what follows.
+fn send_tokens(
+    c: &mut redis::Connection,
+    tokens: &[String],
+    budget: Duration,
+) -> redis::RedisResult<()> {
+    let budget = budget.max(Duration::from_millis(1));
+    c.set_read_timeout(Some(budget))?;
+    c.set_write_timeout(Some(budget))?;
+    let mut packed = Vec::new();
+    for t in tokens {
+        packed.extend(redis::cmd("PING").arg(t).get_packed_command());
+    }
+    c.send_packed_command(&packed)
+}
+
+/// Reads the connection's replies until one of them is the echo of `PING token`
+/// (`token` itself, or `["pong", token]` while still subscribed).
+fn read_to_token(c: &mut redis::Connection, token: &str) -> redis::RedisResult<()> {
+    loop {
+        if is_echo(&c.recv_response()?, token.as_bytes()) {
+            return Ok(());
+        }
+    }
+}
+
+fn is_echo(v: &redis::Value, token: &[u8]) -> bool {
+    match v {
+        redis::Value::BulkString(b) => b == token,
+        redis::Value::SimpleString(s) => s.as_bytes() == token,
+        redis::Value::Array(items) | redis::Value::Push { data: items, .. } => {
+            items.iter().any(|i| is_echo(i, token))
+        }
+        _ => false,
+    }
+}
+
+/// Puts the operation timeout back on a connection that goes back to the user's pool.
+fn restore(conn: &mut crate::pool::Conn, op: Duration) {
+    if let Some(c) = conn.plain() {
+        let _ = c.set_read_timeout(Some(op));
+        let _ = c.set_write_timeout(Some(op));
     }
 }
 
@@ -311,7 +495,9 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             log::error!("redis-semaphore: wake-up listener: no plain connection to subscribe on");
             return;
         };
-        match listen(plain, hub, stop, &stale) {
+        let listened = listen(plain, hub, stop, &stale);
+        conn.leave(shared.op_timeout);
+        match listened {
             Ok(()) => return,
             Err(e) => {
                 failed_before = true;
@@ -332,6 +518,19 @@ fn listen(
     stale: &dyn Fn() -> bool,
 ) -> redis::RedisResult<()> {
     let mut ps = conn.as_pubsub();
+    let listened = listen_on(&mut ps, hub, stop, stale);
+    // left without waiting here; the caller brings a pooled connection back in step
+    quit_pubsub(ps);
+    listened
+}
+
+/// [`listen`] on the subscription `ps`.
+fn listen_on(
+    ps: &mut redis::PubSub<'_>,
+    hub: &Hub,
+    stop: &Receiver<()>,
+    stale: &dyn Fn() -> bool,
+) -> redis::RedisResult<()> {
     ps.set_read_timeout(Some(POLL))?;
     ps.subscribe(&hub.channel)?;
     hub.set_ready(true);

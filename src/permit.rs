@@ -114,7 +114,9 @@ impl Permit {
     /// Renews the lease now, to a full lease from this moment.
     ///
     /// Needed only with `auto_refresh(false)`; with automatic refresh the client's
-    /// background thread does it every tick.
+    /// background thread does it every tick. A permit of a
+    /// [`Semaphore`](crate::Semaphore) waits on Redis at most the operation timeout in
+    /// all, the wait for a pooled connection included.
     ///
     /// # Errors
     ///

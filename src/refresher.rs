@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
-use crate::clock::lease_end;
+use crate::clock::{lease_end, left_until};
 use crate::error::LostReason;
 use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE, Renew};
 use crate::scripts::Keys;
@@ -95,8 +95,9 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let wait = until_next(shared, horizon);
+        let by = Instant::now() + wait;
         let result = shared.pool.get(Some(wait)).and_then(|mut conn| {
-            conn.within(wait, shared.op_timeout, |c2| {
+            conn.within(left_until(by), shared.op_timeout, |c2| {
                 leased::release(c2, &c.keys, &c.id, false)
             })
         });
@@ -281,9 +282,9 @@ fn renew_custom(
     }
 }
 
-/// One call of the `refresh` script for `ids`, waiting at most `wait` for a connection
-/// and at most `wait` for each read and write (`shared.op_timeout` when `wait` is not
-/// shorter).
+/// One call of the `refresh` script for `ids`, waiting on Redis at most `wait` in all
+/// (`shared.op_timeout` when `wait` is not shorter): the checkout, then the call with
+/// what the checkout left.
 pub(crate) fn call_refresh(
     shared: &Shared,
     keys: &Keys,
@@ -293,8 +294,10 @@ pub(crate) fn call_refresh(
 ) -> crate::Result<Renewal> {
     let lease_ms = lease.as_millis() as u64;
     let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
+    // one deadline for the checkout and the call: the call gets what the checkout left
+    let by = Instant::now() + wait;
     let mut conn = shared.pool.get(Some(wait))?;
-    conn.within(wait, shared.op_timeout, |c| {
+    conn.within(left_until(by), shared.op_timeout, |c| {
         leased::refresh(c, keys, lease_ms, ids)
     })
 }

@@ -118,7 +118,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::client::Client;
 use crate::clock::left_until;
 use crate::error::{Error, LostReason, Result};
-use crate::listener::{SubConn, open_subscriber};
+use crate::listener::{open_subscriber, quit_pubsub};
 use crate::permit::{Grantor, Permit};
 use crate::registry::{GroupKey, PermitState, Renew};
 use crate::scripts::leased;
@@ -407,8 +407,11 @@ impl Common {
             }
             PublishCommand::SPublish => None,
         };
-        let op = self.shared().op_timeout;
-        let own = matches!(holder, Some(SubConn::Own(_)));
+        if let (Some(h), Some(end)) = (holder.as_mut(), end) {
+            // a pooled connection is brought back in step by the wait's bound (the rest
+            // on a thread of its own)
+            h.leave_by(end);
+        }
         let sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
             let budget = deadline.map_or(op, |d| left_until(d).min(op));
             // the connection is this wait's own (or the user's pool sets its
@@ -419,13 +422,9 @@ impl Common {
             match ps.subscribe(&self.keys.channel) {
                 Ok(()) => Some(ps),
                 Err(e) => {
-                    // leaving it (UNSUBSCRIBE on drop) must not wait out a second
-                    // budget on a server that did not answer: this wait's own
-                    // connection is closed anyway (a pooled one goes back to the
-                    // user's pool, and must leave the subscription for good)
-                    if own {
-                        let _ = ps.set_read_timeout(Some(Duration::from_millis(1)));
-                    }
+                    // left without waiting on a server that did not answer (the
+                    // holder's connection is closed, or brought back in step)
+                    quit_pubsub(ps);
                     log::warn!(
                         "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
                         self.keys.channel
@@ -434,7 +433,7 @@ impl Common {
                 }
             }
         });
-        let mut sub = Leaving { ps: sub, own };
+        let mut sub = Leaving { ps: sub };
         loop {
             let retry_at = match attempt(end)? {
                 Attempt::Got(t) => {
@@ -482,23 +481,18 @@ impl Common {
     }
 }
 
-/// A wait's subscription, left (redis-rs sends `UNSUBSCRIBE` and reads its answer)
-/// when the wait ends, however it ends. On the wait's own connection, closed right
-/// after, the answer is not waited for: the read timeout left from the last wait for a
-/// message (up to the re-check period) would otherwise add to the wait's bound when
-/// the server stopped answering during its last try. A connection of the user's pool
-/// goes back to it, so it waits for the answer.
+/// A wait's subscription, left without waiting for the server when the wait ends,
+/// however it ends ([`quit_pubsub`]): the holder of its connection then closes it (the
+/// wait's own) or brings it back in step with its replies before it goes back to the
+/// user's pool, by the wait's bound ([`SubConn::leave_by`]).
 struct Leaving<'a> {
     ps: Option<redis::PubSub<'a>>,
-    own: bool,
 }
 
 impl Drop for Leaving<'_> {
     fn drop(&mut self) {
-        if self.own
-            && let Some(ps) = &self.ps
-        {
-            let _ = ps.set_read_timeout(Some(Duration::from_millis(1)));
+        if let Some(ps) = self.ps.take() {
+            quit_pubsub(ps);
         }
     }
 }
