@@ -333,15 +333,14 @@ pub(crate) fn open_subscriber(shared: &Shared, by: Option<Instant>) -> crate::Re
 /// (measured with redis 1.8.1: a `SET` answered with `punsubscribe`, the `GET` after it
 /// with `OK`). A script given another call's reply could take another caller's grant
 /// for its own. So before the connection goes back to the user's pool it is brought
-/// back in step: three `PING`s with tokens of their own are sent after the
-/// subscription's last commands, and everything is read up to the third token's echo.
-/// Three, because redis-rs skips one reply for each read that timed out (the reply of
-/// the command it was waiting for, it assumes): at most two here (the leave's own wait
-/// in `quit_pubsub`, and the wait below), so the third token is always read, and
-/// nothing is left to read after it. A connection not back in step within the budget
-/// is brought back on a thread of its own, which waits as long as it takes (a server
-/// that never answers keeps that one connection out of the pool; one whose socket
-/// closed makes the pool discard it).
+/// back in step ([`bring_in_step`]): `PING`s with tokens of their own follow the
+/// subscription's last commands, everything is read up to the last token's echo, and a
+/// last `PING` clears what redis-rs kept of the subscription. redis-rs skips one reply
+/// for each earlier read of a reply that timed out, so the tokens outnumber those
+/// reads ([`INLINE_TOKENS`], [`LATE_TOKENS`]). A connection not back in step within the
+/// budget is brought back on a thread of its own, without timeouts (a server that never
+/// answers keeps that one connection out of the pool; one whose socket closed makes
+/// the pool discard it), and one that cannot be is never given back ([`OutOfStep`]).
 ///
 /// Dropped without [`leave`](PooledSub::leave), it leaves as `leave` does, with the time
 /// until [`SubConn::leave_by`]'s instant as its budget, else the operation timeout.
@@ -359,54 +358,60 @@ impl PooledSub {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
-        if !self.subscribed || conn.plain().is_none() {
+        if !self.subscribed {
             return;
         }
         let op = self.op_timeout;
-        let tokens: Vec<String> = (0..3)
-            .map(|k| format!("redsem-leave-{}-{k}", uuid::Uuid::new_v4().simple()))
-            .collect();
-        let sent = conn.plain().map(|c| send_tokens(c, &tokens, budget));
-        match sent {
-            Some(Ok(())) => {}
-            // not sent: the connection is broken (the pool discards it) or out of step
-            // with nothing known of what it holds; either way a read below tells
-            Some(Err(e)) => log::debug!("redis-semaphore: leaving a subscription: {e}"),
-            None => return,
-        }
-        let last = tokens[2].clone();
-        let done = conn.plain().map(|c| read_to_token(c, &last));
-        match done {
-            Some(Ok(())) => restore(&mut conn, op),
-            Some(Err(e)) if e.is_timeout() => {
-                log::warn!(
-                    "redis-semaphore: a connection of the given pool left its subscription                      without an answer within {budget:?}; it goes back to the pool once the                      server has answered ({e})"
-                );
-                let spawned = std::thread::Builder::new()
-                    .name("redsem-unsub".into())
-                    .spawn(move || {
-                        let mut conn = conn;
-                        let done = conn.plain().map(|c| {
-                            c.set_read_timeout(None)?;
-                            read_to_token(c, &last)
-                        });
-                        match done {
-                            Some(Ok(())) => restore(&mut conn, op),
-                            Some(Err(e)) => log::debug!(
-                                "redis-semaphore: a connection of the given pool failed while                                  leaving its subscription: {e}"
-                            ),
-                            None => {}
-                        }
-                    });
-                if let Err(e) = spawned {
-                    log::warn!(
-                        "redis-semaphore: cannot start a thread to leave a subscription: {e}"
-                    );
-                }
+        let Some(c) = conn.plain() else {
+            return;
+        };
+        match bring_in_step(c, INLINE_TOKENS, Some(budget.max(Duration::from_millis(1)))) {
+            Ok(()) => {
+                restore(&mut conn, op);
+                return;
             }
-            // the connection failed (the pool discards a closed one)
-            Some(Err(e)) => log::debug!("redis-semaphore: leaving a subscription: {e}"),
-            None => {}
+            Err(e) => log::warn!(
+                "redis-semaphore: a connection of the given pool is not back in step with \
+                 its replies within {budget:?} of leaving a subscription ({e}); it goes back \
+                 to the pool once it is"
+            ),
+        }
+        // kept out of the pool unless brought back in step (also when the thread
+        // cannot start: the closure, and the connection in it, is dropped then)
+        let mut kept = OutOfStep(Some(conn));
+        let spawned = std::thread::Builder::new()
+            .name("redsem-unsub".into())
+            .spawn(move || {
+                let Some(c) = kept.0.as_mut().and_then(|conn| conn.plain()) else {
+                    return;
+                };
+                // no timeout from here on: no read adds a skip any more
+                match bring_in_step(c, LATE_TOKENS, None) {
+                    Ok(()) => {
+                        if let Some(mut conn) = kept.0.take() {
+                            restore(&mut conn, op);
+                        }
+                    }
+                    // the socket failed: nothing can be read from it any more, and the
+                    // next command on it fails too (the pool discards a closed one)
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        log::debug!(
+                            "redis-semaphore: a connection of the given pool failed while \
+                             leaving a subscription: {e}"
+                        );
+                        drop(kept.0.take());
+                    }
+                    Err(e) => log::warn!(
+                        "redis-semaphore: a connection of the given pool could not be brought \
+                         back in step with its replies ({e}); it is kept out of the pool"
+                    ),
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!(
+                "redis-semaphore: cannot start a thread to leave a subscription ({e}); its \
+                 connection is kept out of the given pool"
+            );
         }
     }
 }
@@ -418,33 +423,65 @@ impl Drop for PooledSub {
     }
 }
 
-/// Sends `PING token` for each of `tokens`, with read and write timeouts of `budget`
-/// (at least a millisecond) for what follows.
-fn send_tokens(
-    c: &mut redis::Connection,
-    tokens: &[String],
-    budget: Duration,
-) -> redis::RedisResult<()> {
-    let budget = budget.max(Duration::from_millis(1));
-    c.set_read_timeout(Some(budget))?;
-    c.set_write_timeout(Some(budget))?;
-    let mut packed = Vec::new();
-    for t in tokens {
-        packed.extend(redis::cmd("PING").arg(t).get_packed_command());
-    }
-    c.send_packed_command(&packed)
-}
+/// A pooled connection that must not go back to the pool out of step with its
+/// replies: dropped while it still holds it, it leaks the connection (the pool counts
+/// it as checked out for good) instead of giving it back.
+struct OutOfStep(Option<crate::pool::Conn>);
 
-/// Reads the connection's replies until one of them is the echo of `PING token`
-/// (`token` itself, or `["pong", token]` while still subscribed).
-fn read_to_token(c: &mut redis::Connection, token: &str) -> redis::RedisResult<()> {
-    loop {
-        if is_echo(&c.recv_response()?, token.as_bytes()) {
-            return Ok(());
+impl Drop for OutOfStep {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            std::mem::forget(conn);
         }
     }
 }
 
+/// Tokens sent by a leave within its budget: redis-rs skips one reply per read of a
+/// reply that timed out before (a `SUBSCRIBE` or a heartbeat `PING` in an outage, and
+/// the unsubscribe of [`quit_pubsub`]: at most two), so the last of three is read.
+const INLINE_TOKENS: usize = 3;
+
+/// Tokens sent again, without a timeout, after a leave ran out of its budget: to the
+/// two skips above, that leave's own timed-out reads add at most two (its token read,
+/// or the `PING` that follows it); eight leave a margin.
+const LATE_TOKENS: usize = 8;
+
+/// Brings `c`, a connection a subscription used, back in step with its replies, with
+/// read and write timeouts of `timeout` (`None`: none). redis-rs's drop of the
+/// subscription has sent `UNSUBSCRIBE` and `PUNSUBSCRIBE`; here `PING`s with tokens of
+/// their own follow, everything is read up to the last token's echo (a reply skipped
+/// by redis-rs in place of one that timed out is one of those read before it), and a
+/// last `PING` through redis-rs's own command path clears the subscribed state it may
+/// have kept after an unsubscribe that timed out (it unsubscribes again first and reads
+/// exactly those answers, the connection being in step).
+fn bring_in_step(
+    c: &mut redis::Connection,
+    tokens: usize,
+    timeout: Option<Duration>,
+) -> redis::RedisResult<()> {
+    c.set_read_timeout(timeout)?;
+    c.set_write_timeout(timeout)?;
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let mut packed = Vec::new();
+    for k in 0..tokens {
+        packed.extend(
+            redis::cmd("PING")
+                .arg(format!("redsem-leave-{run}-{k}"))
+                .get_packed_command(),
+        );
+    }
+    c.send_packed_command(&packed)?;
+    let last = format!("redsem-leave-{run}-{}", tokens - 1);
+    loop {
+        if is_echo(&c.recv_response()?, last.as_bytes()) {
+            break;
+        }
+    }
+    redis::cmd("PING").query::<()>(c)
+}
+
+/// Whether `v` is the echo of `PING token`: `token` itself, or `["pong", token]` while
+/// the connection is still subscribed.
 fn is_echo(v: &redis::Value, token: &[u8]) -> bool {
     match v {
         redis::Value::BulkString(b) => b == token,
@@ -496,6 +533,10 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             return;
         };
         let listened = listen(plain, hub, stop, &stale);
+        if listened.is_err() {
+            // waiters rely on their timers while there is no subscription
+            hub.set_ready(false);
+        }
         conn.leave(shared.op_timeout);
         match listened {
             Ok(()) => return,

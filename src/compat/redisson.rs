@@ -468,7 +468,9 @@ impl Common {
                             "redis-semaphore: subscription to {} lost (polling instead): {e}",
                             self.keys.channel
                         );
-                        sub.ps = None;
+                        if let Some(ps) = sub.ps.take() {
+                            quit_pubsub(ps);
+                        }
                     }
                 }
                 None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
