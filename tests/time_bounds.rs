@@ -695,6 +695,37 @@ fn a_manual_refresh_permit_served_from_the_queue_whose_renewal_fails_keeps_its_f
     unpause(&mut admin);
 }
 
+/// Runs `rs.acquire_timeout(1, timeout)` on a semaphore without permits, stops the
+/// server once the wait has made `tries` script calls, and returns the wait's result
+/// and how long it took (the server goes on once the wait has ended).
+fn a_redisson_wait_through_an_outage(
+    server: &RedisServer,
+    admin: &mut redis::Connection,
+    rs: &redis_semaphore::compat::redisson::RSemaphore,
+    timeout: Duration,
+    tries: u64,
+) -> (Result<bool, Error>, Duration) {
+    assert!(rs.try_set_permits(0).unwrap());
+    let calls = |admin: &mut redis::Connection| {
+        support::command_calls(admin)
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = calls(admin);
+    let waiter = {
+        let rs = rs.clone();
+        thread::spawn(move || timed(|| rs.acquire_timeout(1, timeout)))
+    };
+    wait_until(Duration::from_secs(5), "the wait's tries", || {
+        calls(admin) >= before + tries
+    });
+    let paused = server.pause();
+    let result = waiter.join().unwrap();
+    drop(paused);
+    result
+}
+
 /// A Redisson `acquire_timeout` on a server that stopped answering during its wait ends
 /// within its bound (its timeout and one try): leaving the subscription used to wait
 /// for the answer to `UNSUBSCRIBE` as long as the read timeout the last wait for a
@@ -709,27 +740,10 @@ fn a_redisson_wait_ends_without_waiting_to_leave_its_subscription() {
     let mut admin = server.conn();
     let client = client(&server, OP, 16);
     let rs = client.redisson_semaphore("rs").with_recheck(RECHECK);
-    assert!(rs.try_set_permits(0).unwrap());
-    let tries = |admin: &mut redis::Connection| {
-        support::command_calls(admin)
-            .get("evalsha")
-            .copied()
-            .unwrap_or(0)
-    };
-    let before = tries(&mut admin);
-    let waiter = {
-        let rs = rs.clone();
-        thread::spawn(move || timed(|| rs.acquire_timeout(1, TIMEOUT)))
-    };
     // three tries at once (before subscribing, and two as the wait starts), then the
     // one of the first re-check: the wait for a message that follows sets a read
     // timeout of the re-check period, and the try after it (at the deadline) hangs
-    wait_until(Duration::from_secs(5), "the re-check's try", || {
-        tries(&mut admin) >= before + 4
-    });
-    let paused = server.pause();
-    let (r, took) = waiter.join().unwrap();
-    drop(paused);
+    let (r, took) = a_redisson_wait_through_an_outage(&server, &mut admin, &rs, TIMEOUT, 4);
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
@@ -928,26 +942,9 @@ fn a_redisson_wait_on_a_given_pool_ends_in_time_and_gives_its_connection_back_in
         .unwrap();
     let client = Client::from_pool(pool.clone()).unwrap();
     let rs = client.redisson_semaphore("rs").with_recheck(RECHECK);
-    assert!(rs.try_set_permits(0).unwrap());
-    let tries = |admin: &mut redis::Connection| {
-        support::command_calls(admin)
-            .get("evalsha")
-            .copied()
-            .unwrap_or(0)
-    };
-    let before = tries(&mut admin);
-    let waiter = {
-        let rs = rs.clone();
-        thread::spawn(move || timed(|| rs.acquire_timeout(1, TIMEOUT)))
-    };
     // the tries as the wait starts; the wait for a message that follows sets a read
     // timeout of the re-check period, and the try after it (before the deadline) hangs
-    wait_until(Duration::from_secs(5), "the wait's first tries", || {
-        tries(&mut admin) >= before + 3
-    });
-    let paused = server.pause();
-    let (r, took) = waiter.join().unwrap();
-    drop(paused);
+    let (r, took) = a_redisson_wait_through_an_outage(&server, &mut admin, &rs, TIMEOUT, 3);
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
     assert_every_pooled_connection_in_step(&pool, 0);
     assert!(rs.try_set_permits(1).is_ok());
