@@ -64,6 +64,21 @@ fn unpause(admin: &mut redis::Connection) {
     let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
 }
 
+/// Runs `f` while the client's only connection hangs in another call
+/// ([`hang_the_only_connection`]) and returns its result with how long it took.
+fn behind_a_hung_call<T>(
+    admin: &mut redis::Connection,
+    client: &Client,
+    op: Duration,
+    f: impl FnOnce() -> T,
+) -> (T, Duration) {
+    let busy = hang_the_only_connection(admin, client, op);
+    let result = timed(f);
+    unpause(admin);
+    busy.join().unwrap();
+    result
+}
+
 /// Drops `permit` while the client's only connection hangs in another call
 /// ([`hang_the_only_connection`]) and returns how long the drop took.
 fn drop_behind_a_hung_call(
@@ -72,11 +87,7 @@ fn drop_behind_a_hung_call(
     op: Duration,
     permit: redis_semaphore::Permit,
 ) -> Duration {
-    let busy = hang_the_only_connection(admin, client, op);
-    let ((), took) = timed(|| drop(permit));
-    unpause(admin);
-    busy.join().unwrap();
-    took
+    behind_a_hung_call(admin, client, op, || drop(permit)).1
 }
 
 /// Asserts that an `acquire_timeout(timeout)` against a server that stopped answering
@@ -140,10 +151,7 @@ fn a_counting_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_a
     let cs = client.counting_semaphore("cs-busy").unwrap();
     assert!(cs.try_set_permits(0).unwrap());
     let mut admin = server.conn();
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = timed(|| cs.acquire_timeout(1, TIMEOUT));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || cs.acquire_timeout(1, TIMEOUT));
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
@@ -163,16 +171,12 @@ fn redisson_acquire_timeouts_behind_a_busy_connection_end_within_their_timeout_a
     assert!(pes.try_set_permits(0).unwrap());
     let mut admin = server.conn();
 
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = timed(|| rs.acquire_timeout(1, TIMEOUT));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || rs.acquire_timeout(1, TIMEOUT));
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = timed(|| pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some()));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || {
+        pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some())
+    });
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
@@ -193,10 +197,9 @@ fn an_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_and_one_r
         .acquire()
         .unwrap();
     let mut admin = server.conn();
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some()));
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || {
+        sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())
+    });
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
     drop(held);
 }
@@ -222,10 +225,7 @@ fn a_queued_acquire_timeout_whose_connection_turns_busy_ends_within_its_timeout_
     wait_until(Duration::from_secs(5), "the waiter queues", || {
         other_sem.queue_len().unwrap() == 1
     });
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = waiter.join().unwrap();
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let ((r, took), _) = behind_a_hung_call(&mut admin, &client, OP, || waiter.join().unwrap());
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
     drop(held);
 }
@@ -246,10 +246,7 @@ fn a_manual_refresh_behind_a_busy_connection_ends_within_the_operation_timeout()
         .unwrap();
     let permit = sem.acquire().unwrap();
     let mut admin = server.conn();
-    let busy = hang_the_only_connection(&mut admin, &client, OP);
-    let (r, took) = timed(|| permit.refresh());
-    unpause(&mut admin);
-    busy.join().unwrap();
+    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || permit.refresh());
     assert!(
         took <= OP + SLACK,
         "refresh took {took:?} (operation timeout {OP:?}): {r:?}"
