@@ -259,7 +259,12 @@ impl Client {
     ///
     /// The pool must hold at least two connections: the client's wake-up listener
     /// keeps one for as long as the client lives (blocking acquires are woken through
-    /// it), and every other call needs another.
+    /// it), and every other call needs another. A Redisson wait subscribes on one
+    /// too, for as long as it waits. A connection a subscription used goes back to
+    /// the pool only once its replies are in step with its commands again (when the
+    /// server did not answer the unsubscribe in time, the library reads the late
+    /// answers first, on a thread of its own if that takes longer than the call may
+    /// wait), so the application's own commands on it never read a late answer.
     ///
     /// # Errors
     ///
