@@ -722,18 +722,25 @@ fn a_release_the_cluster_client_resends_is_not_reported_as_a_loss() {
     assert_eq!(sem.available().unwrap(), 2);
 }
 
-/// The index in `cluster.nodes` of a replica of node `k` (`CLUSTER NODES`).
+/// The index in `cluster.nodes` of a replica of node `k`, once node `k`'s own view
+/// (`CLUSTER NODES`) lists one: a replica in sync can still show as a primary there
+/// until the cluster's gossip reaches node `k` (seen in a CI run).
 fn replica_of(cluster: &RedisCluster, k: usize) -> usize {
     let mut c = cluster.nodes[k].conn();
     let id: String = redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap();
-    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
-    nodes
-        .lines()
-        .map(|line| line.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
-        .and_then(|f| f[1].split([':', '@']).nth(1)?.parse::<u16>().ok())
-        .and_then(|port| cluster.nodes.iter().position(|n| n.port() == port))
-        .unwrap_or_else(|| panic!("no replica of node {k}:\n{nodes}"))
+    wait_for(
+        Duration::from_secs(10),
+        "node k to list a replica of its own",
+        || {
+            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+            nodes
+                .lines()
+                .map(|line| line.split(' ').collect::<Vec<_>>())
+                .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
+                .and_then(|f| f[1].split([':', '@']).nth(1)?.parse::<u16>().ok())
+                .and_then(|port| cluster.nodes.iter().position(|n| n.port() == port))
+        },
+    )
 }
 
 /// Failover audit (2026-11-26), pinned: a manual failover (`CLUSTER FAILOVER` on the
