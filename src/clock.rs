@@ -78,6 +78,12 @@ pub(crate) fn deadline_in(timeout: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
+/// The bound of a wait with `deadline`: the deadline and one operation timeout `op`
+/// (the call in flight at the deadline); `None` for a wait without one.
+pub(crate) fn wait_end(deadline: Option<Instant>, op: Duration) -> Option<Instant> {
+    deadline.map(|d| d.checked_add(op).unwrap_or(d))
+}
+
 /// What is left until `deadline`, at least a millisecond: a socket timeout cannot be
 /// zero, and a call whose time is up still gets one short try.
 pub(crate) fn left_until(deadline: Instant) -> Duration {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{deadline_in, left_until};
+use crate::clock::{deadline_in, wait_end};
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
@@ -449,12 +449,10 @@ impl CountingSemaphore {
         call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
-        let mut conn = shared.pool.get(end.map(left_until))?;
         let keys = &self.inner.keys;
-        let result = match end {
-            Some(end) => conn.within(left_until(end), shared.op_timeout, |c| call(c, keys)),
-            None => call(&mut conn, keys),
-        };
+        let result = shared
+            .pool
+            .run_by(end, shared.op_timeout, |c| call(&mut **c, keys));
         result.map_err(|e| {
             Counters::bump(&self.shared().stats.errors);
             self.inner.metrics.errors();
@@ -527,7 +525,7 @@ impl CountingSemaphore {
         // every call of the wait ends by its deadline and one operation timeout (the
         // look in flight at the deadline, or the cancel after it), the waits for a
         // connection included
-        let end = deadline.map(|d| d.checked_add(self.shared().op_timeout).unwrap_or(d));
+        let end = wait_end(deadline, self.shared().op_timeout);
         if self.look(permits, None, end)? {
             metrics.acquired();
             return Ok(true);

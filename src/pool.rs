@@ -446,6 +446,20 @@ fn checkout_aside(
 }
 
 impl Pool {
+    /// Runs `f` on a connection from the pool, the wait for the connection and `f`
+    /// together ending by `until` (`f` gets what the checkout left: see
+    /// [`Conn::within_conn`]); with `None`, the pool's own wait and the operation
+    /// timeout `op` for `f`.
+    pub(crate) fn run_by<T>(
+        &self,
+        until: Option<Instant>,
+        op: Duration,
+        f: impl FnOnce(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.get(until.map(left_until))?;
+        conn.within_conn(until.map_or(op, left_until), op, f)
+    }
+
     /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
     pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
         match self {

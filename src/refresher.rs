@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
-use crate::clock::{lease_end, left_until};
+use crate::clock::lease_end;
 use crate::error::LostReason;
 use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE, Renew};
 use crate::scripts::Keys;
@@ -94,12 +94,9 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         }
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
-        let wait = until_next(shared, horizon);
-        let by = Instant::now() + wait;
-        let result = shared.pool.get(Some(wait)).and_then(|mut conn| {
-            conn.within(left_until(by), shared.op_timeout, |c2| {
-                leased::release(c2, &c.keys, &c.id, false)
-            })
+        let by = Instant::now() + until_next(shared, horizon);
+        let result = shared.pool.run_by(Some(by), shared.op_timeout, |c2| {
+            leased::release(&mut **c2, &c.keys, &c.id, false)
         });
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
@@ -294,10 +291,8 @@ pub(crate) fn call_refresh(
 ) -> crate::Result<Renewal> {
     let lease_ms = lease.as_millis() as u64;
     let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
-    // one deadline for the checkout and the call: the call gets what the checkout left
     let by = Instant::now() + wait;
-    let mut conn = shared.pool.get(Some(wait))?;
-    conn.within(left_until(by), shared.op_timeout, |c| {
-        leased::refresh(c, keys, lease_ms, ids)
+    shared.pool.run_by(Some(by), shared.op_timeout, |c| {
+        leased::refresh(&mut **c, keys, lease_ms, ids)
     })
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{Anchor, Clock, deadline_in, lease_end, left_until, shrink};
+use crate::clock::{Anchor, Clock, deadline_in, lease_end, left_until, shrink, wait_end};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -113,9 +113,9 @@ impl SemInner {
     /// back unsorted, as [`Error::Redis`].
     pub(crate) fn exec_until(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<HotReply>> {
         let shared = &self.client.inner.shared;
-        let left = || left_until(deadline);
-        let mut conn = shared.pool.get(Some(left()))?;
-        conn.within(left(), shared.op_timeout, |c| self.exec_on_conn(c, ops))
+        shared.pool.run_by(Some(deadline), shared.op_timeout, |c| {
+            self.exec_on_conn(&mut **c, ops)
+        })
     }
 
     /// A release of `id` on a brand-new connection (not one of the pool's idle ones,
@@ -992,12 +992,6 @@ impl Semaphore {
         self.inner.client.inner.shared.pool.get(None)
     }
 
-    /// A connection from the pool, waiting for one until `until` at most.
-    fn conn_until(&self, until: Instant) -> Result<crate::pool::Conn> {
-        let shared = &self.inner.client.inner.shared;
-        shared.pool.get(Some(left_until(until)))
-    }
-
     /// Blocking acquire. One try first; then the waiter queues itself (after the
     /// client's wake-up listener is subscribed) and sleeps until Redis pushes its grant,
     /// it heads the queue and the earliest lease ends, the listener asks everyone to
@@ -1013,8 +1007,7 @@ impl Semaphore {
         self.check_permits(n)?;
         let id = new_id();
         // the wait's bound: its deadline and one operation timeout
-        let op = self.inner.client.inner.shared.op_timeout;
-        let end = deadline.map(|d| d.checked_add(op).unwrap_or(d));
+        let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
         if let Attempt::Granted(p) = self.attempt(&id, n, Mode::Try, "")? {
             return self.confirm(p, end).map(Some);
         }
@@ -1279,7 +1272,7 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         let op = self.inner.client.inner.shared.op_timeout;
         let soon = Instant::now() + op;
-        let until = deadline.map_or(soon, |d| soon.min(d + op));
+        let until = wait_end(deadline, op).map_or(soon, |end| soon.min(end));
         let reply = self.run_cancel(&waiter.id, until);
         waiter.finish();
         match reply? {
@@ -1301,13 +1294,12 @@ impl Semaphore {
     /// `until`; `Some((token, server deadline, slots))` when the waiter had been
     /// granted meanwhile.
     fn run_cancel(&self, id: &str, until: Instant) -> Result<Option<(u64, i64, Vec<u32>)>> {
-        let mut conn = self.conn_until(until)?;
         let sent = Instant::now();
-        let op = self.inner.client.inner.shared.op_timeout;
+        let shared = &self.inner.client.inner.shared;
         let keys = &self.inner.keys;
-        let reply = conn
-            .within(left_until(until), op, |c| leased::cancel(c, keys, id))
-            .map_err(|e| self.inner.sorted(e))?;
+        let reply = shared.pool.run_by(Some(until), shared.op_timeout, |c| {
+            leased::cancel(&mut **c, keys, id).map_err(|e| self.inner.sorted(e))
+        })?;
         let clock = &self.inner.clock;
         match reply {
             Cancelled::Left { now_ms } => {
@@ -1435,41 +1427,34 @@ impl Semaphore {
         let shared = &sem.client.inner.shared;
         let op = shared.op_timeout;
         let left = || end.map_or(op, left_until);
-        let acked = shared.pool.get(end.map(left_until)).and_then(|mut conn| {
-            conn.within_conn(left(), op, |conn| {
-                match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
-                    Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
-                    Ok(_) => {
-                        return Err(Error::PermitLost {
-                            id: permit.id().to_owned(),
-                            reason: LostReason::Expired,
-                        });
-                    }
-                    Err(e) => return Err(sem.sorted(e)),
+        let acked = shared.pool.run_by(end, op, |conn| {
+            match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
+                Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
+                Ok(_) => {
+                    return Err(Error::PermitLost {
+                        id: permit.id().to_owned(),
+                        reason: LostReason::Expired,
+                    });
                 }
-                match conn.cluster() {
-                    // on the primary of the semaphore's slot, not on every primary
-                    Some(cluster) => {
-                        // the cluster connection's read timeout is a share of the
-                        // operation's (one per attempt): WAIT may block for its own,
-                        // never past `end`
-                        let wait = (Duration::from_millis(timeout_ms)
-                            + crate::pool::per_attempt(op))
+                Err(e) => return Err(sem.sorted(e)),
+            }
+            match conn.cluster() {
+                // on the primary of the semaphore's slot, not on every primary
+                Some(cluster) => {
+                    // the cluster connection's read timeout is a share of the
+                    // operation's (one per attempt): WAIT may block for its own,
+                    // never past `end`
+                    let wait = (Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op))
                         .min(left().max(Duration::from_millis(1)));
-                        let _ = cluster.set_read_timeout(Some(wait));
-                        let acked = leased::wait_replicas_at(
-                            cluster,
-                            &sem.keys.holders,
-                            wanted,
-                            timeout_ms,
-                        );
-                        let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
-                        acked
-                    }
-                    None => leased::wait_replicas(conn, wanted, timeout_ms),
+                    let _ = cluster.set_read_timeout(Some(wait));
+                    let acked =
+                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, timeout_ms);
+                    let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                    acked
                 }
-                .map_err(|e| sem.sorted(e))
-            })
+                None => leased::wait_replicas(conn, wanted, timeout_ms),
+            }
+            .map_err(|e| sem.sorted(e))
         });
         match acked {
             Ok(acked) if acked >= wanted => Ok(permit),
@@ -1505,11 +1490,9 @@ impl Semaphore {
     /// from its start, so a look in flight at the wait's deadline ends within the
     /// wait's bound).
     fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
-        let sem = &self.inner;
-        let mut conn = self.conn_until(give_up)?;
-        let op = sem.client.inner.shared.op_timeout;
-        conn.within(left_until(give_up), op, |c| {
-            self.look_on(c, id, n, channel, give_up)
+        let shared = &self.inner.client.inner.shared;
+        shared.pool.run_by(Some(give_up), shared.op_timeout, |c| {
+            self.look_on(&mut **c, id, n, channel, give_up)
         })
     }
 

@@ -79,6 +79,20 @@ fn behind_a_hung_call<T>(
     result
 }
 
+/// Runs the wait `f` (an `acquire_timeout(timeout)`) while the client's only
+/// connection hangs in another call, and asserts that it gave up within its bound
+/// ([`assert_gave_up_in_time`]).
+fn gives_up_in_time_behind_a_hung_call(
+    admin: &mut redis::Connection,
+    client: &Client,
+    op: Duration,
+    timeout: Duration,
+    f: impl FnOnce() -> Result<bool, Error>,
+) {
+    let (r, took) = behind_a_hung_call(admin, client, op, f);
+    assert_gave_up_in_time(&r, took, timeout, op);
+}
+
 /// Drops `permit` while the client's only connection hangs in another call
 /// ([`hang_the_only_connection`]) and returns how long the drop took.
 fn drop_behind_a_hung_call(
@@ -151,8 +165,9 @@ fn a_counting_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_a
     let cs = client.counting_semaphore("cs-busy").unwrap();
     assert!(cs.try_set_permits(0).unwrap());
     let mut admin = server.conn();
-    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || cs.acquire_timeout(1, TIMEOUT));
-    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+    gives_up_in_time_behind_a_hung_call(&mut admin, &client, OP, TIMEOUT, || {
+        cs.acquire_timeout(1, TIMEOUT)
+    });
 }
 
 /// The Redisson waits promise their timeout plus at most one operation timeout; their
@@ -171,13 +186,13 @@ fn redisson_acquire_timeouts_behind_a_busy_connection_end_within_their_timeout_a
     assert!(pes.try_set_permits(0).unwrap());
     let mut admin = server.conn();
 
-    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || rs.acquire_timeout(1, TIMEOUT));
-    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+    gives_up_in_time_behind_a_hung_call(&mut admin, &client, OP, TIMEOUT, || {
+        rs.acquire_timeout(1, TIMEOUT)
+    });
 
-    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || {
+    gives_up_in_time_behind_a_hung_call(&mut admin, &client, OP, TIMEOUT, || {
         pes.acquire_timeout(TIMEOUT, None).map(|p| p.is_some())
     });
-    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
 }
 
 /// The leased semaphore's wait behind a busy connection: its timeout plus at most one
@@ -197,10 +212,9 @@ fn an_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_and_one_r
         .acquire()
         .unwrap();
     let mut admin = server.conn();
-    let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || {
+    gives_up_in_time_behind_a_hung_call(&mut admin, &client, OP, TIMEOUT, || {
         sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())
     });
-    assert_gave_up_in_time(&r, took, TIMEOUT, OP);
     drop(held);
 }
 

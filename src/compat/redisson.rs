@@ -116,7 +116,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
-use crate::clock::left_until;
+use crate::clock::{left_until, wait_end};
 use crate::error::{Error, LostReason, Result};
 use crate::listener::{open_subscriber, quit_pubsub};
 use crate::permit::{Grantor, Permit};
@@ -379,7 +379,7 @@ impl Common {
         // every try of the wait ends by its deadline and one operation timeout (the try
         // in flight at the deadline), the wait for a connection included
         let op = self.shared().op_timeout;
-        let end = deadline.map(|d| d.checked_add(op).unwrap_or(d));
+        let end = wait_end(deadline, op);
         if let Attempt::Got(t) = attempt(end)? {
             return Ok(Some(t));
         }
