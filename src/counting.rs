@@ -257,7 +257,9 @@ impl CountingSemaphore {
     }
 
     /// Takes `permits` if the count has them now, in one round trip; never waits.
-    /// `false` when it has fewer (or is unset, or in debt).
+    /// `false` when it has fewer (or is unset, or in debt). The whole call, the wait
+    /// for a pooled connection when all are busy included, ends within the operation
+    /// timeout.
     ///
     /// Does not queue, and may take permits that a queued waiter was told about (the
     /// semaphore is not fair).
@@ -268,7 +270,10 @@ impl CountingSemaphore {
     /// A timeout leaves the acquire in doubt (see the type's docs).
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
-        let granted = self.look(permits, None, None)?;
+        // never waits: the wait for a connection and the call share one operation
+        // timeout, as the leased semaphore's try (not the checkout timeout and then one)
+        let end = deadline_in(self.shared().op_timeout);
+        let granted = self.look(permits, None, Some(end))?;
         if granted {
             self.inner.metrics.acquired();
         } else {

@@ -1016,3 +1016,65 @@ fn drop_a_listening_client_in_an_outage(server: &RedisServer, url: String, longe
     assert!(took <= OP + SLACK, "the client's drop took {took:?}");
     assert_every_pooled_connection_in_step(&pool, 0);
 }
+
+/// A try never waits (DESIGN: "one round trip, never waits"): while every connection of
+/// the pool is in use elsewhere, each semaphore's `try_acquire` gives up within one
+/// operation timeout with a timeout error, not after the pool's own checkout wait (here
+/// 30 s). The counting, Redisson and book tries used to wait for a connection that long;
+/// the leased try already shared one budget between the checkout and its call.
+#[test]
+fn every_try_acquire_with_every_connection_busy_gives_up_within_one_operation_timeout() {
+    // the operation timeout of a client made by Client::from_pool
+    const OP: Duration = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .connection_timeout(Duration::from_secs(30))
+        .test_on_check_out(false)
+        .build(server.client())
+        .unwrap();
+    let client = Client::from_pool(pool.clone()).unwrap();
+    let sem = client.semaphore("try-busy", 1).unwrap();
+    let cs = client.counting_semaphore("cs-try-busy").unwrap();
+    let rs = client.redisson_semaphore("rs-try-busy");
+    let pes = client.redisson_permit_expirable_semaphore("pes-try-busy");
+    let book = client.book_semaphore("book-try-busy", 1).build().unwrap();
+    // every handle has made its first call (its clock anchor, its scripts loaded)
+    assert!(cs.try_set_permits(1).unwrap());
+    assert!(rs.try_set_permits(1).unwrap());
+    assert!(pes.try_set_permits(1).unwrap());
+    drop(sem.try_acquire().unwrap().expect("a free permit"));
+    assert_eq!(book.held().unwrap(), 0);
+    type Try<'a> = (&'static str, Box<dyn Fn() -> Result<bool, Error> + 'a>);
+    let tries: Vec<Try> = vec![
+        (
+            "leased",
+            Box::new(|| sem.try_acquire().map(|p| p.is_some())),
+        ),
+        ("counting", Box::new(|| cs.try_acquire(1))),
+        ("RSemaphore", Box::new(|| rs.try_acquire(1))),
+        (
+            "RPermitExpirableSemaphore",
+            Box::new(|| pes.try_acquire(None).map(|p| p.is_some())),
+        ),
+        ("book", Box::new(|| book.try_acquire().map(|p| p.is_some()))),
+    ];
+    for (what, try_acquire) in tries {
+        // every connection the pool has or can open, in use here
+        let busy: Vec<_> = std::iter::from_fn(|| pool.get_timeout(Duration::from_millis(200)).ok())
+            .take(pool.max_size() as usize)
+            .collect();
+        assert!(!busy.is_empty());
+        let (r, took) = timed(try_acquire);
+        drop(busy);
+        assert!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "{what} try_acquire with every connection busy: {r:?}"
+        );
+        assert!(
+            took <= OP + SLACK,
+            "{what} try_acquire with every connection busy took {took:?} (operation \
+             timeout {OP:?})"
+        );
+    }
+}

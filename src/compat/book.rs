@@ -521,6 +521,19 @@ impl BookInner {
         self.conn_by(None)
     }
 
+    /// A connection for a try, which never waits: when every pooled connection is busy,
+    /// it waits for one at most the operation timeout, not the checkout timeout; its
+    /// calls then take an operation timeout each.
+    fn conn_for_try(&self) -> Result<BookConn> {
+        let shared = &self.client.inner.shared;
+        let op = shared.op_timeout;
+        Ok(BookConn {
+            conn: shared.pool.get(Some(op))?,
+            op,
+            deadline: None,
+        })
+    }
+
     /// A connection on which every call ends within the operation timeout, and all of
     /// it (the checkout included) by `deadline` when one is given.
     fn conn_by(&self, deadline: Option<Instant>) -> Result<BookConn> {
@@ -787,7 +800,8 @@ impl BookSemaphore {
     ///
     /// `Basic`: one transaction (two round trips on failure). `Fair` and `NodeFair`:
     /// two transactions (three on failure). `FairWithLock`: the fair acquire plus the lock's round trips,
-    /// spinning at most the lock wait (10 ms by default) for the lock.
+    /// spinning at most the lock wait (10 ms by default) for the lock. When every
+    /// pooled connection is busy, it waits for one at most the operation timeout.
     ///
     /// # Errors
     ///
@@ -798,7 +812,7 @@ impl BookSemaphore {
 
     /// [`try_acquire`](Self::try_acquire), its lock spin ending by `until`.
     fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
-        let mut conn = self.inner.conn()?;
+        let mut conn = self.inner.conn_for_try()?;
         match self
             .inner
             .attempt(&mut conn, until)

@@ -116,7 +116,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
-use crate::clock::{left_until, wait_end};
+use crate::clock::{deadline_in, left_until, wait_end};
 use crate::error::{Error, LostReason, Result};
 use crate::listener::{open_subscriber, quit_pubsub};
 use crate::permit::{Grantor, Permit};
@@ -219,6 +219,14 @@ impl Common {
         self.replica_wait = Some(timeout);
         self.replicas_seen = Arc::new(AtomicI64::new(-1));
         Ok(self)
+    }
+
+    /// The bound of a try, which never waits: one operation timeout for the wait for a
+    /// connection and the call together, and the replica wait after it when there is
+    /// one (not the checkout timeout and then an operation timeout per command).
+    fn try_end(&self) -> Instant {
+        let op = self.shared().op_timeout;
+        deadline_in(op + self.replica_wait.unwrap_or_default())
     }
 
     fn named(&self, e: Error) -> Error {
@@ -742,6 +750,8 @@ impl RSemaphore {
     }
 
     /// Takes `permits` if the counter has them now, in one round trip; never waits.
+    /// The whole call, the wait for a pooled connection when all are busy included,
+    /// ends within the operation timeout (and the replica wait, when one is set).
     ///
     /// # Errors
     ///
@@ -749,7 +759,7 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
-        let got = self.try_once(permits, None)?;
+        let got = self.try_once(permits, Some(self.common.try_end()))?;
         if !got {
             Counters::bump(&self.common.shared().stats.try_failed);
         }
@@ -1385,7 +1395,9 @@ impl RPermitExpirableSemaphore {
 
     /// Takes one permit with `lease` (`None`: no lease) if one is free now, after
     /// reclaiming an expired one; one round trip, never waits (Redisson's
-    /// `tryAcquire()` / `tryAcquire(-1, lease)`).
+    /// `tryAcquire()` / `tryAcquire(-1, lease)`). The whole call, the wait for a pooled
+    /// connection when all are busy included, ends within the operation timeout (and
+    /// the replica wait, when one is set).
     ///
     /// # Errors
     ///
@@ -1404,7 +1416,7 @@ impl RPermitExpirableSemaphore {
     /// [`try_acquire`](Self::try_acquire).
     pub fn try_acquire_many(&self, n: u32, lease: Option<Duration>) -> Result<Option<Vec<Permit>>> {
         Self::check_many(n, lease)?;
-        match self.attempt(n, lease, None)? {
+        match self.attempt(n, lease, Some(self.inner.common.try_end()))? {
             Attempt::Got(p) => Ok(Some(p)),
             _ => {
                 Counters::bump(&self.inner.common.shared().stats.try_failed);
