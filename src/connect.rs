@@ -770,6 +770,10 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisE
         }
     } else if e.is_connection_refusal() || lower.contains("refused") {
         text
+    } else if is_unknown_host(&lower) {
+        // (before the dropped-connection case: the Sentinel and cluster clients of
+        // `redis` report a host name that does not resolve in a kind that reads as one)
+        format!("the host name does not resolve: {text}")
     } else if e.is_timeout() {
         format!("{NO_ANSWER}: {text}")
     } else if e.is_connection_dropped()
@@ -788,6 +792,19 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisE
         addr: addr.to_owned(),
         message,
     }
+}
+
+/// Whether the lower-cased text of a connect error says a host name did not resolve.
+fn is_unknown_host(lower: &str) -> bool {
+    [
+        "failed to lookup address",
+        "name or service not known",
+        "nodename nor servname",
+        "no address associated with hostname",
+        "temporary failure in name resolution",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
 }
 
 /// How the [`Error::Connect`] messages of a connect that timed out begin: no answer, no

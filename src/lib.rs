@@ -258,6 +258,13 @@ pub use permit::{Permit, PermitParts};
 pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
+// The interop types at the top level too, beside their modules (`compat::book`,
+// `compat::redisson`), where their documentation lives.
+#[doc(no_inline)]
+pub use compat::book::{BookSemaphore, BookSemaphoreBuilder, BookVariant};
+#[doc(no_inline)]
+pub use compat::redisson::{PublishCommand, RPermitExpirableSemaphore, RSemaphore};
+
 // The crates whose types the public API exposes, so that users need not depend on
 // the same versions themselves: `redis` (1.x: `Client::from_pool` takes an
 // `r2d2::Pool<redis::Client>`), `r2d2` (0.8) and `crossbeam_channel` (0.5:

@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, select};
@@ -64,6 +65,10 @@ pub(crate) struct SemInner {
     pub(crate) name: String,
     pub(crate) keys: Arc<Keys>,
     pub(crate) limit: u32,
+    /// The limit stored in Redis ([`Semaphore::set_limit`]) as this handle last learnt
+    /// it (its own `set_limit`, a status read); 0 while none is known. Shared by the
+    /// clones of the handle.
+    pub(crate) stored_limit: Arc<AtomicU32>,
     pub(crate) refresh_every: Duration,
     pub(crate) fair: bool,
     /// The refresher group of this handle's permits (its key says whether they are
@@ -532,6 +537,7 @@ impl SemaphoreBuilder {
                 name: self.name,
                 keys,
                 limit,
+                stored_limit: Arc::new(AtomicU32::new(0)),
                 refresh_every: refresh_every.max(Duration::from_millis(1)),
                 fair: self.fair,
                 group,
@@ -682,7 +688,10 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for `n == 0`; [`Error::PermitsExceedLimit`] when `n`
-    /// is above the limit; Redis and pool errors.
+    /// is above the limit: before any call when it is above every limit this handle
+    /// knows of (its own, and a stored one it learnt, see
+    /// [`set_limit`](Semaphore::set_limit)), else from the server; Redis and pool
+    /// errors.
     pub fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
         self.check_permits(n)?;
         match self.attempt(&new_id(), n, Mode::Try, "")? {
@@ -883,6 +892,9 @@ impl Semaphore {
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
         let status = status_of(&self.inspect(Inspect::Counts)?);
+        self.inner
+            .stored_limit
+            .store(status.stored_limit.unwrap_or(0), Ordering::Relaxed);
         if status.stored_limit.is_none()
             && let (Some(a), Some(b)) = (status.client_limit, status.other_client_limit)
         {
@@ -918,6 +930,14 @@ impl Semaphore {
     /// The stored limit is kept for at least a day after this call, and as long as the
     /// semaphore is in use.
     ///
+    /// A handle refuses an acquire of more permits than every limit it knows of before
+    /// any call; it learns a stored limit from this call and from its status reads
+    /// ([`status`](Semaphore::status), [`limit`](Semaphore::limit),
+    /// [`available`](Semaphore::available), [`queue_len`](Semaphore::queue_len)). A
+    /// handle whose own limit is lower than a limit stored by another process may
+    /// therefore refuse `acquire_many(n)` above its own limit until it has read the
+    /// status once.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for 0; Redis and pool errors.
@@ -938,6 +958,7 @@ impl Semaphore {
             LIMIT_RETENTION.as_millis() as u64,
         )
         .map_err(|e| self.inner.sorted(e))?;
+        self.inner.stored_limit.store(limit, Ordering::Relaxed);
         Ok(())
     }
 
@@ -972,10 +993,18 @@ impl Semaphore {
         Ok(status != Released::NotHeld)
     }
 
+    /// Refuses, before any call, a count no limit this handle knows of allows: above
+    /// both its own limit and the stored one it last learnt (a stored limit takes
+    /// precedence; one lower than the handle's is enforced by the scripts, which
+    /// answer [`Error::PermitsExceedLimit`] with the limit in force).
     fn check_permits(&self, n: u32) -> Result<()> {
         Error::check_permits(n)?;
-        if n > self.inner.limit {
-            return Err(self.too_many(n, self.inner.limit));
+        let known = self
+            .inner
+            .limit
+            .max(self.inner.stored_limit.load(Ordering::Relaxed));
+        if n > known {
+            return Err(self.too_many(n, known));
         }
         Ok(())
     }

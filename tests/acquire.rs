@@ -366,6 +366,55 @@ fn more_permits_than_a_stored_limit_is_an_error_not_a_wait() {
     ));
 }
 
+/// A stored limit above the handle's own allows acquires up to it (it takes
+/// precedence, DESIGN): the handle used to refuse every count above its own limit
+/// before any call, even right after its own `set_limit` raised it and while
+/// `limit()` said the higher one. Another handle learns it from a status read; until
+/// then its own limit is all it knows, and a count above every limit it knows is
+/// still refused before any call.
+#[test]
+fn a_stored_limit_above_the_handle_s_own_allows_acquires_up_to_it() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("raised", 2).unwrap();
+    sem.set_limit(5).unwrap();
+    let three = sem.try_acquire_many(3).unwrap().expect("3 of the stored 5");
+    assert_eq!(three.slots(), &[0, 1, 2]);
+    let two = sem
+        .acquire_many_timeout(2, Duration::from_millis(100))
+        .unwrap()
+        .expect("the other 2");
+    assert!(matches!(
+        sem.try_acquire_many(6),
+        Err(Error::PermitsExceedLimit {
+            requested: 6,
+            limit: 5,
+            ..
+        })
+    ));
+    drop((three, two));
+
+    let other = client(&server).semaphore("raised", 2).unwrap();
+    assert!(matches!(
+        other.try_acquire_many(4),
+        Err(Error::PermitsExceedLimit { limit: 2, .. })
+    ));
+    assert_eq!(other.limit().unwrap(), 5);
+    let four = other.acquire_many(4).unwrap();
+    assert_eq!(four.permits(), 4);
+    drop(four);
+
+    // lowered: the scripts refuse what the stored limit no longer allows
+    other.set_limit(3).unwrap();
+    assert!(matches!(
+        sem.try_acquire_many(4),
+        Err(Error::PermitsExceedLimit {
+            requested: 4,
+            limit: 3,
+            ..
+        })
+    ));
+}
+
 #[test]
 fn an_unreachable_server_is_an_error_not_a_panic() {
     let client = Client::builder()
@@ -385,13 +434,18 @@ fn an_unreachable_server_is_an_error_not_a_panic() {
     assert!(sem.available().is_err());
 }
 
-/// A key overwritten with another type (by hand, or by another program) is a partial
-/// loss: the next call repairs the semaphore to a safe state (no holders), keeps a
-/// stored limit when the hash is readable, and works on; every key has a TTL again.
-/// The queue key while nobody queues is the exception (see
+/// A key overwritten with another type (by another program writing under the
+/// semaphore's key names) is an error that names the key (DESIGN invariant 13), not a
+/// loss to repair: every call that reads it fails with `Error::WrongType` and writes
+/// nothing, so the holder keeps its permit and slot and nobody else is granted one.
+/// It used to be repaired as a partial loss, which dropped the holder while its
+/// `Permit` still said it was valid and gave its slot to the next caller: two valid
+/// permits on one slot. Once the key is deleted it is a partial loss: the next call
+/// rebuilds a safe state, keeping a stored limit when the hash is readable. The queue
+/// key while nobody queues is the exception (see
 /// `the_queue_key_replaced_while_nobody_queues_loses_no_holder`).
 #[test]
-fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
+fn a_key_of_another_type_is_an_error_that_writes_nothing_until_it_is_deleted() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     for (suffix, kind) in [("h", "string"), ("i", "list"), ("s", "set")] {
@@ -401,23 +455,58 @@ fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
         let held = sem.try_acquire().unwrap().unwrap();
         let key = format!("redsem:{{{name}}}:{suffix}");
         redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
-        match kind {
-            "string" => redis::cmd("SET")
-                .arg(&key)
-                .arg("x")
-                .exec(&mut conn)
-                .unwrap(),
-            "list" => redis::cmd("RPUSH")
-                .arg(&key)
-                .arg("x")
-                .exec(&mut conn)
-                .unwrap(),
-            _ => redis::cmd("SADD")
-                .arg(&key)
-                .arg("x")
-                .exec(&mut conn)
-                .unwrap(),
+        let (command, ty) = match kind {
+            "string" => ("SET", "string"),
+            "list" => ("RPUSH", "list"),
+            _ => ("SADD", "set"),
+        };
+        redis::cmd(command)
+            .arg(&key)
+            .arg("theirs")
+            .exec(&mut conn)
+            .unwrap();
+        let dump = |conn: &mut redis::Connection| -> Vec<Option<Vec<u8>>> {
+            ["h", "i", "s", "q"]
+                .iter()
+                .map(|part| {
+                    redis::cmd("DUMP")
+                        .arg(format!("redsem:{{{name}}}:{part}"))
+                        .query(conn)
+                        .unwrap()
+                })
+                .collect()
+        };
+        let before = dump(&mut conn);
+        let other = client(&server).semaphore(&name, 2).unwrap();
+        type Call<'a> = (&'static str, Box<dyn Fn() -> Result<(), Error> + 'a>);
+        let tries: [Call; 4] = [
+            ("try_acquire", Box::new(|| other.try_acquire().map(drop))),
+            ("status", Box::new(|| sem.status().map(drop))),
+            ("refresh", Box::new(|| held.refresh())),
+            (
+                "acquire_timeout",
+                Box::new(|| other.acquire_timeout(Duration::from_millis(50)).map(drop)),
+            ),
+        ];
+        for (what, call) in tries {
+            match call() {
+                Err(Error::WrongType { name: n, source }) => {
+                    assert_eq!(n, name, "{suffix} {what}");
+                    assert!(
+                        source.to_string().contains(&key),
+                        "{suffix} {what}: the error names the key: {source}"
+                    );
+                }
+                other => panic!("{suffix} {what}: {other:?}"),
+            }
         }
+        assert_eq!(dump(&mut conn), before, "{suffix}: nothing was written");
+        let t: String = redis::cmd("TYPE").arg(&key).query(&mut conn).unwrap();
+        assert_eq!(t, ty, "{key}: the other program's value stays");
+        assert!(!held.is_lost(), "{suffix}: the holder keeps its permit");
+
+        // deleted: a partial loss, which the next call repairs
+        redis::cmd("DEL").arg(&key).exec(&mut conn).unwrap();
         let p = sem.try_acquire().unwrap().expect("repaired and granted");
         assert_eq!(
             p.slots(),
@@ -429,7 +518,7 @@ fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
         let expected_limit = if suffix == "i" { 2 } else { 3 };
         assert_eq!(
             status.limit, expected_limit,
-            "{suffix}: the stored limit survives"
+            "{suffix}: the stored limit survives while the hash does"
         );
         for (part, ty) in [("h", "zset"), ("i", "hash"), ("s", "string")] {
             let k = format!("redsem:{{{name}}}:{part}");
@@ -438,9 +527,6 @@ fn a_key_of_another_type_is_repaired_not_an_error_for_ever() {
             let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
             assert!(ttl > 0, "{k} has no TTL: {ttl}");
         }
-        let q = format!("redsem:{{{name}}}:q");
-        let t: String = redis::cmd("TYPE").arg(&q).query(&mut conn).unwrap();
-        assert_eq!(t, "none", "{q}: nobody queues, so there is no queue key");
         // the dropped holder learns it at its next renewal
         assert!(
             matches!(held.refresh(), Err(Error::PermitLost { .. })),

@@ -31,3 +31,20 @@ fn dropping_the_client_and_its_permits_ends_its_threads() {
         library_threads() == before
     });
 }
+
+/// The interop types are named at the top level too, beside their modules.
+#[test]
+fn the_interop_types_are_named_at_the_top_level_too() {
+    use redis_semaphore::{
+        BookSemaphore, BookSemaphoreBuilder, BookVariant, PublishCommand,
+        RPermitExpirableSemaphore, RSemaphore,
+    };
+    let variant: BookVariant = redis_semaphore::compat::book::BookVariant::NodeFair;
+    assert_eq!(variant, BookVariant::NodeFair);
+    let client = Client::open("redis://127.0.0.1:1/").unwrap();
+    let _: RSemaphore = client.redisson_semaphore("top");
+    let _: RPermitExpirableSemaphore = client.redisson_permit_expirable_semaphore("top");
+    let builder: BookSemaphoreBuilder = client.book_semaphore("top", 1);
+    let _: BookSemaphore = builder.variant(variant).build().unwrap();
+    let _ = PublishCommand::Both;
+}

@@ -30,10 +30,13 @@
 //! call (which must act as the same operations one after the other), the cancel
 //! script, `status`/`holders`, a lease or a waiter's heartbeat that ends (the deadline
 //! in the `h` zset is rewritten to the past with `ZADD XX` and `mind` set to 0, as if
-//! time had passed: no sleeping), and a key deleted or replaced by another type (the
-//! next script repairs: it keeps `ctr`, `limit` and `cl` while the hash is readable and
-//! drops every holder and waiter; but the fast "no" to a one-permit try reads only the
-//! hash and repairs nothing, see `Run::fast_no`).
+//! time had passed: no sleeping), and a key deleted (the next script repairs: it keeps
+//! `ctr`, `limit` and `cl` while the hash is readable and drops every holder and
+//! waiter; but the fast "no" to a one-permit try reads only the hash and repairs
+//! nothing, see `Run::fast_no`) or replaced by another type (`h`, `i` and `s`, and `q`
+//! while someone queues: a status read then fails with `WrongType` naming the key and
+//! writes nothing, and the test deletes the value, a partial loss; `q` while nobody
+//! queues is not needed, and the full logic deletes it).
 //!
 //! Not modelled: a key overwritten with a value of its own type (two tests at the end
 //! check that it is repaired); real time (leases are 60 s, nothing
@@ -1189,10 +1192,53 @@ impl Run<'_> {
 
     fn tamper(&mut self, k: usize, d: Damage) {
         let name = key(&self.name, k);
+        // h, i or s of another type, or q while someone queues, is another program's
+        // value: every script that reads it fails with WRONGTYPE before writing (so a
+        // later step could only meet that error again); the test checks it, then
+        // deletes the value, as an operator would, which is a partial loss
+        let refused = !matches!(d, Damage::Delete)
+            && (k < 3
+                || (self.model.keys[..3].iter().all(|k| *k == Key::Right)
+                    && !self.model.queue.is_empty()));
+        let before: Vec<Option<Vec<u8>>> = (0..4)
+            .filter(|&j| j != k)
+            .map(|j| {
+                redis::cmd("DUMP")
+                    .arg(key(&self.name, j))
+                    .query(self.conn)
+                    .unwrap()
+            })
+            .collect();
         redis::cmd("DEL").arg(&name).exec(self.conn).unwrap();
         let list = matches!(d, Damage::List) || (matches!(d, Damage::Replace) && k == 2);
         match d {
             Damage::Delete => self.model.keys[k] = Key::Absent,
+            _ if refused => {
+                let command = if list { "RPUSH" } else { "SET" };
+                redis::cmd(command)
+                    .arg(&name)
+                    .arg("x")
+                    .exec(self.conn)
+                    .unwrap();
+                let r = self.sem.status();
+                assert!(
+                    matches!(&r, Err(Error::WrongType { source, .. }) if source.to_string().contains(&name)),
+                    "a status read over {name} of another type: {r:?}"
+                );
+                let after: Vec<Option<Vec<u8>>> = (0..4)
+                    .filter(|&j| j != k)
+                    .map(|j| {
+                        redis::cmd("DUMP")
+                            .arg(key(&self.name, j))
+                            .query(self.conn)
+                            .unwrap()
+                    })
+                    .collect();
+                assert_eq!(after, before, "{name} of another type: nothing written");
+                self.model.seen("a key of another type refused");
+                redis::cmd("DEL").arg(&name).exec(self.conn).unwrap();
+                self.model.keys[k] = Key::Absent;
+            }
             Damage::Replace | Damage::List => {
                 if list {
                     redis::cmd("RPUSH")
@@ -1884,9 +1930,10 @@ fn ended_waiters_are_purged_or_served_as_the_scripts_say() {
     );
 }
 
-/// Every key lost or replaced in turn, with holders, waiters and a stored limit:
-/// the repair keeps ctr and the limit while the hash is readable, drops the rest, and
-/// tokens keep increasing (also across the loss of the hash).
+/// Every key lost or replaced in turn, with holders, waiters and a stored limit: a
+/// key of another type is refused with `WrongType` until it is deleted (`tamper`); the
+/// repair of a lost key keeps ctr and the limit while the hash is readable, drops the
+/// rest, and tokens keep increasing (also across the loss of the hash).
 #[test]
 fn each_key_lost_or_replaced_is_repaired() {
     let mut ops = Vec::new();

@@ -121,3 +121,31 @@ fn an_unencoded_question_mark_or_hash_in_a_password_is_refused() {
         Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 }
+
+/// A host name that does not resolve is reported as such for every kind of URL. The
+/// Sentinel and cluster clients of `redis` report it in a kind that read as a dropped
+/// connection, so the message said "the server closed the connection during the
+/// handshake (is this a TLS port?...)" and named the lookup failure only at its end.
+#[test]
+fn a_host_name_that_does_not_resolve_is_named_as_such() {
+    for url in [
+        "redis://no-such-host.invalid:6379/",
+        "redis+sentinel://no-such-host.invalid:26379/mymaster",
+        "redis+cluster://no-such-host.invalid:7000",
+    ] {
+        let client = Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .build(url)
+            .unwrap();
+        match client.ping() {
+            Err(Error::Connect { message, .. }) => {
+                assert!(
+                    message.starts_with("the host name does not resolve"),
+                    "{url}: {message}"
+                );
+                assert!(!message.contains("TLS port"), "{url}: {message}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}

@@ -70,9 +70,13 @@
 -- before its first write or runs to its end. What can still fail, and why never after
 -- a write:
 --   - a key of the wrong type: check_keys() reads the TYPE of all four keys before
---     anything else and repairs (a write, after which nothing can fail for a type,
---     since every key then has the type the commands expect, and q, when nobody
---     queues, does not exist: the first waiter's ZADD makes it a zset);
+--     anything else and fails with WRONGTYPE (wrong_type) when h, i or s, or q while
+--     someone queues, holds another type; otherwise it may repair (a write, after
+--     which nothing can fail for a type, since every key then has the type the
+--     commands expect, and q, when nobody queues, does not exist: the first waiter's
+--     ZADD makes it a zset). In a batch, the fast operations that ran before it
+--     wrote only after reads showing h, i and s of their types, and only while
+--     nobody queued (fast.lua), so that check cannot fail after their writes;
 --   - a bad argument (an id of another shape, a non-number, a fraction, a number out
 --     of range, a missing one): checked before load() (int_arg; check_acquire in
 --     fast_acquire.lua; a batch checks every operation first);
@@ -94,9 +98,13 @@
 --     as a malformed reply (grant_reply); a stored 'limit' or 'ctr' that is no
 --     integer in range is ignored (new_state, fast_state; 'nan' and 'inf' would
 --     otherwise pass tonumber()), so no such text reaches a comparison or int().
--- Partial loss (a key evicted, deleted or overwritten by hand): check_keys() sees that
--- h, i and s (and q while someone queues) do not all exist with their types, or do
--- not agree (the hash without its state, a bitmap whose bits are not 'used'), keeps
+-- A key of another type (some other program's value under the semaphore's key name)
+-- is an error, not a loss: every script that reads it fails with WRONGTYPE and writes
+-- nothing (check_keys), so the holders keep their permits and nobody is granted one
+-- until the key is deleted; then it is a partial loss.
+-- Partial loss (a key evicted or deleted): check_keys() sees that h, i and s (and q
+-- while someone queues) do not all exist, or do not agree (the hash without its
+-- state, a bitmap whose bits are not 'used'), keeps
 -- 'ctr', 'limit' and 'cl' from the hash when it is readable, and starts the semaphore
 -- afresh without holders or waiters. That never exceeds the limit and never books a slot twice; the holders it
 -- drops learn it at their next renewal, waiters at their next look. The fast "no" to
@@ -196,20 +204,38 @@ end
 
 local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
 
+-- Fails the script with a WRONGTYPE error naming `key`, which holds a `found` where
+-- the protocol keeps a `want`. Raised by check_keys() only, before any write.
+local function wrong_type(key, found, want)
+    error({err = 'WRONGTYPE redis-semaphore: key ' .. key .. ' holds a ' .. found
+        .. ', not the ' .. want .. ' of the semaphore (another program writes under its name)'})
+end
+
 -- Checks that h, i and s exist with their types and agree (the hash holds the state,
 -- and the slot bitmap has exactly 'used' bits set, K2), and that q is a zset while
--- someone queues, or that no key exists; repairs anything else (see "Partial loss").
--- Returns the repaired state, or nil. A q found while nobody queues ('qn' 0) is not
--- needed (the fast paths do not even read it) and is deleted (a write, before any
--- other), so that the first waiter's ZADD makes it afresh (K1).
+-- someone queues, or that no key exists. A key of another type fails the script with
+-- WRONGTYPE (wrong_type) before anything is written: it is some other program's
+-- value, which the semaphore neither overwrites nor reads as its own (a repair would
+-- drop holders whose permits are still valid). Repairs the rest (keys missing, or
+-- disagreeing: see "Partial loss"). Returns the repaired state, or nil. A q found
+-- while nobody queues ('qn' 0), of any type, is not needed (the fast paths do not
+-- even read it) and is deleted (a write, after every check), so that the first
+-- waiter's ZADD makes it afresh (K1).
 local function check_keys()
-    local present, right, info_is_hash, q_type = 0, 0, false, 'none'
+    local present, right, q_type = 0, 0, 'none'
     for k = 1, 4 do
-        local ty = redis.call('TYPE', KEY_TYPES[k][1])['ok']
+        local key, want = KEY_TYPES[k][1], KEY_TYPES[k][2]
+        local ty = redis.call('TYPE', key)['ok']
         if ty ~= 'none' then present = present + 1 end
-        if k < 4 and ty == KEY_TYPES[k][2] then right = right + 1 end
-        if k == 2 then info_is_hash = ty == 'hash' end
-        if k == 4 then q_type = ty end
+        if k < 4 then
+            if ty == want then
+                right = right + 1
+            elseif ty ~= 'none' then
+                wrong_type(key, ty, want)
+            end
+        else
+            q_type = ty
+        end
     end
     if present == 0 then return nil end
     if right == 3 then
@@ -221,9 +247,11 @@ local function check_keys()
                 return nil
             end
             if q_type == 'zset' then return nil end
+            if q_type ~= 'none' then wrong_type(Q, q_type, 'zset') end
         end
     end
-    return repair(info_is_hash)
+    -- (the hash is a hash here, or absent: another type failed above)
+    return repair(redis.call('EXISTS', I) == 1)
 end
 
 -- Reads the semaphore's state with one HMGET, after check_keys(); the holder and
