@@ -757,7 +757,10 @@ impl Semaphore {
     /// Takes one permit, waiting until it is granted or `cancel` receives a message or
     /// is disconnected (`Ok(None)`). For shutdown: drop the `Sender` (or send on it)
     /// from another thread to wake every acquire that waits on its receiver. A
-    /// `crossbeam_channel::after(d)` receiver makes it a timeout.
+    /// `crossbeam_channel::after(d)` receiver makes it a timeout. A `cancel` that
+    /// already holds a message (which this call takes) or is already disconnected when
+    /// the call starts gives `Ok(None)` at once, without a call to Redis, even when a
+    /// permit is free.
     ///
     /// ```no_run
     /// # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;
@@ -1034,6 +1037,11 @@ impl Semaphore {
         cancel: &Receiver<T>,
     ) -> Result<Option<Permit>> {
         self.check_permits(n)?;
+        // a cancel that fired before the call: nothing is taken, even a free permit (a
+        // shutdown loop `while let Some(p) = sem.acquire_cancellable(&stop)?` ends)
+        if let Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected) = cancel.try_recv() {
+            return Ok(None);
+        }
         let id = new_id();
         // the wait's bound: its deadline and one operation timeout
         let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);

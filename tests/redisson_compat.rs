@@ -717,3 +717,75 @@ fn draining_a_counter_that_is_not_utf8_is_a_wrong_type_and_the_connection_stays_
     }
     assert_eq!(good.available_permits().unwrap(), 2);
 }
+
+/// A counter holding text that is no integer (`SET reports x`, another program's value
+/// under the semaphore's name) is a `WrongType` error naming the key and the value for
+/// every operation of both Redisson types, and nothing is written. The tries failed
+/// with a Lua error ("attempt to compare number with nil"), the RSemaphore release with
+/// the INCRBY's "value is not an integer", `available_permits` with an unexpected-reply
+/// error, and the permit-expirable reads with a nil conversion error.
+#[test]
+fn a_counter_that_is_no_integer_is_a_wrong_type_error_naming_the_key_for_every_operation() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    let pes = pes(&client);
+    redis::cmd("SET")
+        .arg(NAME)
+        .arg("x\nnot-a-number")
+        .exec(&mut conn)
+        .unwrap();
+    type Call<'a> = (&'static str, Box<dyn Fn() -> Result<(), Error> + 'a>);
+    let calls: Vec<Call> = vec![
+        (
+            "RSemaphore try_acquire",
+            Box::new(|| rs.try_acquire(1).map(drop)),
+        ),
+        ("RSemaphore release", Box::new(|| rs.release(1).map(drop))),
+        (
+            "RSemaphore available_permits",
+            Box::new(|| rs.available_permits().map(drop)),
+        ),
+        (
+            "RSemaphore add_permits",
+            Box::new(|| rs.add_permits(2).map(drop)),
+        ),
+        (
+            "RSemaphore drain_permits",
+            Box::new(|| rs.drain_permits().map(drop)),
+        ),
+        (
+            "RPermitExpirableSemaphore try_acquire",
+            Box::new(|| pes.try_acquire(None).map(drop)),
+        ),
+        (
+            "RPermitExpirableSemaphore available_permits",
+            Box::new(|| pes.available_permits().map(drop)),
+        ),
+        (
+            "RPermitExpirableSemaphore set_permits",
+            Box::new(|| pes.set_permits(3)),
+        ),
+        (
+            "RPermitExpirableSemaphore add_permits",
+            Box::new(|| pes.add_permits(1).map(drop)),
+        ),
+    ];
+    for (what, call) in calls {
+        match call() {
+            Err(Error::WrongType { name, source }) => {
+                assert_eq!(name, NAME, "{what}");
+                let text = source.to_string();
+                assert!(
+                    text.contains(NAME) && text.contains("must be an integer"),
+                    "{what}: {text}"
+                );
+                assert!(!text.contains('\n'), "{what}: {text:?}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        let stored: String = redis::cmd("GET").arg(NAME).query(&mut conn).unwrap();
+        assert_eq!(stored, "x\nnot-a-number", "{what} wrote");
+    }
+}

@@ -222,6 +222,34 @@ fn a_cancelled_acquire_returns_none_and_leaves_the_queue() {
     );
 }
 
+/// A cancel that fired before the call ends it with `Ok(None)` even when permits are
+/// free: the README's shutdown loop (`while let Some(p) = sem.acquire_cancellable(&stop)?`)
+/// ran on for ever after its sender was dropped, since every call found a free permit.
+/// A message waiting in the channel is taken by the call it cancels.
+#[test]
+fn a_cancel_that_fired_before_the_call_takes_nothing_even_when_permits_are_free() {
+    let server = RedisServer::start();
+    let s = sem(&server, "cancelled", 5);
+    let (stop_tx, stop) = crossbeam_channel::bounded::<()>(1);
+    stop_tx.send(()).unwrap();
+    assert!(s.acquire_cancellable(&stop).unwrap().is_none());
+    assert!(stop.is_empty(), "the message was taken");
+    let p = s
+        .acquire_cancellable(&stop)
+        .unwrap()
+        .expect("not cancelled now");
+    drop(p);
+    drop(stop_tx);
+    let mut loops = 0;
+    while let Some(p) = s.acquire_many_cancellable(2, &stop).unwrap() {
+        drop(p);
+        loops += 1;
+        assert!(loops < 10, "a disconnected cancel did not end the loop");
+    }
+    assert_eq!(loops, 0);
+    assert_eq!(s.available().unwrap(), 5, "nothing was taken");
+}
+
 #[test]
 fn raising_the_limit_wakes_a_waiter_promptly() {
     let server = RedisServer::start();

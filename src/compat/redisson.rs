@@ -270,7 +270,7 @@ impl Common {
         let mut conn = self.shared().pool.get(deadline.map(|_| left()))?;
         let value = conn
             .within(left(), op, |c| call(c, &self.keys))
-            .map_err(|e| self.named(e))?;
+            .map_err(|e| self.named(e).during(operation))?;
         let Some(timeout) = self.replica_wait else {
             return Ok(value);
         };

@@ -205,10 +205,16 @@ end
 local KEY_TYPES = {{H, 'zset'}, {I, 'hash'}, {S, 'string'}, {Q, 'zset'}}
 
 -- Fails the script with a WRONGTYPE error naming `key`, which holds a `found` where
--- the protocol keeps a `want`. Raised by check_keys() only, before any write.
+-- the protocol keeps a `want`. Raised by check_keys() only, before any write. A
+-- string error (level 0: no position), since Redis 6.2 cannot raise a table; the key
+-- is shown with its bytes outside printable ASCII escaped (an error line that is not
+-- UTF-8 or holds a line break cannot be parsed by the client).
 local function wrong_type(key, found, want)
-    error({err = 'WRONGTYPE redis-semaphore: key ' .. key .. ' holds a ' .. found
-        .. ', not the ' .. want .. ' of the semaphore (another program writes under its name)'})
+    local shown = string.gsub(string.sub(key, 1, 200), '[^%w%p ]', function(ch)
+        return string.format('\\x%02x', string.byte(ch))
+    end)
+    error('WRONGTYPE redis-semaphore: key ' .. shown .. ' holds a ' .. found .. ', not the '
+        .. want .. ' of the semaphore (another program writes under its name)', 0)
 end
 
 -- Checks that h, i and s exist with their types and agree (the hash holds the state,

@@ -26,6 +26,7 @@ macro_rules! rs_script {
         LazyLock::new(|| {
             Script::new(concat!(
                 include_str!("redisson_publish.lua"),
+                include_str!("redisson_counter.lua"),
                 include_str!("once.lua"),
                 include_str!($file)
             ))
@@ -44,6 +45,7 @@ macro_rules! pes_script {
         LazyLock::new(|| {
             Script::new(concat!(
                 include_str!("redisson_publish.lua"),
+                include_str!("redisson_counter.lua"),
                 include_str!("redisson_pes_common.lua"),
                 include_str!("once.lua"),
                 include_str!($file)
@@ -207,17 +209,31 @@ pub(crate) fn try_set(
     Ok(r == 1)
 }
 
-/// `availablePermits()` of `RSemaphore`: a plain `GET` of the counter (missing = 0).
+/// `availablePermits()` of `RSemaphore`: a plain `GET` of the counter (missing = 0). A
+/// value that is not integer text is a WRONGTYPE error naming the key, as the scripts
+/// give (`redisson_counter.lua`).
 pub(crate) fn rs_available(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -> Result<i64> {
-    let v: Option<String> = redis::cmd("GET")
+    let v: Option<Vec<u8>> = redis::cmd("GET")
         .arg(&keys.counter)
         .query(conn)
         .map_err(Error::Redis)?;
-    match v {
-        None => Ok(0),
-        Some(s) => s
-            .parse()
-            .map_err(|_| Error::reply("GET of a Redisson counter", s)),
+    let Some(bytes) = v else { return Ok(0) };
+    match std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(n) => Ok(n),
+        None => {
+            let found = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+            Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "WRONGTYPE",
+                format!(
+                    "the counter {:?} of a Redisson semaphore must be an integer, found {found:?}",
+                    keys.counter
+                ),
+            ))))
+        }
     }
 }
 

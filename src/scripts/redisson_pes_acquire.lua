@@ -25,8 +25,8 @@ if redis.call('ZSCORE', KEYS[2], ARGV[5]) then
 end
 local bad = reclaim(ARGV[3])
 if bad then return bad end
-local value = redis.call('GET', KEYS[1])
-if value ~= false and tonumber(value) >= tonumber(ARGV[3]) then
+local value = counter_value()
+if value and value >= tonumber(ARGV[3]) then
     redis.call('DECRBY', KEYS[1], ARGV[3])
     for i = 5, #ARGV do
         redis.call('ZADD', KEYS[2], ARGV[4], ARGV[i])

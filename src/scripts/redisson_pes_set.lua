@@ -9,8 +9,8 @@
 -- Reply: the counter after (add, resent: its first run's).
 -- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused
 -- first (not 'inf', not '1.5', which would be stored as such); a counter
--- of another type fails the GET, one that is not a number the arithmetic, a zset of
--- another type the ZCOUNT, all before the one write (SET or INCRBY, which writes
+-- of another type, or one that is not integer text, fails counter_value() with
+-- WRONGTYPE, a zset of another type the ZCOUNT, all before the one write (SET or INCRBY, which writes
 -- nothing when refused); only the publish (pcall) follows it.
 local arg = nil
 if string.find(ARGV[4], '^%-?%d+$') and #ARGV[4] <= 11 then arg = tonumber(ARGV[4]) end
@@ -22,9 +22,9 @@ if ARGV[3] == 'add' then
     if bad then return bad end
     if done then return tonumber(done) end
 end
-local value = redis.call('GET', KEYS[1])
+local value = counter_value()
 if ARGV[3] == 'add' then
-    local after = (value == false and 0 or tonumber(value)) + arg
+    local after = (value or 0) + arg
     redis.call('SET', KEYS[1], string.format('%d', after))
     if arg > 0 then
         publish(KEYS[3], ARGV[4])
@@ -37,7 +37,7 @@ if value == false then
     publish(KEYS[3], ARGV[4])
     return arg
 end
-local total = tonumber(value) + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
+local total = value + redis.call('ZCOUNT', KEYS[2], 0, '+inf')
 if total ~= arg then
     value = redis.call('INCRBY', KEYS[1], string.format('%d', arg - total))
     publish(KEYS[3], ARGV[4])

@@ -5,9 +5,8 @@
 -- Reply: the counter after (a resent call: its first run's). The counter (missing = 0) + d is SET (dropping any TTL,
 -- as Redisson's SET does) and the new value published.
 -- Errors (Redis does not undo a script's writes): d that is no non-zero integer of at
--- most 10 digits is refused first; a counter of another type fails the GET, one that
--- is not a number the addition, both before the SET, the
--- only write; the publish after it is sent with redis.pcall and its error ignored
+-- most 10 digits is refused first; a counter of another type, or one that is not
+-- integer text, fails counter_value() with WRONGTYPE, before the SET, the only write; the publish after it is sent with redis.pcall and its error ignored
 -- (a refused PUBLISH/SPUBLISH: waiters also poll).
 if not string.find(ARGV[2], '^%-?[1-9]%d*$') or #ARGV[2] > 11 then
     return redis.error_reply('ERR permits must be a non-zero integer, found ' .. string.sub(ARGV[2], 1, 40))
@@ -15,11 +14,7 @@ end
 local done, bad = once_done(2)
 if bad then return bad end
 if done then return tonumber(done) end
-local value = redis.call('GET', KEYS[1])
-if value == false then
-    value = 0
-end
-local after = tonumber(value) + tonumber(ARGV[2])
+local after = (counter_value() or 0) + tonumber(ARGV[2])
 redis.call('SET', KEYS[1], string.format('%d', after))
 publish(KEYS[2], after)
 once_record(2, string.format('%d', after))

@@ -5,17 +5,17 @@
 -- Reply: 1 when the counter existed and held >= n (then DECRBY n; a resent call that
 -- took them: 1 again, taking nothing), else 0.
 -- Errors (Redis does not undo a script's writes): n that is no integer from 1, of at
--- most 10 digits, is refused first (a negative one would add permits); a counter of another
--- type fails the GET, one that is not a number the comparison; the DECRBY is the only
--- write, and when it is refused it writes nothing.
+-- most 10 digits, is refused first (a negative one would add permits); a counter of
+-- another type, or one that is not integer text, fails counter_value() with WRONGTYPE;
+-- the DECRBY is the only write.
 if not string.find(ARGV[1], '^[1-9]%d*$') or #ARGV[1] > 10 then
     return redis.error_reply('ERR permits must be an integer from 1, found ' .. string.sub(ARGV[1], 1, 40))
 end
 local done, bad = once_done(1)
 if bad then return bad end
 if done then return 1 end
-local value = redis.call('GET', KEYS[1])
-if value ~= false and tonumber(value) >= tonumber(ARGV[1]) then
+local value = counter_value()
+if value and value >= tonumber(ARGV[1]) then
     redis.call('DECRBY', KEYS[1], ARGV[1])
     once_record(1, '1')
     return 1
