@@ -785,6 +785,9 @@ struct Run<'a> {
     known: Vec<String>,
     /// The highest token seen in this case.
     last_token: u64,
+    /// The stored limit the handle last learnt (its `set_limit`, its status reads; 0:
+    /// none): it refuses before any call only a count above both this and its own limit.
+    known_stored: u32,
     log: Vec<String>,
 }
 
@@ -972,7 +975,7 @@ impl Run<'_> {
             assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
             return;
         }
-        if n > self.model.climit {
+        if n > self.model.climit.max(self.known_stored) {
             assert!(matches!(r, Err(Error::PermitsExceedLimit { .. })), "{r:?}");
             return;
         }
@@ -992,7 +995,7 @@ impl Run<'_> {
             assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
             return;
         }
-        if n > self.model.climit {
+        if n > self.model.climit.max(self.known_stored) {
             assert!(matches!(r, Err(Error::PermitsExceedLimit { .. })), "{r:?}");
             return;
         }
@@ -1141,6 +1144,7 @@ impl Run<'_> {
             return;
         }
         r.unwrap();
+        self.known_stored = n;
         self.model.set_limit(n);
     }
 
@@ -1428,6 +1432,7 @@ impl Run<'_> {
     fn inspect(&mut self) {
         let (limit, used, queued, stored, exists) = self.model.inspect();
         let s = self.sem.status().expect("status");
+        self.known_stored = s.stored_limit.unwrap_or(0);
         assert_eq!(
             (s.limit, s.held, s.queued, s.stored_limit),
             (limit, used, queued, stored),
@@ -1745,6 +1750,7 @@ fn run_case(
         permits: Vec::new(),
         known: (0..DIRECT_IDS).map(direct_id).collect(),
         last_token: 0,
+        known_stored: 0,
         log: vec![format!("climit {climit} fair {fair}")],
     };
     for op in ops {

@@ -139,7 +139,7 @@ fn rsemaphore_each_side_sees_the_others_permits() {
     assert!(wrong.try_acquire(1).is_err());
     assert!(matches!(
         wrong.available_permits(),
-        Err(Error::UnexpectedReply { .. })
+        Err(Error::WrongType { .. })
     ));
 }
 
