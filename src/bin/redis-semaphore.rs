@@ -28,7 +28,8 @@ use serde_json::{Value, json};
                   no such semaphore, bad arguments)."
 )]
 struct Cli {
-    /// Where Redis is: redis://[user:password@]host:port/db, rediss://... (TLS),
+    /// Where Redis is: redis://host:port/db, redis://user:password@host:port/db or
+    /// redis://:password@host:port/db (a password alone), rediss://... (TLS),
     /// unix:///path/redis.sock, redis+sentinel://h1:26379,h2/SERVICE (a Sentinel
     /// service's primary) or redis+cluster://h1:7000,h2:7001 (Redis Cluster seeds).
     /// Passwords are never printed.
