@@ -562,3 +562,24 @@ fn list_shows_a_leased_name_the_library_refuses_as_a_row_with_its_error() {
         "{json}"
     );
 }
+
+/// Review: `status` warned "clients pass different limits ... store one with
+/// set-limit" even when a limit was stored, which then governs every acquire; the
+/// warning is shown (as `Semaphore::status` logs it) only while no limit is stored.
+#[test]
+fn status_warns_of_different_client_limits_only_while_no_limit_is_stored() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let _two = client.semaphore("mixed", 2).unwrap().acquire().unwrap();
+    let _four = client.semaphore("mixed", 4).unwrap().acquire().unwrap();
+    let text = stdout(&cli(&server, &["status", "mixed"]));
+    assert!(text.contains("clients pass different limits"), "{text}");
+    stdout(&cli(&server, &["set-limit", "mixed", "3"]));
+    let text = stdout(&cli(&server, &["status", "mixed"]));
+    assert!(
+        text.contains("limit      3 (stored with set-limit)"),
+        "{text}"
+    );
+    assert!(!text.contains("warning"), "{text}");
+    assert!(!text.contains("different limits"), "{text}");
+}

@@ -403,7 +403,11 @@ fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
         show(available),
         s.queued
     );
-    if let (Some(a), Some(b)) = (s.client_limit, s.other_client_limit) {
+    // (as `Semaphore::status` warns: a stored limit governs every acquire, whatever
+    // the clients pass)
+    if s.stored_limit.is_none()
+        && let (Some(a), Some(b)) = (s.client_limit, s.other_client_limit)
+    {
         out.push_str(&format!(
             "  warning    clients pass different limits ({a} and {b}): each acquire obeys its \
              own; store one with set-limit\n"
