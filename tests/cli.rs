@@ -583,3 +583,47 @@ fn status_warns_of_different_client_limits_only_while_no_limit_is_stored() {
     assert!(!text.contains("warning"), "{text}");
     assert!(!text.contains("different limits"), "{text}");
 }
+
+/// Review: `set-limit` on a counting semaphore (which has no limit) made a second,
+/// leased semaphore of the same name, which `status` then showed instead of the
+/// counting one. It is refused (exit status 2) and writes nothing. On a name without
+/// keys the limit is still stored for the semaphore's first use, with a note that no
+/// semaphore of that name exists yet.
+#[test]
+fn set_limit_refuses_a_counting_semaphore_and_notes_a_name_without_keys() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let tokens = client.counting_semaphore("tokens").unwrap();
+    assert!(tokens.try_set_permits(4).unwrap());
+    for args in [
+        &["set-limit", "tokens", "3"][..],
+        &["--json", "set-limit", "tokens", "3"],
+    ] {
+        let out = cli(&server, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("\"tokens\""), "{err}");
+        assert!(err.contains("counting semaphore"), "{err}");
+        assert!(err.contains("no limit"), "{err}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+    // nothing was written: the counting semaphore is still the one `status` shows
+    assert_eq!(
+        support::keys(&mut server.conn(), "redsem:{tokens}:*"),
+        ["redsem:{tokens}:count"]
+    );
+    let text = stdout(&cli(&server, &["status", "tokens"]));
+    assert!(text.contains("counting semaphore tokens"), "{text}");
+    assert!(text.contains("count      4"), "{text}");
+
+    // a name without keys: the limit is stored for its first use, with a note
+    let out = cli(&server, &["set-limit", "fresh", "3"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(stdout(&out).contains("limit of fresh set to 3"), "{err}");
+    assert!(err.contains("no semaphore \"fresh\""), "{err}");
+    assert_eq!(client.semaphore("fresh", 1).unwrap().limit().unwrap(), 3);
+    // a leased semaphore that exists: no note
+    let out = cli(&server, &["set-limit", "fresh", "5"]);
+    assert!(stdout(&out).contains("limit of fresh set to 5"));
+    assert!(out.stderr.is_empty(), "{out:?}");
+}

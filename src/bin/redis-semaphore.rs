@@ -89,7 +89,8 @@ enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
-    /// Store a limit that every client of the semaphore obeys.
+    /// Store a limit that every client of the semaphore obeys (leased semaphores
+    /// only: a counting semaphore has no limit).
     SetLimit {
         /// The semaphore's name.
         name: String,
@@ -264,7 +265,27 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
         }
         Command::SetLimit { name, limit } => {
-            open(name)?.set_limit(*limit).map_err(reach)?;
+            let sem = open(name)?;
+            if !sem.status().map_err(reach)?.exists {
+                // a counting semaphore has no limit: storing one would make a second,
+                // leased semaphore of the same name, which `status` would show instead
+                let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
+                if let Some(count) = counting.balance().map_err(reach)? {
+                    return Err(format!(
+                        "{:?} at {url} is a counting semaphore (count {count}), which has no \
+                         limit: set-limit is for leased semaphores (its count changes with \
+                         CountingSemaphore::add_permits and reduce_permits)",
+                        clean(name)
+                    ));
+                }
+                // stored all the same: it is how a limit is set before the first acquire
+                eprintln!(
+                    "redis-semaphore: note: no semaphore {:?} at {url} yet (it has no keys in \
+                     Redis); the limit is stored for its first use and kept for at least a day",
+                    clean(name)
+                );
+            }
+            sem.set_limit(*limit).map_err(reach)?;
             if cli.json {
                 println!("{}", json!({"name": name, "limit": limit}));
             } else {
