@@ -627,3 +627,23 @@ fn set_limit_refuses_a_counting_semaphore_and_notes_a_name_without_keys() {
     assert!(stdout(&out).contains("limit of fresh set to 5"));
     assert!(out.stderr.is_empty(), "{out:?}");
 }
+
+/// Review: `watch` on a name without keys drew an empty leased semaphore (limit
+/// unknown, nothing held) every second; it now fails as `status` does, saying there
+/// is no such semaphore (exit status 2).
+#[test]
+fn watch_of_a_name_without_keys_fails_as_status_does() {
+    let server = RedisServer::start();
+    for args in [
+        &["watch", "nobody", "--count", "1"][..],
+        &["--json", "watch", "nobody", "--count", "1"],
+        &["status", "nobody"],
+    ] {
+        let out = cli(&server, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(err.contains("no semaphore \"nobody\""), "{args:?}: {err}");
+        assert!(err.contains("no keys"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}

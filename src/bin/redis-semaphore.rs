@@ -104,7 +104,8 @@ enum Command {
         /// The permit id (from `status`).
         id: String,
     },
-    /// Redraw the status every second until Ctrl-C.
+    /// Redraw the status every second until Ctrl-C (fails as `status` does on a name
+    /// without keys).
     Watch {
         /// The semaphore's name.
         name: String,
@@ -164,28 +165,11 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     let open = |name: &str| client.semaphore(name, 1).map_err(|e| e.to_string());
     match &cli.command {
         Command::Status { name } => {
-            let sem = open(name)?;
-            let (status, holders) = snapshot(&sem).map_err(reach)?;
-            if !status.exists {
-                let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
-                if let Some(count) = counting.balance().map_err(reach)? {
-                    let queued = counting.queue_len().map_err(reach)?;
-                    if cli.json {
-                        println!("{}", counting_json(name, count, queued));
-                    } else {
-                        print!("{}", counting_text(name, count, queued));
-                    }
-                    return Ok(ExitCode::SUCCESS);
-                }
-                return Err(format!(
-                    "no semaphore {:?} at {url} (it has no keys in Redis)",
-                    clean(name)
-                ));
-            }
+            let (json, text) = report(&client, &open(name)?, name, &url, &reach)?;
             if cli.json {
-                println!("{}", status_json(name, &status, &holders));
+                println!("{json}");
             } else {
-                print!("{}", status_text(name, &status, &holders));
+                print!("{text}");
             }
         }
         Command::List { pattern } => {
@@ -309,28 +293,10 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         }
         Command::Watch { name, count } => {
             let sem = open(name)?;
-            let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
             let mut shown = 0;
             loop {
-                let (status, holders) = snapshot(&sem).map_err(reach)?;
-                // a name without leased keys may be a counting semaphore
-                let balance = match status.exists {
-                    true => None,
-                    false => counting.balance().map_err(reach)?,
-                };
-                let (json, text) = match balance {
-                    Some(c) => {
-                        let queued = counting.queue_len().map_err(reach)?;
-                        (
-                            counting_json(name, c, queued),
-                            counting_text(name, c, queued),
-                        )
-                    }
-                    None => (
-                        status_json(name, &status, &holders),
-                        status_text(name, &status, &holders),
-                    ),
-                };
+                // as `status` shows it: a name without keys is an error, every time
+                let (json, text) = report(&client, &sem, name, &url, &reach)?;
                 if cli.json {
                     println!("{json}");
                 } else if std::io::stdout().is_terminal() {
@@ -351,6 +317,40 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `status` and each screen of `watch` show of the semaphore `name` (`sem`), as
+/// JSON and as text: the leased semaphore when it has keys, else the counting one of
+/// that name; an error naming `url` when neither has keys. `reach` words an error of
+/// Redis.
+fn report(
+    client: &Client,
+    sem: &Semaphore,
+    name: &str,
+    url: &str,
+    reach: &dyn Fn(Error) -> String,
+) -> Result<(Value, String), String> {
+    let (status, holders) = snapshot(sem).map_err(reach)?;
+    if status.exists {
+        return Ok((
+            status_json(name, &status, &holders),
+            status_text(name, &status, &holders),
+        ));
+    }
+    let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
+    match counting.balance().map_err(reach)? {
+        Some(count) => {
+            let queued = counting.queue_len().map_err(reach)?;
+            Ok((
+                counting_json(name, count, queued),
+                counting_text(name, count, queued),
+            ))
+        }
+        None => Err(format!(
+            "no semaphore {:?} at {url} (it has no keys in Redis)",
+            clean(name)
+        )),
+    }
 }
 
 /// What `status` and `watch` show of a counting semaphore.
