@@ -1,4 +1,6 @@
-//! `redis-semaphore`: see and act on semaphores without writing code.
+//! `redis-semaphore`: see and act on semaphores without writing code. It understands
+//! the crate's leased and counting semaphores (keys `redsem:{NAME}:*`), not the
+//! Redisson or book layouts of `compat`.
 //!
 //! ```text
 //! redis-semaphore [--url URL] [--user U] [--password P] [--tls-ca F] [--tls-cert F --tls-key F] ...
@@ -6,7 +8,7 @@
 //! redis-semaphore [--url URL] [--json] list [PATTERN]
 //! redis-semaphore [--url URL] set-limit NAME N
 //! redis-semaphore [--url URL] release NAME ID
-//! redis-semaphore [--url URL] watch NAME
+//! redis-semaphore [--url URL] watch NAME [--count N]
 //! ```
 
 use std::io::IsTerminal;
@@ -17,13 +19,20 @@ use clap::{Parser, Subcommand};
 use redis_semaphore::{Client, Error, Holder, Semaphore, Status, redact_url};
 use serde_json::{Value, json};
 
-/// Inspect and operate redis-semaphore semaphores.
+/// Inspect and operate redis-semaphore semaphores: the crate's leased and counting
+/// ones, not the Redisson or book layouts of its `compat` module.
 #[derive(Parser, Debug)]
 #[command(
     name = "redis-semaphore",
     version,
-    about = "Inspect and operate redis-semaphore semaphores",
-    after_help = "Exit status: 0 done; 1 `release` found no such holder, or `list` \
+    about = "Inspect and operate redis-semaphore semaphores (the crate's leased and \
+             counting ones; not the Redisson or book layouts of its compat module)",
+    after_help = "Semaphores: the crate's leased (Client::semaphore) and counting \
+                  (Client::counting_semaphore) semaphores, whose keys are redsem:{NAME}:*. \
+                  The Redisson and book layouts (compat::redisson, compat::book) are not \
+                  understood: `list` does not find them and `status` says there is no \
+                  such semaphore.\n\n\
+                  Exit status: 0 done; 1 `release` found no such holder, or `list` \
                   showed a row with an error; 2 any other error (Redis unreachable, \
                   no such semaphore, bad arguments)."
 )]
