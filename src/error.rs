@@ -82,12 +82,13 @@ pub enum Error {
 
     /// No connection could be opened: the server cannot be reached, or the TLS
     /// handshake failed (a TLS URL against a plaintext port or the reverse, an unknown
-    /// certificate authority, a missing client certificate), or a certificate file
-    /// could not be read, or the server refused the URL's database index (`SELECT`
-    /// answered an error: an index past the server's `databases`, any index but 0 on a
-    /// cluster node). A refused handshake over certificates and a refused database are
-    /// configuration mistakes: not [retryable](Error::is_retryable), and a call fails
-    /// with them at once.
+    /// certificate authority, a missing client certificate), or the server refused the
+    /// URL's database index (`SELECT` answered an error: an index past the server's
+    /// `databases`, any index but 0 on a cluster node). A refused handshake over
+    /// certificates and a refused database are configuration mistakes: not
+    /// [retryable](Error::is_retryable), and a call fails with them at once. (A
+    /// certificate file that cannot be read is [`Error::InvalidArgument`], from
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build).)
     #[error("cannot connect to {addr}: {message}")]
     Connect {
         /// The server's address (`host:port`, an IPv6 host in brackets: `[::1]:6379`;
