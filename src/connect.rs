@@ -208,9 +208,7 @@ impl Target {
             |why: &str| Error::InvalidArgument(format!("bad Redis URL {}: {why}", redact(url)));
         let url = url.trim();
         let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(bad(
-                "expected redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://",
-            ));
+            return Err(bad(EXPECTED_SCHEMES));
         };
         let scheme = scheme.to_ascii_lowercase();
         let (topology, tls) = match scheme.as_str() {
@@ -224,7 +222,9 @@ impl Target {
                 }
                 return single(url);
             }
-            _ => return single(url),
+            "redis" | "valkey" | "unix" | "redis+unix" | "valkey+unix" => return single(url),
+            // (not quoted: the text before `://` of a mistyped URL may be anything)
+            _ => return Err(bad(&format!("unknown scheme: {EXPECTED_SCHEMES}"))),
         };
         if tls && !TLS_ENABLED {
             return Err(tls_feature_missing(url));
@@ -316,6 +316,10 @@ impl Target {
     }
 }
 
+/// What a URL whose scheme is none of ours is told.
+const EXPECTED_SCHEMES: &str =
+    "expected redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://";
+
 /// A one-server URL, parsed by redis-rs.
 fn single(url: &str) -> Result<Target> {
     // A `?` or `#` in a password that is not percent-encoded ends the URL's authority
@@ -333,10 +337,40 @@ fn single(url: &str) -> Result<Target> {
             )));
         }
     }
-    let info = url
-        .into_connection_info()
-        .map_err(|e| Error::InvalidArgument(format!("bad Redis URL {}: {e}", redact(url))))?;
+    let info = url.into_connection_info().map_err(|e| {
+        // redis-rs says only "Redis URL did not parse" of most mistakes: say which
+        // when we can tell
+        let why = single_url_mistake(url).map_or_else(|| e.to_string(), str::to_owned);
+        Error::InvalidArgument(format!("bad Redis URL {}: {why}", redact(url)))
+    })?;
     Ok(Target::Single(info))
+}
+
+/// What is wrong with the TCP one-server URL `url` that redis-rs could not parse, when
+/// it can be told: a `/` in the user info (not percent-encoded, it ends the host part
+/// early), or a port that is not a number from 1 to 65535. Quotes no part of the URL
+/// (the caller shows it redacted): what looks like a port may be part of a password.
+fn single_url_mistake(url: &str) -> Option<&'static str> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.to_ascii_lowercase().ends_with("unix") {
+        return None;
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let path_end = rest.find(['?', '#']).unwrap_or(rest.len());
+    if rest[authority_end..path_end.max(authority_end)].contains('@') {
+        return Some("a '/' before the '@' (percent-encode it in a password: %2F)");
+    }
+    let authority = &rest[..authority_end];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.1.strip_prefix(':')?,
+        None => host_port.split_once(':')?.1,
+    };
+    match port.parse::<u16>() {
+        Ok(1..) => None,
+        _ if port.is_empty() => None,
+        _ => Some("the port must be a number from 1 to 65535"),
+    }
 }
 
 /// `h1:p1,h2,[::1]:p3` into addresses, with `default_port` where none is given.
@@ -1003,6 +1037,10 @@ mod tests {
             ("redis+cluster://:secret@h1:x", "port must be"),
             ("redis://host:notaport/", "bad Redis URL"),
             ("http://host/", "bad Redis URL"),
+            ("redi://h:6379/", "unknown scheme: expected redis://"),
+            ("redis://127.0.0.1:99999/", "port must be"),
+            ("redis://:secret@[::1]:0x1/", "port must be"),
+            ("redis://u:sec/ret@h:1/", "%2F"),
         ];
         for (url, want) in cases {
             let m = parse_err(url);

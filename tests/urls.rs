@@ -149,3 +149,44 @@ fn a_host_name_that_does_not_resolve_is_named_as_such() {
         }
     }
 }
+
+/// Review: a misspelt scheme (`redi://`, `reids://`, `http://`) said only "Redis URL did
+/// not parse - InvalidClientConfig", and so did a port out of range; the first now
+/// lists the schemes taken, as a URL without `://` does, and the second names the port.
+#[test]
+fn a_misspelt_scheme_or_a_bad_port_is_named() {
+    for url in [
+        format!("redi://u:{SECRET}@h:6379/"),
+        "reids://h:6379/".to_owned(),
+        "http://127.0.0.1:6379/".to_owned(),
+        "REDI://h/".to_owned(),
+        // for comparison: no scheme at all
+        "127.0.0.1:6379".to_owned(),
+    ] {
+        let text = invalid(&url);
+        assert!(
+            text.contains(
+                "expected redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
+            ),
+            "{url}: {text}"
+        );
+        assert!(!text.contains("InvalidClientConfig"), "{url}: {text}");
+    }
+    for url in [
+        "redis://127.0.0.1:99999/".to_owned(),
+        format!("redis://u:{SECRET}@127.0.0.1:65536/0"),
+        "redis://[::1]:99999/".to_owned(),
+        "redis://h:notaport/".to_owned(),
+        "valkey://h:-1/".to_owned(),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("port"), "{url}: {text}");
+        assert!(text.contains("1 to 65535"), "{url}: {text}");
+        assert!(!text.contains("InvalidClientConfig"), "{url}: {text}");
+    }
+    // a '/' in a password that is not percent-encoded cuts the host short: named as
+    // such, not as a bad port, and without the password
+    let text = invalid("redis://admin:s3cret-Pw/x@h:6379/");
+    assert!(text.contains("%2F"), "{text}");
+    assert!(!text.contains("port"), "{text}");
+}
