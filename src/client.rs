@@ -347,7 +347,8 @@ impl Client {
             let refused = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
             if refused || e.is_io_error() || e.is_connection_dropped() {
                 // (a PING on a connection already set up: no SELECT to refuse)
-                crate::connect::connect_error_at(&shared.pool.addr(), false, 0, &e)
+                let (addr, lone_user) = (shared.pool.addr(), shared.pool.lone_user());
+                crate::connect::connect_error_at(&addr, false, 0, lone_user, &e)
             } else {
                 Error::Redis(e)
             }

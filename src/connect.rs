@@ -110,10 +110,19 @@ impl Credentials {
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")
-            .field("username", &self.username)
+            .field(
+                "username",
+                &shown_user(self.username.as_deref(), self.password.is_some()),
+            )
             .field("password", &self.password.as_ref().map(|_| "***"))
             .finish()
     }
+}
+
+/// A user name as `Debug` output shows it: `***` when no password goes with it (it may
+/// be a password typed without its leading `:`, as [`redact`] hides it in a URL).
+fn shown_user(username: Option<&str>, has_password: bool) -> Option<&str> {
+    username.map(|u| if has_password { u } else { "***" })
 }
 
 impl std::fmt::Debug for Target {
@@ -122,7 +131,13 @@ impl std::fmt::Debug for Target {
             Target::Single(info) => f
                 .debug_struct("Single")
                 .field("addr", &addr_text(info.addr()))
-                .field("username", &info.redis_settings().username())
+                .field(
+                    "username",
+                    &shown_user(
+                        info.redis_settings().username(),
+                        info.redis_settings().password().is_some(),
+                    ),
+                )
                 .field("password", &info.redis_settings().password().map(|_| "***"))
                 .field("db", &info.redis_settings().db())
                 .field("tls", &is_tls_addr(info.addr()))
@@ -443,15 +458,21 @@ fn percent_decode(s: &str) -> std::result::Result<String, String> {
 
 /// `url` with any password replaced by `***`, for logs and messages: the password of
 /// the `user:password@` part (everything from the first `:` after the user name up to
-/// the last `@`), and the values of `pass=` / `password=` query parameters (the form of
-/// `unix://` URLs; a key is compared as the URL parser reads it: percent-decoded, tabs
-/// and line breaks dropped, in any case). When in doubt it hides more, never less.
-/// Every message of this crate that shows a URL shows it through this function.
+/// the last `@`), a user name given without a password (all of a `user@` part: it is
+/// likely a password typed without its leading `:`), and the values of `pass=` /
+/// `password=` query parameters (the form of `unix://` URLs; a key is compared as the
+/// URL parser reads it: percent-decoded, tabs and line breaks dropped, in any case).
+/// When in doubt it hides more, never less. Every message of this crate that shows a
+/// URL shows it through this function.
 ///
 /// ```
 /// assert_eq!(
 ///     redis_semaphore::redact_url("rediss://app:s3cret@redis.internal:6380/0"),
 ///     "rediss://app:***@redis.internal:6380/0"
+/// );
+/// assert_eq!(
+///     redis_semaphore::redact_url("redis://s3cret@redis.internal:6379/"),
+///     "redis://***@redis.internal:6379/"
 /// );
 /// assert_eq!(
 ///     redis_semaphore::redact_url("unix:///run/redis.sock?user=a@b&pa%73s=s3cret"),
@@ -474,6 +495,10 @@ pub fn redact(url: &str) -> String {
             // no scheme: we cannot tell what this is, hide all of it
             _ if !has_scheme => hide.push((scheme_len, scheme_len + at)),
             Some(colon) => hide.push((scheme_len + colon + 1, scheme_len + at)),
+            // a user name without a password: all of it (it may be the password, typed
+            // without its `:`), unless the text starts with the path (`unix:///p?a@b`:
+            // no user info at all)
+            None if !userinfo.starts_with('/') => hide.push((scheme_len, scheme_len + at)),
             None => {}
         }
     }
@@ -724,8 +749,15 @@ pub(crate) fn install_crypto_provider() {
 
 /// Sorts an error met while opening a connection to `addr` (what messages name: an
 /// address, or a Sentinel service and its sentinels), over TLS when `tls`, that selects
-/// database `db` (0: the default, which needs no `SELECT`).
-pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisError) -> Error {
+/// database `db` (0: the default, which needs no `SELECT`), and that names a user but
+/// sends no password when `lone_user` (see [`is_lone_user`]).
+pub(crate) fn connect_error_at(
+    addr: &str,
+    tls: bool,
+    db: i64,
+    lone_user: bool,
+    e: &redis::RedisError,
+) -> Error {
     let text = e.to_string();
     let code = e.code().unwrap_or("");
     // (the cluster and Sentinel clients of `redis` report a refused AUTH as an I/O
@@ -743,13 +775,21 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisE
         let says = |c: &str| code == c || text.contains(c);
         // (a Sentinel target's address reads `service "NAME" via host:port,...`)
         let sentinels = addr.starts_with("service ");
+        // (a password typed without its leading ':' reads as a user name)
+        let lone = if lone_user && says("NOAUTH") {
+            "; a user name without a password is not sent: for a password alone write \
+             redis://:PASSWORD@host"
+        } else {
+            ""
+        };
         let hint = if says("NOAUTH") && sentinels {
             " (a sentinel or the server requires a password: the URL's password is the \
              data nodes'; the sentinels' is ClientBuilder::sentinel_password, or the \
-             CLI's --sentinel-password)"
+             CLI's --sentinel-password"
         } else if says("NOAUTH") {
-            " (the server requires a password: put it in the URL or set \
-             ClientBuilder::password)"
+            " (the server requires a password: put it in the URL \
+             (redis://:PASSWORD@host:port/) or set ClientBuilder::password; the CLI: \
+             --password or REDIS_PASSWORD"
         } else if sentinels && !says("NOPERM") {
             " (wrong user name or password; the sentinels' are \
              ClientBuilder::sentinel_user and sentinel_password)"
@@ -759,9 +799,11 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisE
         } else {
             " (wrong user name or password)"
         };
+        // (the NOAUTH hints leave their parenthesis open for the lone user's)
+        let close = if says("NOAUTH") { ")" } else { "" };
         return Error::Auth {
             addr: addr.to_owned(),
-            message: format!("{text}{hint}"),
+            message: format!("{text}{hint}{lone}{close}"),
         };
     }
     if refused_database(e) {
@@ -826,6 +868,13 @@ pub(crate) fn connect_error_at(addr: &str, tls: bool, db: i64, e: &redis::RedisE
         addr: addr.to_owned(),
         message,
     }
+}
+
+/// Whether connection settings name a user but carry no password: redis-rs then sends
+/// no `AUTH` at all, and the user name may well be a password typed without its
+/// leading ':' (`redis://PASSWORD@host`).
+pub(crate) fn is_lone_user(settings: &redis::RedisConnectionInfo) -> bool {
+    settings.username().is_some() && settings.password().is_none()
 }
 
 /// Whether the lower-cased text of a connect error says a host name did not resolve.
@@ -1063,7 +1112,13 @@ mod tests {
             ("redis://127.0.0.1:6379/", "redis://127.0.0.1:6379/"),
             ("redis://u:secret@h:1/0", "redis://u:***@h:1/0"),
             ("rediss://:secret@h/", "rediss://:***@h/"),
-            ("redis://user@h/", "redis://user@h/"),
+            ("redis://user@h/", "redis://***@h/"),
+            ("redis://pa/ss@h:1/", "redis://***@h:1/"),
+            (
+                "redis+sentinel://secret@h1,h2/m",
+                "redis+sentinel://***@h1,h2/m",
+            ),
+            ("unix:///s.sock?user=a@b", "unix:///s.sock?user=a@b"),
             ("redis://u:se@cr:et@h/", "redis://u:***@h/"),
             (
                 "redis+sentinel://u:secret@h1,h2/m",
@@ -1111,7 +1166,7 @@ mod tests {
             "Redis server refused to switch database",
             "DB index is out of range".to_owned(),
         ));
-        let e = connect_error_at("127.0.0.1:6380", false, 99, &refused);
+        let e = connect_error_at("127.0.0.1:6380", false, 99, false, &refused);
         assert!(is_config_error(&e) && !is_unreachable(&e), "{e:?}");
         assert!(!e.is_retryable() && !e.is_timeout(), "{e:?}");
         let text = e.to_string();
@@ -1125,7 +1180,13 @@ mod tests {
         );
         // a refused connection stays retryable
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let e = connect_error_at("127.0.0.1:6380", false, 99, &redis::RedisError::from(io));
+        let e = connect_error_at(
+            "127.0.0.1:6380",
+            false,
+            99,
+            false,
+            &redis::RedisError::from(io),
+        );
         assert!(
             !is_config_error(&e) && is_unreachable(&e) && e.is_retryable(),
             "{e:?}"
@@ -1138,6 +1199,10 @@ mod tests {
             "redis://u:secret@h:1/",
             "redis+sentinel://u:secret@h/s",
             "redis+cluster://u:secret@h",
+            // a user name without a password may be the password
+            "redis://secret@h:1/",
+            "redis+sentinel://secret@h/s",
+            "redis+cluster://secret@h",
         ] {
             let d = format!("{:?}", parse(url));
             assert!(!d.contains("secret"), "{d}");

@@ -267,7 +267,7 @@ impl Manager {
     /// ends by then ([`ClusterSource::within`]), its commands' timeouts at most what is
     /// left.
     fn open_cluster(&self, c: &ClusterSource, by: Option<Instant>) -> Result<RConn> {
-        let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, 0, &e);
+        let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, 0, c.lone_user(), &e);
         let conn = match by {
             None => c.client.get_connection(),
             Some(by) => (c.within)(left_until(by)).and_then(|short| short.get_connection()),
@@ -291,14 +291,15 @@ impl Manager {
         by: Option<Instant>,
         timed_out: &Cell<bool>,
     ) -> Result<PrimaryConn> {
-        let (addr, tls, db) = (
+        let (addr, tls, db, lone_user) = (
             self.connector.addr(),
             self.connector.is_tls(),
             self.connector.db(),
+            self.connector.lone_user(),
         );
         let sort = |e: redis::RedisError| {
             timed_out.set(timed_out.get() || e.is_timeout());
-            connect_error_at(&addr, tls, db, &e)
+            connect_error_at(&addr, tls, db, lone_user, &e)
         };
         let started = Instant::now();
         let mut conn = self.connector.connect(connect_timeout, by).map_err(sort)?;
@@ -518,6 +519,15 @@ impl Pool {
         match self {
             Pool::Own(_, m) => m.addr(),
             Pool::User(..) => "the server of the given pool".to_owned(),
+        }
+    }
+
+    /// Whether the pool's connections name a user but send no password (unknown, so
+    /// `false`, for a pool given to `Client::from_pool`).
+    pub(crate) fn lone_user(&self) -> bool {
+        match self {
+            Pool::Own(_, m) => m.connector.lone_user(),
+            Pool::User(..) => false,
         }
     }
 

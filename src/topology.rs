@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::connect::{Endpoint, HostPort, NodeTls, connect_within, with_credentials};
+use crate::connect::{Endpoint, HostPort, NodeTls, connect_within, is_lone_user, with_credentials};
 use crate::error::{reply_code, server_code};
 use crate::threads::stopped;
 use redis::io::tcp::TcpSettings;
@@ -86,6 +86,13 @@ pub(crate) struct ClusterSource {
 }
 
 impl ClusterSource {
+    /// Whether the nodes are given a user name without a password ([`is_lone_user`]).
+    pub(crate) fn lone_user(&self) -> bool {
+        self.nodes
+            .first()
+            .is_some_and(|n| is_lone_user(n.redis_settings()))
+    }
+
     /// A plain connection to one reachable node: the seeds in turn, starting after the
     /// one used last.
     fn plain(&self, timeout: Duration) -> redis::RedisResult<redis::Connection> {
@@ -281,6 +288,16 @@ impl Connector {
             Connector::Single(ep) => ep.has_password,
             Connector::Sentinel(t) => t.data.password().is_some(),
             Connector::Cluster(c) => c.has_password,
+        }
+    }
+
+    /// Whether connections name a user but send no password ([`is_lone_user`]), for
+    /// the hint of a `NOAUTH`.
+    pub(crate) fn lone_user(&self) -> bool {
+        match self {
+            Connector::Single(ep) => is_lone_user(ep.client.get_connection_info().redis_settings()),
+            Connector::Sentinel(t) => is_lone_user(&t.data),
+            Connector::Cluster(c) => c.lone_user(),
         }
     }
 

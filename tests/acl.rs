@@ -188,6 +188,40 @@ fn a_missing_password_on_a_requirepass_server_is_an_auth_error() {
     ok.ping().unwrap();
 }
 
+/// Review: the password typed without its leading ':' (`redis://PASSWORD@host`) is a
+/// user name without a password, which is not sent: the server's NOAUTH now says so,
+/// from `ping()` and from an operation, and names the form of a password alone; the
+/// hint for a missing password names the URL's form and the CLI's options.
+#[test]
+fn a_user_name_without_a_password_gets_a_hint_on_noauth() {
+    let server = AclServer::start(ADMIN_PW);
+    let port = server.server.port();
+    let e = Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .ping()
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("redis://:PASSWORD@host:port/") && text.contains("REDIS_PASSWORD"),
+        "{text}"
+    );
+    assert!(!text.contains("user name without a password"), "{text}");
+    let client = Client::open(format!("redis://{ADMIN_PW}@127.0.0.1:{port}/")).unwrap();
+    let sem = client.semaphore("lone", 1).unwrap();
+    for (what, e) in [
+        ("ping", client.ping().unwrap_err()),
+        ("acquire", sem.acquire().unwrap_err()),
+    ] {
+        let text = e.to_string();
+        assert!(
+            text.contains("a user name without a password is not sent"),
+            "{what}: {text}"
+        );
+        assert!(text.contains("redis://:PASSWORD@host"), "{what}: {text}");
+        assert_auth(e, what);
+    }
+}
+
 #[test]
 fn the_book_variants_run_with_the_documented_extra_rule() {
     let server = user_server();

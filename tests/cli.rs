@@ -647,3 +647,64 @@ fn watch_of_a_name_without_keys_fails_as_status_does() {
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
     }
 }
+
+/// Review: a password the server requires but was not given got the hint "put it in
+/// the URL or set ClientBuilder::password", which says neither how to write it in the
+/// URL nor how to give it to the CLI; and a password typed without its leading ':'
+/// (`redis://PASSWORD@host`, which reads as a user name, and a user name without a
+/// password is not sent) got the same hint and was printed in clear in the URL.
+#[test]
+fn a_missing_password_says_how_to_give_it_and_a_lone_user_name_is_not_shown() {
+    const SECRET: &str = "cli-lone-Pw";
+    let server = support::AclServer::start(SECRET);
+    let port = server.server.port();
+    let out = bare_cli(
+        &[
+            "--url",
+            &format!("redis://127.0.0.1:{port}/"),
+            "status",
+            "x",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(err.contains("redis://:PASSWORD@host:port/"), "{err}");
+    assert!(err.contains("--password or REDIS_PASSWORD"), "{err}");
+    assert!(!err.contains("user name without a password"), "{err}");
+
+    // the password where a user name goes: hinted at, and not shown
+    let out = bare_cli(
+        &[
+            "--url",
+            &format!("redis://{SECRET}@127.0.0.1:{port}/"),
+            "status",
+            "x",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(
+        err.contains("a user name without a password is not sent"),
+        "{err}"
+    );
+    assert!(err.contains("redis://:PASSWORD@host"), "{err}");
+    assert!(
+        err.contains(&format!("redis://***@127.0.0.1:{port}/")),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET), "{err}");
+    // written as the hint says, it works
+    let ok = bare_cli(
+        &[
+            "--url",
+            &format!("redis://:{SECRET}@127.0.0.1:{port}/"),
+            "list",
+        ],
+        &[],
+    );
+    assert!(ok.status.success(), "{ok:?}");
+}
