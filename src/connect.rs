@@ -822,7 +822,23 @@ pub(crate) fn connect_error_at(
         };
     }
     let lower = text.to_ascii_lowercase();
-    let message = if tls {
+    let not_sentinels = not_sentinels(&text);
+    let message = if !not_sentinels.is_empty() {
+        // (first: the rest of a Sentinel target's report, another sentinel refused or
+        // dropped, would read as the cause; a Redis server answers SENTINEL with
+        // "unknown command")
+        let (servers, are) = match not_sentinels.as_slice() {
+            [one] => (format!("the server at {one}"), "is not a sentinel"),
+            many => (
+                format!("the servers at {}", many.join(", ")),
+                "are not sentinels",
+            ),
+        };
+        format!(
+            "{servers} {are} (a redis+sentinel:// URL names sentinels, not the data \
+             nodes): {text}"
+        )
+    } else if tls {
         if [
             "certificate",
             "unknownissuer",
@@ -877,6 +893,32 @@ pub(crate) fn is_lone_user(settings: &redis::RedisConnectionInfo) -> bool {
     settings.username().is_some() && settings.password().is_none()
 }
 
+/// The sentinels that a Sentinel target's error (`text`, as `SentinelTarget::connect`
+/// words it: `sentinel HOST:PORT: ...` for each, `; ` between them) reports as
+/// answering `SENTINEL` with "unknown command": Redis servers, not sentinels. Empty
+/// for any other error.
+fn not_sentinels(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for part in text.split("; ") {
+        let lower = part.to_ascii_lowercase();
+        // (Redis 7 quotes the command with ', Redis 6 with `)
+        let Some(at) = ["unknown command 'sentinel'", "unknown command `sentinel`"]
+            .iter()
+            .find_map(|w| lower.find(w))
+        else {
+            continue;
+        };
+        let before = &part[..at];
+        let addr = before
+            .rfind("sentinel ")
+            .map(|i| &before[i + "sentinel ".len()..])
+            .and_then(|rest| rest.split_once(": "))
+            .map(|(addr, _)| addr.to_owned());
+        found.push(addr.unwrap_or_else(|| "a sentinel of the URL".to_owned()));
+    }
+    found
+}
+
 /// Whether the lower-cased text of a connect error says a host name did not resolve.
 fn is_unknown_host(lower: &str) -> bool {
     [
@@ -915,7 +957,8 @@ fn refused_database(e: &redis::RedisError) -> bool {
 
 /// Whether a connect error says the server is not there at all (a refused
 /// connection, an unknown host name, a missing socket file, a Sentinel service no
-/// sentinel knows, as a misspelt name is): a call fails at once
+/// sentinel knows, as a misspelt name is, a "sentinel" that is a Redis server): a call
+/// fails at once
 /// with it instead of waiting out the checkout timeout. (A configuration error is not
 /// one, whatever its message says.)
 pub(crate) fn is_unreachable(e: &Error) -> bool {
@@ -929,6 +972,8 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
                 "no such file or directory",
                 "nodename nor servname",
                 "no sentinel knows the service",
+                "is not a sentinel",
+                "are not sentinels",
             ]
             .iter()
             .any(|w| m.contains(w))
@@ -1190,6 +1235,25 @@ mod tests {
         assert!(
             !is_config_error(&e) && is_unreachable(&e) && e.is_retryable(),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn redis_servers_named_as_sentinels_are_found_in_the_report() {
+        let text = "cannot reach the primary through the sentinels - Io: service \"m\": \
+                    sentinel 127.0.0.1:26379: ResponseError: unknown command 'SENTINEL', with \
+                    args beginning with: 'GET-MASTER-ADDR-BY-NAME' 'm' ; sentinel [::1]:7000: \
+                    ERR unknown command `SENTINEL`, with args beginning with: ; sentinel \
+                    127.0.0.1:1: Connection refused (os error 111)";
+        assert_eq!(not_sentinels(text), ["127.0.0.1:26379", "[::1]:7000"]);
+        assert!(not_sentinels("unknown command 'FOO'").is_empty());
+        let e = redis::RedisError::from((redis::ErrorKind::Io, "x", text.to_owned()));
+        let e = connect_error_at("service \"m\" via h", false, 0, false, &e);
+        assert!(is_unreachable(&e) && e.is_retryable(), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("the servers at 127.0.0.1:26379, [::1]:7000 are not sentinels"),
+            "{e}"
         );
     }
 

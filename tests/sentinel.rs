@@ -321,6 +321,52 @@ fn an_unknown_service_gives_an_error_naming_it_at_once() {
     assert!(e.contains(&format!("127.0.0.1:{}", sentinel.port())), "{e}");
 }
 
+/// Review: a `redis+sentinel://` URL naming a plain Redis server (a data node, not a
+/// sentinel) said "the server closed the connection during the handshake (is this a
+/// TLS port? ...)", the server's "unknown command 'SENTINEL'" coming only at the end,
+/// after the checkout timeout (5 s by default). It now says the server is not a
+/// sentinel, at once, also when another sentinel of the URL cannot be reached.
+#[test]
+fn a_sentinel_url_naming_a_plain_server_says_it_is_not_a_sentinel() {
+    let _threads = shared();
+    let plain = RedisServer::start();
+    let port = plain.port();
+    for url in [
+        format!("redis+sentinel://127.0.0.1:{port}/mymaster"),
+        format!(
+            "redis+sentinel://127.0.0.1:{port},127.0.0.1:{}/mymaster",
+            dead_port()
+        ),
+    ] {
+        let client = Client::open(url.as_str()).unwrap();
+        let sem = client.semaphore("s", 1).unwrap();
+        let started = std::time::Instant::now();
+        let err = sem.try_acquire().unwrap_err();
+        let took = started.elapsed();
+        let e = err.to_string();
+        eprintln!("not a sentinel: {e}");
+        assert!(
+            e.contains(&format!(
+                "the server at 127.0.0.1:{port} is not a sentinel (a redis+sentinel:// URL \
+                 names sentinels, not the data nodes)"
+            )),
+            "{url}: {e}"
+        );
+        assert!(!e.contains("TLS port"), "{url}: {e}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{url}: took {took:?} to report (checkout timeout 5 s): {e}"
+        );
+        match client.ping() {
+            Err(redis_semaphore::Error::Connect { message, .. }) => assert!(
+                message.starts_with(&format!("the server at 127.0.0.1:{port} is not a sentinel")),
+                "{url}: {message}"
+            ),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
 /// A database index the primary refuses (`/svc/99` against the default 16 databases)
 /// read as a primary the sentinels' answers could not reach: a retryable error that
 /// named neither the index nor what to change. It is a configuration mistake, as on
