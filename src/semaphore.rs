@@ -894,7 +894,13 @@ impl Semaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
-        let status = status_of(&self.inspect(Inspect::Counts)?);
+        Ok(self.learn(status_of(&self.inspect(Inspect::Counts)?)))
+    }
+
+    /// What a status read teaches this handle (the stored limit, see
+    /// [`check_permits`](Self::check_permits)) and says to operators (a warning when
+    /// clients pass different limits and none is stored).
+    fn learn(&self, status: Status) -> Status {
         self.inner
             .stored_limit
             .store(status.stored_limit.unwrap_or(0), Ordering::Relaxed);
@@ -907,7 +913,7 @@ impl Semaphore {
                 self.inner.name
             );
         }
-        Ok(status)
+        status
     }
 
     /// How many acquires are queued, waiting, across all clients.
@@ -967,12 +973,27 @@ impl Semaphore {
 
     /// Every unexpired holder, ordered by lease deadline (soonest first).
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        let Some((now, list)) = self.inspect(Inspect::Holders)?.holders else {
+        Ok(self.status_and_holders()?.1)
+    }
+
+    /// [`status`](Semaphore::status) and [`holders`](Semaphore::holders) read in one
+    /// round trip, so they describe the same instant: the holders' permits add up to
+    /// the status's `held` (two calls may see a grant or a release between them).
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Semaphore::status).
+    pub fn status_and_holders(&self) -> Result<(Status, Vec<Holder>)> {
+        let inspected = self.inspect(Inspect::Holders)?;
+        let status = self.learn(status_of(&inspected));
+        let Some((now, list)) = inspected.holders else {
             return Err(bad("holders: none listed"));
         };
-        list.into_iter()
+        let holders = list
+            .into_iter()
             .map(|h| parse_holder(h.id, &h.record, h.deadline_ms, now))
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((status, holders))
     }
 
     /// Releases permit `id` whoever holds it (an operator's tool: the holder learns of

@@ -166,6 +166,35 @@ fn introspection_reports_holders_and_limits() {
     );
 }
 
+/// `status_and_holders` reads both in one round trip (the CLI's `status` read them in
+/// two, which could show a holder count and a holder list of different instants).
+#[test]
+fn status_and_holders_are_one_read_of_one_instant() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let sem = client(&server).semaphore("snapshot", 4).unwrap();
+    let a = sem.acquire_many(2).unwrap();
+    let b = sem.acquire().unwrap();
+    let status = sem.status().unwrap(); // (loads the script)
+    let before = support::command_calls(&mut conn);
+    let both = sem.status_and_holders().unwrap();
+    let after = support::command_calls(&mut conn);
+    let holders = &both.1;
+    let scripts = |m: &std::collections::HashMap<String, u64>| -> u64 {
+        ["evalsha", "eval"].iter().filter_map(|c| m.get(*c)).sum()
+    };
+    assert_eq!(scripts(&after) - scripts(&before), 1, "one script call");
+    assert_eq!(status, both.0);
+    assert_eq!((status.held, status.available), (3, 1));
+    let held: u32 = holders.iter().map(|h| h.permits).sum();
+    assert_eq!(held, status.held);
+    let mut ids: Vec<&str> = holders.iter().map(|h| h.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want = vec![a.id(), b.id()];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+}
+
 #[test]
 fn a_stored_limit_wins_for_every_client() {
     let server = RedisServer::start();

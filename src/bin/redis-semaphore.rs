@@ -376,9 +376,7 @@ fn counting_json(name: &str, count: i64, queued: u32) -> Value {
 }
 
 fn snapshot(sem: &Semaphore) -> Result<(Status, Vec<Holder>), Error> {
-    let holders = sem.holders()?;
-    let status = sem.status()?;
-    Ok((status, holders))
+    sem.status_and_holders()
 }
 
 /// The limit clients use: the stored one, else the one the last acquiring client passed.
