@@ -838,6 +838,11 @@ pub(crate) fn connect_error_at(
             "{servers} {are} (a redis+sentinel:// URL names sentinels, not the data \
              nodes): {text}"
         )
+    } else if is_unknown_host(&lower) {
+        // (before the TLS and dropped-connection cases: the Sentinel and cluster clients
+        // of `redis` report a host name that does not resolve in a kind that reads as a
+        // dropped connection, and over TLS it read as a failed TLS connection)
+        format!("the host name does not resolve: {text}")
     } else if tls {
         if [
             "certificate",
@@ -862,10 +867,6 @@ pub(crate) fn connect_error_at(
         }
     } else if e.is_connection_refusal() || lower.contains("refused") {
         text
-    } else if is_unknown_host(&lower) {
-        // (before the dropped-connection case: the Sentinel and cluster clients of
-        // `redis` report a host name that does not resolve in a kind that reads as one)
-        format!("the host name does not resolve: {text}")
     } else if e.is_timeout() {
         format!("{NO_ANSWER}: {text}")
     } else if e.is_connection_dropped()
@@ -896,11 +897,20 @@ pub(crate) fn is_lone_user(settings: &redis::RedisConnectionInfo) -> bool {
 /// The sentinels that a Sentinel target's error (`text`, as `SentinelTarget::connect`
 /// words it: `sentinel HOST:PORT: ...` for each, `; ` between them) reports as
 /// answering `SENTINEL` with "unknown command": Redis servers, not sentinels. Empty
-/// for any other error.
+/// for any other error, and when a sentinel of the report answered (it named a
+/// primary, or did not know the service): the cause is then elsewhere, and a primary
+/// unreachable during a failover must not read as a configuration mistake.
 fn not_sentinels(text: &str) -> Vec<String> {
     let mut found = Vec::new();
     for part in text.split("; ") {
         let lower = part.to_ascii_lowercase();
+        // (as `SentinelTarget::connect` words a sentinel's answer, src/topology.rs)
+        if lower.contains("known primary ")
+            || lower.contains("does not know the service")
+            || (lower.contains("sentinel ") && lower.contains(" names "))
+        {
+            return Vec::new();
+        }
         // (Redis 7 quotes the command with ', Redis 6 with `)
         let Some(at) = ["unknown command 'sentinel'", "unknown command `sentinel`"]
             .iter()
@@ -1247,6 +1257,12 @@ mod tests {
                     127.0.0.1:1: Connection refused (os error 111)";
         assert_eq!(not_sentinels(text), ["127.0.0.1:26379", "[::1]:7000"]);
         assert!(not_sentinels("unknown command 'FOO'").is_empty());
+        // a sentinel that answered: the cause is the primary it named
+        let answered = format!(
+            "{text}; sentinel 127.0.0.1:26380 names 127.0.0.1:6380: Connection refused (os \
+             error 111)"
+        );
+        assert!(not_sentinels(&answered).is_empty(), "{answered}");
         let e = redis::RedisError::from((redis::ErrorKind::Io, "x", text.to_owned()));
         let e = connect_error_at("service \"m\" via h", false, 0, false, &e);
         assert!(is_unreachable(&e) && e.is_retryable(), "{e:?}");

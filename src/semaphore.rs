@@ -894,16 +894,7 @@ impl Semaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
-        Ok(self.learn(status_of(&self.inspect(Inspect::Counts)?)))
-    }
-
-    /// What a status read teaches this handle (the stored limit, see
-    /// [`check_permits`](Self::check_permits)) and says to operators (a warning when
-    /// clients pass different limits and none is stored).
-    fn learn(&self, status: Status) -> Status {
-        self.inner
-            .stored_limit
-            .store(status.stored_limit.unwrap_or(0), Ordering::Relaxed);
+        let status = self.learn(status_of(&self.inspect(Inspect::Counts)?));
         if status.stored_limit.is_none()
             && let (Some(a), Some(b)) = (status.client_limit, status.other_client_limit)
         {
@@ -913,6 +904,15 @@ impl Semaphore {
                 self.inner.name
             );
         }
+        Ok(status)
+    }
+
+    /// What a status read teaches this handle: the stored limit (see
+    /// [`check_permits`](Self::check_permits)).
+    fn learn(&self, status: Status) -> Status {
+        self.inner
+            .stored_limit
+            .store(status.stored_limit.unwrap_or(0), Ordering::Relaxed);
         status
     }
 

@@ -708,3 +708,44 @@ fn a_missing_password_says_how_to_give_it_and_a_lone_user_name_is_not_shown() {
     );
     assert!(ok.status.success(), "{ok:?}");
 }
+
+/// Review: `watch` failed with "no semaphore ... (it has no keys)" as soon as the
+/// semaphore it watched went idle (the last release deletes its keys). Only its first
+/// screen fails for a name without keys; later screens show the semaphore empty.
+#[test]
+fn watch_goes_on_when_the_watched_semaphore_goes_idle() {
+    use std::io::{BufRead, BufReader};
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("goes-idle", 2).unwrap();
+    let held = sem.acquire().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args([
+            "--url",
+            &server.url(),
+            "--json",
+            "watch",
+            "goes-idle",
+            "--count",
+            "3",
+        ])
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a first screen").unwrap();
+    assert!(first.contains("\"held\":1"), "{first}");
+    drop(held); // the last release: the keys are gone
+    assert!(support::keys(&mut server.conn(), "*").is_empty());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    for screen in &rest {
+        assert!(screen.contains("\"held\":0"), "{screen}");
+    }
+}

@@ -789,3 +789,94 @@ fn a_counter_that_is_no_integer_is_a_wrong_type_error_naming_the_key_for_every_o
         assert_eq!(stored, "x\nnot-a-number", "{what} wrote");
     }
 }
+
+/// The counter checks name the key and the value on the paths through the first
+/// write's `INCRBY` too (the permit-expirable release, and the reclaim of an expired
+/// lease before a read), refuse integer text `INCRBY` refuses (`007`, 20 digits: the
+/// tries used to fail with the INCRBY's "not an integer", `add_permits` stored a
+/// wrapped value), and leave any other refusal of that `INCRBY` as it is: on a replica
+/// a release is `READONLY` (retryable, what the failover handling looks for), not a
+/// wrong type.
+#[test]
+fn counter_checks_name_the_key_on_every_path_and_pass_other_refusals_on() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    let pes = pes(&client);
+    let named = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::WrongType { source, .. }) => {
+            let text = source.to_string();
+            assert!(text.contains(NAME), "{what}: {text}");
+            assert!(text.contains("must be an integer"), "{what}: {text}");
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    for stored in ["007", "-0", "99999999999999999999", "+5"] {
+        redis::cmd("SET")
+            .arg(NAME)
+            .arg(stored)
+            .exec(&mut conn)
+            .unwrap();
+        named(stored, rs.try_acquire(1).map(drop));
+        named(stored, rs.add_permits(1).map(drop));
+        named(stored, rs.release(1).map(drop));
+        named(stored, rs.available_permits().map(drop));
+        let now: String = redis::cmd("GET").arg(NAME).query(&mut conn).unwrap();
+        assert_eq!(now, stored, "nothing written");
+    }
+
+    // a held permit, then the counter overwritten: the release's INCRBY path
+    redis::cmd("DEL").arg(NAME).exec(&mut conn).unwrap();
+    assert!(pes.try_set_permits(2).unwrap());
+    let held = pes.try_acquire(None).unwrap().expect("a permit");
+    let short = pes
+        .try_acquire(Some(Duration::from_millis(1)))
+        .unwrap()
+        .expect("a permit with a 1 ms lease");
+    std::mem::forget(short); // its lease ends by itself: the reclaim path below
+    wait_until(Duration::from_secs(5), "the 1 ms lease ends", || {
+        let ended: i64 = redis::cmd("ZCOUNT")
+            .arg(TIMEOUT_KEY)
+            .arg(0)
+            .arg(now_ms() - 1)
+            .query(&mut conn)
+            .unwrap();
+        ended == 1
+    });
+    redis::cmd("SET")
+        .arg(NAME)
+        .arg("x")
+        .exec(&mut conn)
+        .unwrap();
+    named(
+        "the reclaim of an expired lease",
+        pes.available_permits().map(drop),
+    );
+    named("a permit-expirable release", pes.release(held.id()));
+    drop(held); // (its own release fails the same way; Drop logs it)
+
+    // on a replica: READONLY, as the server says it
+    let (primary, replica) = support::primary_and_replica();
+    let mut pc = primary.conn();
+    redis::cmd("SET").arg(NAME).arg(5).exec(&mut pc).unwrap();
+    let mut rc = replica.conn();
+    wait_until(
+        Duration::from_secs(5),
+        "the replica has the counter",
+        || {
+            let v: Option<String> = redis::cmd("GET").arg(NAME).query(&mut rc).unwrap();
+            v.is_some()
+        },
+    );
+    let on_replica = Client::open(replica.url()).unwrap();
+    let r = on_replica.redisson_semaphore(NAME).release(1);
+    match &r {
+        Err(e) => {
+            assert!(!matches!(e, Error::WrongType { .. }), "{e:?}");
+            assert!(e.to_string().contains("read only replica"), "{e}");
+            assert!(e.is_retryable(), "{e:?}");
+        }
+        Ok(v) => panic!("a release on a replica: {v}"),
+    }
+}

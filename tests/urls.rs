@@ -128,11 +128,20 @@ fn an_unencoded_question_mark_or_hash_in_a_password_is_refused() {
 /// handshake (is this a TLS port?...)" and named the lookup failure only at its end.
 #[test]
 fn a_host_name_that_does_not_resolve_is_named_as_such() {
-    for url in [
+    #[allow(unused_mut)]
+    let mut urls = vec![
         "redis://no-such-host.invalid:6379/",
         "redis+sentinel://no-such-host.invalid:26379/mymaster",
         "redis+cluster://no-such-host.invalid:7000",
-    ] {
+    ];
+    // (over TLS it read "TLS connection failed")
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    urls.extend([
+        "rediss://no-such-host.invalid:6379/",
+        "rediss+sentinel://no-such-host.invalid:26379/mymaster",
+        "rediss+cluster://no-such-host.invalid:7000",
+    ]);
+    for url in urls {
         let client = Client::builder()
             .connect_timeout(std::time::Duration::from_secs(2))
             .build(url)

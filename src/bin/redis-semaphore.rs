@@ -174,7 +174,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
     let open = |name: &str| client.semaphore(name, 1).map_err(|e| e.to_string());
     match &cli.command {
         Command::Status { name } => {
-            let (json, text) = report(&client, &open(name)?, name, &url, &reach)?;
+            let (json, text) = report(&client, &open(name)?, name, &url, &reach, false)?;
             if cli.json {
                 println!("{json}");
             } else {
@@ -304,8 +304,10 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             let sem = open(name)?;
             let mut shown = 0;
             loop {
-                // as `status` shows it: a name without keys is an error, every time
-                let (json, text) = report(&client, &sem, name, &url, &reach)?;
+                // as `status` shows it: a name without keys is an error on the first
+                // screen; later, a semaphore gone idle (its last release deletes its
+                // keys) is shown empty
+                let (json, text) = report(&client, &sem, name, &url, &reach, shown > 0)?;
                 if cli.json {
                     println!("{json}");
                 } else if std::io::stdout().is_terminal() {
@@ -330,7 +332,8 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
 
 /// What `status` and each screen of `watch` show of the semaphore `name` (`sem`), as
 /// JSON and as text: the leased semaphore when it has keys, else the counting one of
-/// that name; an error naming `url` when neither has keys. `reach` words an error of
+/// that name; when neither has keys, an error naming `url`, or with `idle_ok` the
+/// leased semaphore empty (a watched one gone idle). `reach` words an error of
 /// Redis.
 fn report(
     client: &Client,
@@ -338,6 +341,7 @@ fn report(
     name: &str,
     url: &str,
     reach: &dyn Fn(Error) -> String,
+    idle_ok: bool,
 ) -> Result<(Value, String), String> {
     let (status, holders) = snapshot(sem).map_err(reach)?;
     if status.exists {
@@ -355,6 +359,10 @@ fn report(
                 counting_text(name, count, queued),
             ))
         }
+        None if idle_ok => Ok((
+            status_json(name, &status, &holders),
+            status_text(name, &status, &holders),
+        )),
         None => Err(format!(
             "no semaphore {:?} at {url} (it has no keys in Redis)",
             clean(name)

@@ -812,7 +812,12 @@ impl BookSemaphore {
 
     /// [`try_acquire`](Self::try_acquire), its lock spin ending by `until`.
     fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
-        let mut conn = self.inner.conn_for_try()?;
+        // a try never waits (at most one operation timeout for a connection); the
+        // polls of the blocking acquires wait for one as any call does
+        let mut conn = match until {
+            None => self.inner.conn_for_try()?,
+            Some(_) => self.inner.conn()?,
+        };
         match self
             .inner
             .attempt(&mut conn, until)

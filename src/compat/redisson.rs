@@ -751,7 +751,8 @@ impl RSemaphore {
 
     /// Takes `permits` if the counter has them now, in one round trip; never waits.
     /// The whole call, the wait for a pooled connection when all are busy included,
-    /// ends within the operation timeout (and the replica wait, when one is set).
+    /// ends within the operation timeout (and the replica wait, when one is set; when
+    /// no replica acknowledged, the give-back of the permits runs before it returns).
     ///
     /// # Errors
     ///
@@ -759,14 +760,23 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
-        let got = self.try_once(permits, Some(self.common.try_end()))?;
+        let got = self.try_once(permits, Some(self.common.try_end()), None)?;
         if !got {
             Counters::bump(&self.common.shared().stats.try_failed);
         }
         Ok(got)
     }
 
-    fn try_once(&self, permits: u32, end: Option<Instant>) -> Result<bool> {
+    /// One try, its checkout and call (and replica wait) ending by `end`; the give-back
+    /// of permits no replica acknowledged ending by `give_back` (`None`: it runs to its
+    /// end before the call returns, as a try's does, so that its `NoSyncedReplicas`
+    /// means the permits are back).
+    fn try_once(
+        &self,
+        permits: u32,
+        end: Option<Instant>,
+        give_back: Option<Instant>,
+    ) -> Result<bool> {
         let publish = self.common.publish();
         let once = self.common.once();
         let got = self.common.run_write_by(
@@ -777,7 +787,7 @@ impl RSemaphore {
                 // Redisson's handleNoSync: give the permits just taken back (by the
                 // wait's bound, when there is one)
                 let common = self.common.clone();
-                *got && give_back_by(end, move || {
+                *got && give_back_by(give_back, move || {
                     common
                         .run(|c, k| {
                             calls::rs_release(c, k, publish, permits, false, common.once().as_ref())
@@ -837,7 +847,7 @@ impl RSemaphore {
 
     fn wait_for(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
         self.common.wait(deadline, |end| {
-            Ok(if self.try_once(permits, end)? {
+            Ok(if self.try_once(permits, end, end)? {
                 Attempt::Got(())
             } else {
                 Attempt::Wait
@@ -889,8 +899,8 @@ impl RSemaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::WrongType`]; [`Error::UnexpectedReply`] when the key holds something
-    /// that is not a number; Redis and pool errors.
+    /// [`Error::WrongType`] when the key is of another type or holds something that
+    /// is not an integer (of at most 15 digits); Redis and pool errors.
     pub fn available_permits(&self) -> Result<i64> {
         self.common.run(calls::rs_available)
     }
@@ -1285,12 +1295,15 @@ impl RPermitExpirableSemaphore {
             .run_write_by(operation, end, |c, k| call(c, k, publish, now), undo)
     }
 
-    /// One run of the acquire script for `n` new ids.
+    /// One run of the acquire script for `n` new ids, ending by `end`; the give-back of
+    /// permits no replica acknowledged by `give_back` (`None`: before it returns, see
+    /// [`RSemaphore::try_once`]).
     fn attempt(
         &self,
         n: u32,
         lease: Option<Duration>,
         end: Option<Instant>,
+        give_back: Option<Instant>,
     ) -> Result<Attempt<Vec<Permit>>> {
         let ids: Vec<[u8; 16]> = (0..n).map(|_| new_id()).collect();
         let sent = Instant::now();
@@ -1307,7 +1320,7 @@ impl RPermitExpirableSemaphore {
                     return false;
                 }
                 let (inner, ids) = (Arc::clone(&self.inner), ids.clone());
-                give_back_by(end, move || {
+                give_back_by(give_back, move || {
                     let mut all = true;
                     for id in &ids {
                         let released =
@@ -1397,7 +1410,8 @@ impl RPermitExpirableSemaphore {
     /// reclaiming an expired one; one round trip, never waits (Redisson's
     /// `tryAcquire()` / `tryAcquire(-1, lease)`). The whole call, the wait for a pooled
     /// connection when all are busy included, ends within the operation timeout (and
-    /// the replica wait, when one is set).
+    /// the replica wait, when one is set; when no replica acknowledged, the give-back
+    /// of the permits runs before it returns).
     ///
     /// # Errors
     ///
@@ -1416,7 +1430,7 @@ impl RPermitExpirableSemaphore {
     /// [`try_acquire`](Self::try_acquire).
     pub fn try_acquire_many(&self, n: u32, lease: Option<Duration>) -> Result<Option<Vec<Permit>>> {
         Self::check_many(n, lease)?;
-        match self.attempt(n, lease, Some(self.inner.common.try_end()))? {
+        match self.attempt(n, lease, Some(self.inner.common.try_end()), None)? {
             Attempt::Got(p) => Ok(Some(p)),
             _ => {
                 Counters::bump(&self.inner.common.shared().stats.try_failed);
@@ -1457,7 +1471,7 @@ impl RPermitExpirableSemaphore {
         Self::check_many(n, lease)?;
         self.inner
             .common
-            .wait(None, |end| self.attempt(n, lease, end))?
+            .wait(None, |end| self.attempt(n, lease, end, end))?
             .ok_or_else(|| Error::reply("redisson_pes_acquire", "no permit"))
     }
 
@@ -1502,9 +1516,9 @@ impl RPermitExpirableSemaphore {
         lease: Option<Duration>,
     ) -> Result<Option<Vec<Permit>>> {
         Self::check_many(n, lease)?;
-        self.inner
-            .common
-            .wait(Some(deadline_of(wait)), |end| self.attempt(n, lease, end))
+        self.inner.common.wait(Some(deadline_of(wait)), |end| {
+            self.attempt(n, lease, end, end)
+        })
     }
 
     /// Releases the permit with hex id `id` (from a [`Permit`] or a Java client), and

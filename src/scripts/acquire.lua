@@ -6,7 +6,8 @@
 -- Reply: op_acquire's, or on the fast path one of its short forms (fast_acquire.lua).
 -- Errors: a bad id, a count or limit that is no integer from 1 to MAX_LIMIT, a lease,
 -- pad or heartbeat that is no integer from 1 to MAX_MS, a missing origin or channel:
--- all before anything is written (check_acquire). The fast path (acquire_entry.lua)
+-- all before anything is written (check_acquire); a key of another type, WRONGTYPE
+-- from load() (check_keys in common.lua), also before. The fast path (acquire_entry.lua)
 -- answers a plain call before these run; it writes only with the arguments it uses
 -- shown valid, and a "no" writes nothing.
 

@@ -11,7 +11,8 @@
 --        {-2}  held, but its lease has ended: not renewed (this call purges it)
 --        {-3}  held, but with another token or other slots than the parts name:
 --              not renewed
--- Errors: a bad lease or id, before anything is written (load() may repair partial
+-- Errors: a bad lease or id, or a key of another type (WRONGTYPE from load(), see
+-- check_keys in common.lua), before anything is written (load() may repair partial
 -- loss, after which nothing can fail).
 --
 -- Keeps: as refresh.lua: an id that is not held is never brought back, an ended lease

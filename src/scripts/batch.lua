@@ -11,7 +11,9 @@
 -- Reply: one entry per operation, in order: op_acquire's or op_release's reply (an
 -- acquire on the fast path in one of op_acquire's short forms, fast_acquire.lua).
 -- Errors: an unknown tag, a bad id or a bad number anywhere in the batch, found by the
--- first pass, before anything is written. At most 64 operations, whose acquires ask
+-- first pass, before anything is written; a key of another type, WRONGTYPE from the
+-- full logic's check_keys (common.lua), which cannot fail after the fast operations'
+-- writes (see there). At most 64 operations, whose acquires ask
 -- for at most MAX_LIMIT permits in all (the client's batches keep to both).
 --
 -- Keeps: everything op_acquire and op_release keep, after each operation, because the

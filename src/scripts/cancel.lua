@@ -5,7 +5,8 @@
 --                                             `deadline` (the caller decides to keep
 --                                             or release the permit)
 --        {0, now}                             removed from the queue, or not in it
--- Errors: an id that is not a permit id, before anything is written.
+-- Errors: an id that is not a permit id, or a key of another type (WRONGTYPE from
+-- load(), see check_keys in common.lua), before anything is written.
 --
 -- Keeps: no queue entry is left behind (K4); the waiters behind it are served at once
 -- if it was blocking them (K6).

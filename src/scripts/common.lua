@@ -101,7 +101,11 @@
 -- A key of another type (some other program's value under the semaphore's key name)
 -- is an error, not a loss: every script that reads it fails with WRONGTYPE and writes
 -- nothing (check_keys), so the holders keep their permits and nobody is granted one
--- until the key is deleted; then it is a partial loss.
+-- until the key is deleted; then it is a partial loss. Two exceptions read only the
+-- hash: the fast "no" to a try (it writes nothing), and the release of the last
+-- permit, which deletes the semaphore's keys whatever they hold (fast_release.lua).
+-- A q of another type while someone queues is refused only while h, i and s agree;
+-- with them disagreeing the repair deletes it with the rest.
 -- Partial loss (a key evicted or deleted): check_keys() sees that h, i and s (and q
 -- while someone queues) do not all exist, or do not agree (the hash without its
 -- state, a bitmap whose bits are not 'used'), keeps
@@ -178,7 +182,8 @@ local function create(st)
     st.rec, st.wrec = false, false
 end
 
--- The keys do not agree (partial loss, or a key of another type): keep the
+-- The keys do not agree (partial loss: a key missing, or keys whose contents disagree;
+-- a key of another type is refused before, by check_keys): keep the
 -- counters that the hash still holds and start again without holders or waiters.
 -- Writes the new state at once (with a TTL: the old 'exp' when still ahead, so that a
 -- stored limit keeps its retention, else one second) and returns it.

@@ -11,9 +11,10 @@
 --     full logic refuses it (the client never sends such arguments);
 --   - damaged keys: the "no" to a try writes nothing and needs only the hash, so it
 --     reads no other key, and is given where the full logic would first repair a
---     lost or mistyped h or s by dropping every holder (see fast_acquire); so is the
---     release of the last holder, which deletes the keys whatever they hold (see
---     fast_release). The next call that needs more repairs.
+--     lost h or s by dropping every holder, or refuse a mistyped one (see
+--     fast_acquire); so is the release of the last holder, which deletes the keys
+--     whatever they hold, another program's value of another type included (see
+--     fast_release). The next call that needs more repairs or refuses.
 --
 -- One script call may run several fast operations (a batch): the hash's state fields
 -- are read once per call (fast_state) and kept in `fv` as the operations change them,

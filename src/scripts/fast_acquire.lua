@@ -43,7 +43,8 @@ end
 -- Plain: the hash holds the state and no record for `id`, nobody is queued ('qn' 0),
 -- and no deadline has passed ('mind' ahead, so nothing needs a purge); for a grant
 -- also the other three keys exist with their types and agree (anything else: the
--- full logic repairs); or no key exists at all (the create branch). A "no" to a try
+-- full logic repairs, or refuses a key of another type); or no key exists at all
+-- (the create branch). A "no" to a try
 -- reads only the hash (see below).
 -- Reply (short forms of op_acquire's, which the client reads as those):
 --   'now|token|deadline|slot'  granted: op_acquire's {1, now, token, deadline, slot}

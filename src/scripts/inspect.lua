@@ -7,7 +7,8 @@
 --        client passed, other: another limit a client passed since the keys were
 --        made (clients disagree), -1 when absent; exists: 1 when the semaphore has
 --        keys)
--- Errors: none after open(); 'holders' lists at most 10,000 holders (the most a
+-- Errors: a key of another type, WRONGTYPE from load() (check_keys in common.lua),
+-- before anything is written; none after load(); 'holders' lists at most 10,000 holders (the most a
 -- semaphore can have, K9) and reads waiters' members only to skip them, 1000 at a time.
 --
 -- Keeps: changes nothing but the purge and the serving of the queue it allows (K2,

@@ -220,6 +220,7 @@ pub(crate) fn rs_available(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -
     let Some(bytes) = v else { return Ok(0) };
     match std::str::from_utf8(&bytes)
         .ok()
+        .filter(|s| is_counter_text(s))
         .and_then(|s| s.parse().ok())
     {
         Some(n) => Ok(n),
@@ -229,12 +230,24 @@ pub(crate) fn rs_available(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -
                 redis::ErrorKind::UnexpectedReturnType,
                 "WRONGTYPE",
                 format!(
-                    "the counter {:?} of a Redisson semaphore must be an integer, found {found:?}",
+                    "the counter {:?} of a Redisson semaphore must be an integer of at most 15 \
+                     digits, found {found:?}",
                     keys.counter
                 ),
             ))))
         }
     }
+}
+
+/// Whether `s` is a counter's value as the scripts take it (`counter_text` in
+/// `redisson_counter.lua`): integer text as `INCRBY` takes it (no `+`, no leading
+/// zero, not `-0`), of at most 15 digits.
+fn is_counter_text(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    s.len() <= 16
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !digits.starts_with('0'))
 }
 
 /// What an `RPermitExpirableSemaphore` acquire answered.

@@ -15,18 +15,40 @@ end
 -- reply to return, naming the key and the value.
 local function counter_refused(value)
     return 'WRONGTYPE the counter ' .. shown(KEYS[1], 200)
-        .. ' of a Redisson semaphore must be an integer, found ' .. shown(value, 40)
+        .. ' of a Redisson semaphore must be an integer of at most 15 digits, found '
+        .. shown(value, 40)
+end
+
+-- Whether `v` is a counter's value: integer text as INCRBY and DECRBY take it (no
+-- sign but '-', no leading zero, not '-0'), of at most 15 digits, so that it is exact
+-- as a Lua number (Redisson's counts are Java ints: far below that).
+local function counter_text(v)
+    return #v <= 16 and (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil)
 end
 
 -- The counter as a number, or false when the key is missing. A key of another type
--- fails its GET with WRONGTYPE; a string that is not integer text (as INCRBY takes it)
--- fails the script the same way, with a string error (level 0: no position; Redis 6.2
--- cannot raise a table). Every script calls it before its first write, or after a
--- write that proved the counter an integer (an INCRBY).
+-- fails its GET with WRONGTYPE; a string that is not counter_text() fails the script
+-- the same way, with a string error (level 0: no position; Redis 6.2 cannot raise a
+-- table). Every script calls it before its first write, or after a write that proved
+-- the counter an integer (an INCRBY).
 local function counter_value()
     local v = redis.call('GET', KEYS[1])
     if v == false then return false end
-    local n = string.find(v, '^%-?%d+$') and #v <= 20 and tonumber(v)
-    if not n then error(counter_refused(v), 0) end
-    return n
+    if not counter_text(v) then error(counter_refused(v), 0) end
+    return tonumber(v)
+end
+
+-- INCRBY n on the counter through redis.pcall: its new value, or nil and an error
+-- reply (the INCRBY wrote nothing): the WRONGTYPE of counter_refused() when the
+-- counter holds text that is no integer, else the INCRBY's own error (WRONGTYPE for
+-- another type, READONLY on a replica, OOM, an overflow...). Called before any other
+-- write of the script.
+local function incr(n)
+    local value = redis.pcall('INCRBY', KEYS[1], n)
+    if type(value) ~= 'table' then return value end
+    local stored = redis.pcall('GET', KEYS[1])
+    if type(stored) == 'string' and not counter_text(stored) then
+        return nil, redis.error_reply(counter_refused(stored))
+    end
+    return nil, value
 end

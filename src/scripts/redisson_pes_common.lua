@@ -14,8 +14,10 @@
 --   - the counter of another type, or not an integer (it may be absent, as in
 --     Redisson): where a script changes it after other writes, the INCRBY is moved
 --     first (incr(), through redis.pcall: the same keys and reply as Redisson's order,
---     as nothing else runs between), and a refused one returns a WRONGTYPE
---     error_reply with nothing written; elsewhere its GET fails before any write;
+--     as nothing else runs between), and a refused one returns an error reply with
+--     nothing written (WRONGTYPE naming the key and the value for text that is no
+--     integer, else the INCRBY's own: READONLY, OOM...); elsewhere counter_value()
+--     or its GET fails before any write (redisson_counter.lua);
 --   - an argument Redis refuses (NOW in reclaim's first read; a deadline, which the
 --     bodies check first): before any write. The Rust side sends only integers;
 --   - out of memory: Redis refuses only a script's first write;
@@ -26,17 +28,8 @@
 local NOW = ARGV[2]
 local NO_LEASE = '922337203685477'
 
--- INCRBY n on the counter through redis.pcall: its new value, or nil and a WRONGTYPE
--- error reply (the INCRBY wrote nothing) when the counter is of another type or not
--- an integer. Called before any other write of the script.
-local function incr(n)
-    local value = redis.pcall('INCRBY', KEYS[1], n)
-    if type(value) == 'table' then
-        return nil, redis.error_reply('WRONGTYPE the counter of a Redisson semaphore must be an integer: '
-            .. tostring(value.err))
-    end
-    return value
-end
+-- (incr(n), the INCRBY that comes first in a script that changes the counter after
+-- other writes, is in redisson_counter.lua, which comes before this part)
 
 -- Redisson's reclaim: the members of the lease zset scored in [0, now] (expired) are
 -- removed, the counter goes up by their number, and the new counter is published

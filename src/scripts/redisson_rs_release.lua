@@ -18,14 +18,11 @@ if done then return {1, tonumber(done)} end
 if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0}
 end
--- (through pcall: a counter that is not integer text is refused with the error the
--- other scripts give, naming the key; the INCRBY, the first write, wrote nothing)
-local value = redis.pcall('INCRBY', KEYS[1], ARGV[2])
-if type(value) == 'table' then
-    local stored = redis.pcall('GET', KEYS[1])
-    if type(stored) == 'string' then return redis.error_reply(counter_refused(stored)) end
-    return value
-end
+-- (a counter that is no integer is refused with the error the other scripts give,
+-- naming the key; any other refusal of the INCRBY, the first write, is its own error:
+-- READONLY, OOM...; either way nothing was written)
+local value, bad = incr(ARGV[2])
+if bad then return bad end
 publish(KEYS[2], value)
 once_record(2, string.format("%d", value))
 return {1, value}

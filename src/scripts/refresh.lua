@@ -5,7 +5,8 @@
 --       several calls)
 -- Reply: {-1}               the semaphore's keys are gone (server reset or flush)
 --        {0, lost_id...}    the ids that are no longer there; every other one renewed
--- Errors: a bad lease or more than 1000 ids, before anything is written. An argument
+-- Errors: a bad lease or more than 1000 ids, before anything is written; a key of
+-- another type: WRONGTYPE from load() (check_keys, common.lua), before that too. An argument
 -- that is neither a permit id nor 'w:' and a permit id is reported lost, never renewed
 -- (so the sentinel '~' keeps its score).
 --

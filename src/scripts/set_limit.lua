@@ -3,7 +3,8 @@
 -- ARGV: 1 new limit, 2 retention ms
 -- Reply: the previous stored limit, or -1 when none was stored
 -- Errors: a limit that is no integer from 1 to MAX_LIMIT, or a retention that is no
--- integer from 1 to MAX_MS, before anything is written. (A retention of 0 would set
+-- integer from 1 to MAX_MS, or a key of another type (WRONGTYPE from load(), see
+-- check_keys in common.lua), before anything is written. (A retention of 0 would set
 -- the keys' expiry to now, which deletes them at once, and the hash written after it
 -- would have no TTL.)
 --
