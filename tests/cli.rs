@@ -658,35 +658,21 @@ fn a_missing_password_says_how_to_give_it_and_a_lone_user_name_is_not_shown() {
     const SECRET: &str = "cli-lone-Pw";
     let server = support::AclServer::start(SECRET);
     let port = server.server.port();
-    let out = bare_cli(
-        &[
-            "--url",
-            &format!("redis://127.0.0.1:{port}/"),
-            "status",
-            "x",
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("authentication failed"), "{err}");
+    // `status x` at `url`, which the server refuses: its message
+    let refused = |url: String| {
+        let out = bare_cli(&["--url", &url, "status", "x"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(err.contains("authentication failed"), "{err}");
+        err
+    };
+    let err = refused(format!("redis://127.0.0.1:{port}/"));
     assert!(err.contains("redis://:PASSWORD@host:port/"), "{err}");
     assert!(err.contains("--password or REDIS_PASSWORD"), "{err}");
     assert!(!err.contains("user name without a password"), "{err}");
 
     // the password where a user name goes: hinted at, and not shown
-    let out = bare_cli(
-        &[
-            "--url",
-            &format!("redis://{SECRET}@127.0.0.1:{port}/"),
-            "status",
-            "x",
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("authentication failed"), "{err}");
+    let err = refused(format!("redis://{SECRET}@127.0.0.1:{port}/"));
     assert!(
         err.contains("a user name without a password is not sent"),
         "{err}"

@@ -1194,6 +1194,19 @@ impl Run<'_> {
         assert_eq!(changed, want, "ZADD XX of {member}: model {in_model:?}");
     }
 
+    /// The `DUMP` of every key of the semaphore but key `k` (h, i, s, q).
+    fn dump_all_but(&mut self, k: usize) -> Vec<Option<Vec<u8>>> {
+        (0..4)
+            .filter(|&j| j != k)
+            .map(|j| {
+                redis::cmd("DUMP")
+                    .arg(key(&self.name, j))
+                    .query(self.conn)
+                    .unwrap()
+            })
+            .collect()
+    }
+
     fn tamper(&mut self, k: usize, d: Damage) {
         let name = key(&self.name, k);
         // h, i or s of another type, or q while someone queues, is another program's
@@ -1204,15 +1217,7 @@ impl Run<'_> {
             && (k < 3
                 || (self.model.keys[..3].iter().all(|k| *k == Key::Right)
                     && !self.model.queue.is_empty()));
-        let before: Vec<Option<Vec<u8>>> = (0..4)
-            .filter(|&j| j != k)
-            .map(|j| {
-                redis::cmd("DUMP")
-                    .arg(key(&self.name, j))
-                    .query(self.conn)
-                    .unwrap()
-            })
-            .collect();
+        let before = self.dump_all_but(k);
         redis::cmd("DEL").arg(&name).exec(self.conn).unwrap();
         let list = matches!(d, Damage::List) || (matches!(d, Damage::Replace) && k == 2);
         match d {
@@ -1229,15 +1234,7 @@ impl Run<'_> {
                     matches!(&r, Err(Error::WrongType { source, .. }) if source.to_string().contains(&name)),
                     "a status read over {name} of another type: {r:?}"
                 );
-                let after: Vec<Option<Vec<u8>>> = (0..4)
-                    .filter(|&j| j != k)
-                    .map(|j| {
-                        redis::cmd("DUMP")
-                            .arg(key(&self.name, j))
-                            .query(self.conn)
-                            .unwrap()
-                    })
-                    .collect();
+                let after = self.dump_all_but(k);
                 assert_eq!(after, before, "{name} of another type: nothing written");
                 self.model.seen("a key of another type refused");
                 redis::cmd("DEL").arg(&name).exec(self.conn).unwrap();
