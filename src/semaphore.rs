@@ -999,6 +999,12 @@ impl Semaphore {
     /// Releases permit `id` whoever holds it (an operator's tool: the holder learns of
     /// it at its next refresh). Returns whether it was held.
     ///
+    /// It sets aside the limit's promise for that permit: until the holder's next
+    /// renewal (within its refresh interval) its `Permit` still says it is valid,
+    /// while the freed slot may already be granted to another holder. Fencing (the
+    /// new holder's higher [`token`](crate::Permit::token) for that slot) is what
+    /// tells them apart downstream. Use it for a holder known to be gone.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when `id` is not a permit id (36 characters of uuid
