@@ -775,8 +775,10 @@ pub(crate) fn connect_error_at(
         let says = |c: &str| code == c || text.contains(c);
         // (a Sentinel target's address reads `service "NAME" via host:port,...`)
         let sentinels = addr.starts_with("service ");
-        // (a password typed without its leading ':' reads as a user name)
-        let lone = if lone_user && says("NOAUTH") {
+        // (a password typed without its leading ':' reads as a user name; not said for
+        // a Sentinel target, where the NOAUTH may be a sentinel's, whose password is
+        // not the URL's)
+        let lone = if lone_user && says("NOAUTH") && !sentinels {
             "; a user name without a password is not sent: for a password alone write \
              redis://:PASSWORD@host"
         } else {
