@@ -1509,7 +1509,7 @@ impl Semaphore {
                     // operation's (one per attempt): WAIT may block for its own,
                     // never past `end`
                     let wait = (Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op))
-                        .min(left().max(Duration::from_millis(1)));
+                        .min(left());
                     let _ = cluster.set_read_timeout(Some(wait));
                     let acked =
                         leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, timeout_ms);

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::book::BookVariant;
-use redis_semaphore::{Client, Error, LostReason};
+use redis_semaphore::{Client, Error, LostReason, Semaphore};
 use support::{RedisServer, proxied, wait_until};
 
 /// Scheduling on a loaded two-core machine; well below the operation timeouts used.
@@ -58,6 +58,19 @@ fn hang_the_only_connection(
     // free surely within its checkout, with most of its time spent.
     thread::sleep(op / 10);
     busy
+}
+
+/// Runs the wait `f` on a thread of its own, timed, and returns once `queued` shows
+/// one waiter in its queue.
+fn timed_queued<T: Send + 'static>(
+    queued: &Semaphore,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> thread::JoinHandle<(T, Duration)> {
+    let waiter = thread::spawn(move || timed(f));
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        queued.queue_len().unwrap() == 1
+    });
+    waiter
 }
 
 fn unpause(admin: &mut redis::Connection) {
@@ -235,9 +248,8 @@ fn a_queued_acquire_timeout_whose_connection_turns_busy_ends_within_its_timeout_
     let other_sem = other.semaphore("leased-queued-busy", 1).unwrap();
     let held = other_sem.acquire().unwrap();
     let mut admin = server.conn();
-    let waiter = thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())));
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        other_sem.queue_len().unwrap() == 1
+    let waiter = timed_queued(&other_sem, move || {
+        sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())
     });
     let ((r, took), _) = behind_a_hung_call(&mut admin, &client, OP, || waiter.join().unwrap());
     assert_gave_up_in_time(&r, took, TIMEOUT, OP);
@@ -423,12 +435,9 @@ fn a_queued_acquire_timeout_on_a_stopped_server_ends_within_its_timeout_and_one_
     let client = client(&server, OP, 16);
     let sem = client.semaphore("queued", 1).unwrap();
     let held = sem.try_acquire().unwrap().expect("a free permit");
-    let waiter = {
-        let sem = sem.clone();
-        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
-    };
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        sem.queue_len().unwrap() == 1
+    let waiting = sem.clone();
+    let waiter = timed_queued(&sem, move || {
+        waiting.acquire_timeout(TIMEOUT).map(|p| p.is_some())
     });
     let paused = server.pause();
     let (r, took) = waiter.join().unwrap();
@@ -615,13 +624,8 @@ fn serve_a_manual_waiter_and_pause_writes(
         .unwrap()
         .expect("a free permit")
         .into_parts();
-    let waiter = {
-        let sem = sem.clone();
-        thread::spawn(move || timed(|| sem.acquire_timeout(timeout)))
-    };
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        sem.queue_len().unwrap() == 1
-    });
+    let waiting = sem.clone();
+    let waiter = timed_queued(&sem, move || waiting.acquire_timeout(timeout));
     release_and_pause_writes(&mut admin, "manual", held.id());
     let (r, took) = waiter.join().unwrap();
     (admin, r, took)
@@ -816,12 +820,9 @@ fn a_replica_confirmed_acquire_timeout_served_from_the_queue_on_a_paused_server_
         .unwrap()
         .expect("a free permit")
         .into_parts();
-    let waiter = {
-        let sem = sem.clone();
-        thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
-    };
-    wait_until(Duration::from_secs(5), "the waiter queues", || {
-        sem.queue_len().unwrap() == 1
+    let waiting = sem.clone();
+    let waiter = timed_queued(&sem, move || {
+        waiting.acquire_timeout(TIMEOUT).map(|p| p.is_some())
     });
     release_and_pause_writes(&mut admin, "confirmed", held.id());
     let (r, took) = waiter.join().unwrap();

@@ -343,31 +343,30 @@ fn report(
     reach: &dyn Fn(Error) -> String,
     idle_ok: bool,
 ) -> Result<(Value, String), String> {
-    let (status, holders) = snapshot(sem).map_err(reach)?;
-    if status.exists {
-        return Ok((
-            status_json(name, &status, &holders),
-            status_text(name, &status, &holders),
-        ));
-    }
-    let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
-    match counting.balance().map_err(reach)? {
-        Some(count) => {
-            let queued = counting.queue_len().map_err(reach)?;
-            Ok((
-                counting_json(name, count, queued),
-                counting_text(name, count, queued),
-            ))
+    let (status, holders) = sem.status_and_holders().map_err(reach)?;
+    if !status.exists {
+        let counting = client.counting_semaphore(name).map_err(|e| e.to_string())?;
+        match counting.balance().map_err(reach)? {
+            Some(count) => {
+                let queued = counting.queue_len().map_err(reach)?;
+                return Ok((
+                    counting_json(name, count, queued),
+                    counting_text(name, count, queued),
+                ));
+            }
+            None if !idle_ok => {
+                return Err(format!(
+                    "no semaphore {:?} at {url} (it has no keys in Redis)",
+                    clean(name)
+                ));
+            }
+            None => {}
         }
-        None if idle_ok => Ok((
-            status_json(name, &status, &holders),
-            status_text(name, &status, &holders),
-        )),
-        None => Err(format!(
-            "no semaphore {:?} at {url} (it has no keys in Redis)",
-            clean(name)
-        )),
     }
+    Ok((
+        status_json(name, &status, &holders),
+        status_text(name, &status, &holders),
+    ))
 }
 
 /// What `status` and `watch` show of a counting semaphore.
@@ -381,10 +380,6 @@ fn counting_text(name: &str, count: i64, queued: u32) -> String {
 /// [`counting_text`] as JSON.
 fn counting_json(name: &str, count: i64, queued: u32) -> Value {
     json!({"name": name, "kind": "counting", "count": count, "queued": queued})
-}
-
-fn snapshot(sem: &Semaphore) -> Result<(Status, Vec<Holder>), Error> {
-    sem.status_and_holders()
 }
 
 /// The limit clients use: the stored one, else the one the last acquiring client passed.
