@@ -4,7 +4,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, deadline_in};
+use crate::clock::{Clock, deadline_in, socket_timeout};
 use crate::combine::SemCombiner;
 use crate::connect::{
     Credentials, HostPort, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, addr_text,
@@ -12,7 +12,7 @@ use crate::connect::{
 };
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
-use crate::pool::{CLUSTER_ATTEMPTS, Manager, Pool, QuietErrors, per_attempt};
+use crate::pool::{CLUSTER_ATTEMPTS, CLUSTER_RETRY_WAIT, Manager, Pool, QuietErrors, per_attempt};
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased::{self, Kind};
@@ -534,6 +534,11 @@ impl ClientBuilder {
 
     /// How long one Redis command may take before it fails with a timeout. Defaults
     /// to 2 s. It also bounds how long dropping a [`Permit`](crate::Permit) can block.
+    ///
+    /// The call ends within it even though Linux fires socket timeouts late (by up to
+    /// an eighth of their length and a tick or two; 124 ms for 5 s, measured): the
+    /// library waits for a reply about 8/9 of it, less 30 ms. A replica wait's `WAIT`
+    /// is shortened where needed so that the server's answer comes within that.
     pub fn operation_timeout(mut self, d: Duration) -> Self {
         self.operation_timeout = d;
         self
@@ -772,9 +777,9 @@ impl ClientBuilder {
         let client = configured()
             .retries(CLUSTER_ATTEMPTS - 1)
             .min_retry_wait(5)
-            .max_retry_wait(50)
+            .max_retry_wait(CLUSTER_RETRY_WAIT.as_millis() as u64)
             .connection_timeout(self.connect_timeout)
-            .response_timeout(per_attempt(self.operation_timeout))
+            .response_timeout(socket_timeout(per_attempt(self.operation_timeout)))
             .build()
             .map_err(bad)?;
         // each step of a connection's set-up and first command (a seed's connect and
@@ -787,7 +792,7 @@ impl ClientBuilder {
             configured()
                 .retries(0)
                 .connection_timeout(step)
-                .response_timeout(step)
+                .response_timeout(socket_timeout(step))
                 .build()
         };
         let list: Vec<String> = nodes.iter().map(|n| HostPort::of(n).to_string()).collect();

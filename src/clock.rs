@@ -92,6 +92,86 @@ pub(crate) fn left_until(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
+/// The most the kernel may add to a socket timeout beyond its eighth (below): two
+/// ticks of a kernel built with the coarsest common tick, 100 Hz.
+const KERNEL_TICKS: Duration = Duration::from_millis(20);
+
+/// How much of its budget a call may have spent and still keep its connection's
+/// standing timeouts (those of the operation timeout) rather than pay for shortening
+/// them (`pool::Conn::within`): [`socket_timeout`] leaves this much to spare.
+pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
+
+/// The socket timeout to set for a read or a write that must end within `d`.
+///
+/// Linux keeps socket timeouts (`SO_RCVTIMEO`, `SO_SNDTIMEO`) on its timer wheel,
+/// which never fires a timer early but may fire it late by up to an eighth of its
+/// length, and by a tick or two more (measured on the development VM with a socket
+/// that got no answer: 50 ms ended 7.6 ms late, 1 s 24 ms, 2.5 s 64 ms, 5 s 124 ms).
+/// A timeout `t` with `t + t/8 + KERNEL_TICKS + TIMEOUT_SLACK <= d` therefore ends
+/// within `d`, with the slack to spare: a reply is waited for about 8/9 of `d`, and a
+/// call, or a drop, ends by its bound.
+pub(crate) fn socket_timeout(d: Duration) -> Duration {
+    (d.saturating_sub(KERNEL_TICKS + TIMEOUT_SLACK) * 8 / 9).max(Duration::from_millis(1))
+}
+
+/// How late a server may answer a blocking command after its own timeout: it checks
+/// blocked clients' timeouts in its event loop, which sleeps up to one `serverCron`
+/// period, 100 ms at the default `hz` of 10 (measured: `WAIT 1 120` on a server
+/// without replicas answered after 201 ms).
+const SERVER_TIMER_LATE: Duration = Duration::from_millis(100);
+
+/// The timeout to send with `WAIT` for a replica wait of `timeout_ms` whose reply is
+/// read within `window` (with the read timeout [`socket_timeout`] of it): `timeout_ms`,
+/// or less when the server's answer, late by up to [`SERVER_TIMER_LATE`], could
+/// otherwise come after the read gave up. At least 1 (`WAIT` with 0 blocks for ever).
+pub(crate) fn wait_ms_within(timeout_ms: u64, window: Duration) -> u64 {
+    let room = socket_timeout(window).saturating_sub(SERVER_TIMER_LATE + TIMEOUT_SLACK);
+    timeout_ms
+        .min(u64::try_from(room.as_millis()).unwrap_or(u64::MAX))
+        .max(1)
+}
+
+/// Socket timeouts set so that a blocked read or write ends within the duration given
+/// ([`socket_timeout`]). The library sets timeouts only through these (clippy.toml
+/// disallows the redis types' own setters in `src`).
+pub(crate) trait IoTimeouts {
+    /// Sets the read timeout so that a read ends within `d`.
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()>;
+    /// Sets the write timeout so that a write ends within `d`.
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()>;
+    /// Both.
+    fn io_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.read_within(d)?;
+        self.write_within(d)
+    }
+}
+
+macro_rules! io_timeouts {
+    ($($t:ty),*) => {$(
+        #[allow(clippy::disallowed_methods)]
+        impl IoTimeouts for $t {
+            fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+                self.set_read_timeout(d.map(socket_timeout))
+            }
+            fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+                self.set_write_timeout(d.map(socket_timeout))
+            }
+        }
+    )*};
+}
+
+io_timeouts!(redis::Connection, redis::cluster::ClusterConnection);
+
+/// [`IoTimeouts::read_within`] for a subscription (which writes through its
+/// connection, whose write timeout is set before it subscribes).
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn pubsub_read_within(
+    ps: &redis::PubSub<'_>,
+    d: Option<Duration>,
+) -> redis::RedisResult<()> {
+    ps.set_read_timeout(d.map(socket_timeout))
+}
+
 /// The freshest anchor of a client, shared by its threads.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
@@ -116,6 +196,47 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_timeout_ends_within_its_bound_at_the_kernel_s_latest() {
+        let ms = Duration::from_millis;
+        for d in [
+            ms(1),
+            ms(5),
+            ms(31),
+            ms(50),
+            ms(300),
+            ms(2_000),
+            ms(5_000),
+            ms(86_400_000),
+        ] {
+            let t = socket_timeout(d);
+            assert!(t >= ms(1), "{d:?}: a socket timeout cannot be zero");
+            if d >= ms(40) {
+                // the timer wheel's eighth and two ticks, with the slack to spare
+                assert!(
+                    t + t / 8 + KERNEL_TICKS + TIMEOUT_SLACK <= d,
+                    "{d:?} -> {t:?}"
+                );
+            }
+        }
+        // the default operation timeout: replies are waited for about 1.75 s
+        assert_eq!(socket_timeout(ms(2_000)).as_millis(), 1_751);
+    }
+
+    #[test]
+    fn a_replica_wait_is_shortened_only_to_be_answered_within_its_read() {
+        let ms = Duration::from_millis;
+        // room to spare: the wait asked for
+        assert_eq!(wait_ms_within(100, ms(2_000)), 100);
+        // a wait close to the read's bound: the server's late answer must still fit
+        let sent = wait_ms_within(1_900, ms(2_000));
+        assert!(ms(sent) + SERVER_TIMER_LATE + TIMEOUT_SLACK <= socket_timeout(ms(2_000)));
+        assert!(sent >= 1_600, "{sent}");
+        // never 0, which would block for ever
+        assert_eq!(wait_ms_within(500, ms(1)), 1);
+        assert_eq!(wait_ms_within(0, ms(2_000)), 1);
+    }
 
     #[test]
     fn deadlines_never_come_later_than_the_span_and_cutoffs_never_later_than_time_passed() {

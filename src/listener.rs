@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use crate::clock::left_until;
+use crate::clock::{IoTimeouts, left_until, pubsub_read_within};
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
@@ -253,7 +253,7 @@ pub(crate) const LEAVE_AT_ONCE: Duration = Duration::from_millis(1);
 
 /// Drops a subscription without waiting for the server: see [`LEAVE_AT_ONCE`].
 pub(crate) fn quit_pubsub(ps: redis::PubSub<'_>) {
-    let _ = ps.set_read_timeout(Some(LEAVE_AT_ONCE));
+    let _ = pubsub_read_within(&ps, Some(LEAVE_AT_ONCE));
     drop(ps);
 }
 
@@ -459,8 +459,7 @@ fn bring_in_step(
     tokens: usize,
     timeout: Option<Duration>,
 ) -> redis::RedisResult<()> {
-    c.set_read_timeout(timeout)?;
-    c.set_write_timeout(timeout)?;
+    c.io_within(timeout)?;
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut packed = Vec::new();
     for k in 0..tokens {
@@ -496,8 +495,7 @@ fn is_echo(v: &redis::Value, token: &[u8]) -> bool {
 /// Puts the operation timeout back on a connection that goes back to the user's pool.
 fn restore(conn: &mut crate::pool::Conn, op: Duration) {
     if let Some(c) = conn.plain() {
-        let _ = c.set_read_timeout(Some(op));
-        let _ = c.set_write_timeout(Some(op));
+        let _ = c.io_within(Some(op));
     }
 }
 
@@ -572,7 +570,7 @@ fn listen_on(
     stop: &Receiver<()>,
     stale: &dyn Fn() -> bool,
 ) -> redis::RedisResult<()> {
-    ps.set_read_timeout(Some(POLL))?;
+    pubsub_read_within(ps, Some(POLL))?;
     ps.subscribe(&hub.channel)?;
     hub.set_ready(true);
     log::debug!("redis-semaphore: listening for wake-ups on {}", hub.channel);

@@ -10,25 +10,29 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::clock::{deadline_in, left_until};
+use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
 use crate::connect::{NO_CONNECTION, connect_error_at, is_config_error, is_unreachable};
 use crate::error::{Error, Result};
 use crate::threads::run_aside;
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
-
-/// How much later than its deadline a call may end rather than pay for shortening its
-/// connection's timeouts (see [`Conn::within`]).
-pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 
 /// How many times the cluster client sends one command at most (a `MOVED` after a
 /// failover or a slot migration, a dropped node connection): the first attempt and
 /// two retries. Every script is safe to run twice (DESIGN invariant 11).
 pub(crate) const CLUSTER_ATTEMPTS: u32 = 3;
 
+/// The longest the cluster client waits between two attempts of one command.
+pub(crate) const CLUSTER_RETRY_WAIT: Duration = Duration::from_millis(50);
+
 /// The per-attempt share of a timeout `d` on a cluster connection, so that every
-/// attempt of one command together stays within `d`.
+/// attempt of one command, and the waits between them, together stay within `d`
+/// (for a `d` too short for the waits, half of an equal share: a command that must be
+/// retried may then end a little late).
 pub(crate) fn per_attempt(d: Duration) -> Duration {
-    (d / CLUSTER_ATTEMPTS).max(Duration::from_millis(1))
+    let waits = CLUSTER_RETRY_WAIT * (CLUSTER_ATTEMPTS - 1);
+    (d.saturating_sub(waits) / CLUSTER_ATTEMPTS)
+        .max(d / (2 * CLUSTER_ATTEMPTS))
+        .max(Duration::from_millis(1))
 }
 
 /// A connection of the library's own pool: to one server or a Sentinel service's
@@ -43,24 +47,25 @@ pub(crate) enum RConn {
     Cluster(Box<redis::cluster::ClusterConnection>, bool),
 }
 
+/// On a cluster, each attempt gets its share ([`per_attempt`]), so that a command with
+/// its retries ends within `d`.
+impl IoTimeouts for RConn {
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            RConn::Primary(c) => c.read_within(d),
+            RConn::Cluster(c, _) => c.read_within(d.map(per_attempt)),
+        }
+    }
+
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            RConn::Primary(c) => c.write_within(d),
+            RConn::Cluster(c, _) => c.write_within(d.map(per_attempt)),
+        }
+    }
+}
+
 impl RConn {
-    /// Sets the read timeout: on a cluster, each attempt gets its share
-    /// ([`per_attempt`]), so that a command with its retries ends within `d`.
-    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-        match self {
-            RConn::Primary(c) => c.set_read_timeout(d),
-            RConn::Cluster(c, _) => c.set_read_timeout(d.map(per_attempt)),
-        }
-    }
-
-    /// Sets the write timeout, as [`set_read_timeout`](Self::set_read_timeout).
-    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-        match self {
-            RConn::Primary(c) => c.set_write_timeout(d),
-            RConn::Cluster(c, _) => c.set_write_timeout(d.map(per_attempt)),
-        }
-    }
-
     /// Whether it goes to a primary since replaced (Sentinel failover).
     pub(crate) fn is_stale(&self) -> bool {
         match self {
@@ -275,8 +280,7 @@ impl Manager {
         .map_err(sort)?;
         let conn = RConn::Cluster(Box::new(conn), false);
         let timeout = by.map_or(self.op_timeout, |by| left_until(by).min(self.op_timeout));
-        conn.set_read_timeout(Some(timeout)).map_err(sort)?;
-        conn.set_write_timeout(Some(timeout)).map_err(sort)?;
+        conn.io_within(Some(timeout)).map_err(sort)?;
         Ok(conn)
     }
 
@@ -312,13 +316,10 @@ impl Manager {
             if let Some(by) = by {
                 left = left.min(left_until(by));
             }
-            conn.set_read_timeout(Some(left)).map_err(sort)?;
-            conn.set_write_timeout(Some(left)).map_err(sort)?;
+            conn.io_within(Some(left)).map_err(sort)?;
             redis::cmd("PING").exec(&mut conn.conn).map_err(sort)?;
         }
-        conn.set_read_timeout(Some(self.op_timeout)).map_err(sort)?;
-        conn.set_write_timeout(Some(self.op_timeout))
-            .map_err(sort)?;
+        conn.io_within(Some(self.op_timeout)).map_err(sort)?;
         Ok(conn)
     }
 
@@ -507,8 +508,7 @@ impl Pool {
                         None => p.get()?,
                     }
                 };
-                c.set_read_timeout(Some(*op)).map_err(Error::Redis)?;
-                c.set_write_timeout(Some(*op)).map_err(Error::Redis)?;
+                c.io_within(Some(*op)).map_err(Error::Redis)?;
                 Ok(Conn::User(c))
             }
         }
@@ -549,21 +549,23 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+impl IoTimeouts for Conn {
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            Conn::Own(c) => c.read_within(d),
+            Conn::User(c) => c.read_within(d),
+        }
+    }
+
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            Conn::Own(c) => c.write_within(d),
+            Conn::User(c) => c.write_within(d),
+        }
+    }
+}
+
 impl Conn {
-    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-        match self {
-            Conn::Own(c) => c.set_read_timeout(d),
-            Conn::User(c) => c.set_read_timeout(d),
-        }
-    }
-
-    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-        match self {
-            Conn::Own(c) => c.set_write_timeout(d),
-            Conn::User(c) => c.set_write_timeout(d),
-        }
-    }
-
     /// The cluster connection under this one, for commands routed by hand.
     pub(crate) fn cluster(&mut self) -> Option<&mut redis::cluster::ClusterConnection> {
         match self {
@@ -604,7 +606,8 @@ impl Conn {
     ///
     /// The slack spares the four `setsockopt` calls (measured: a visible share of the
     /// client's CPU under contention) for a call that has spent almost nothing of its
-    /// budget yet, at the price of ending at most the slack after its deadline.
+    /// budget yet; it still ends by its deadline, as the operation timeout's socket
+    /// timeout leaves the slack to spare ([`socket_timeout`](crate::clock::socket_timeout)).
     pub(crate) fn within<R>(
         &mut self,
         budget: Duration,
@@ -626,12 +629,9 @@ impl Conn {
             return f(self);
         }
         let budget = budget.max(Duration::from_millis(1));
-        let _ = self.set_read_timeout(Some(budget));
-        let _ = self.set_write_timeout(Some(budget));
+        let _ = self.io_within(Some(budget));
         let result = f(self);
-        let restored = self
-            .set_read_timeout(Some(op))
-            .and_then(|()| self.set_write_timeout(Some(op)));
+        let restored = self.io_within(Some(op));
         if let Err(e) = restored {
             log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
         }

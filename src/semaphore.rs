@@ -5,7 +5,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{Anchor, Clock, deadline_in, lease_end, left_until, shrink, wait_end};
+use crate::clock::{
+    Anchor, Clock, IoTimeouts, deadline_in, lease_end, left_until, shrink, wait_end, wait_ms_within,
+};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -131,23 +133,19 @@ impl SemInner {
         if left.is_zero() {
             return Err(late_reply(&self.name));
         }
-        let left_now = || left_until(deadline);
         match &shared.pool {
             Pool::Own(_, manager) => {
                 let mut fresh =
                     manager.open_within(left.min(shared.connect_timeout), Some(deadline))?;
                 fresh
-                    .set_read_timeout(Some(left_now()))
-                    .map_err(Error::Redis)?;
-                fresh
-                    .set_write_timeout(Some(left_now()))
+                    .io_within(Some(left_until(deadline)))
                     .map_err(Error::Redis)?;
                 leased::release(&mut fresh, &self.keys, id, false)
             }
             Pool::User(..) => {
                 let mut pooled = shared.pool.get(Some(left))?;
                 let op = shared.op_timeout;
-                pooled.within(left_now(), op, |c| {
+                pooled.within(left_until(deadline), op, |c| {
                     leased::release(c, &self.keys, id, false)
                 })
             }
@@ -417,7 +415,9 @@ impl SemaphoreBuilder {
     /// replicas answer in time, the permit is released and the call fails with
     /// [`Error::ReplicasNotAcked`]; a try-acquire or a timed acquire does not wait
     /// again. It costs two round trips and up to `timeout` per grant (see
-    /// `BENCHMARKS.md`).
+    /// `BENCHMARKS.md`). A `timeout` close to the client's operation timeout is
+    /// shortened so that the server's answer (which may come up to 100 ms after its
+    /// own timeout) still comes within the operation timeout.
     ///
     /// What it gives: a permit this call returns is in the memory of `replicas`
     /// replicas, so a failover that promotes one of them keeps it. What it does not
@@ -1510,13 +1510,17 @@ impl Semaphore {
                     // never past `end`
                     let wait = (Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op))
                         .min(left());
-                    let _ = cluster.set_read_timeout(Some(wait));
+                    let _ = cluster.read_within(Some(wait));
+                    let wait_ms = wait_ms_within(timeout_ms, wait);
                     let acked =
-                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, timeout_ms);
-                    let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, wait_ms);
+                    let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
                     acked
                 }
-                None => leased::wait_replicas(conn, wanted, timeout_ms),
+                // the read timeout in force is at most what was left when the call began
+                None => {
+                    leased::wait_replicas(conn, wanted, wait_ms_within(timeout_ms, left().min(op)))
+                }
             }
             .map_err(|e| sem.sorted(e))
         });

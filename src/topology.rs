@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::clock::{IoTimeouts, pubsub_read_within};
 use crate::connect::{Endpoint, HostPort, NodeTls, connect_within, is_lone_user, with_credentials};
 use crate::error::{reply_code, server_code};
 use crate::threads::stopped;
@@ -512,8 +513,7 @@ impl SentinelTarget {
             .set_redis_settings(settings)
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let conn = connect_within(&redis::Client::open(info)?, timeout)?;
-        conn.set_read_timeout(Some(timeout))?;
-        conn.set_write_timeout(Some(timeout))?;
+        conn.io_within(Some(timeout))?;
         Ok(conn)
     }
 
@@ -786,7 +786,7 @@ fn watch_one(
     let mut conn = target.sentinel_conn(sentinel, timeout)?;
     let mut ps = conn.as_pubsub();
     ps.subscribe(SWITCH_CHANNEL)?;
-    ps.set_read_timeout(Some(POLL))?;
+    pubsub_read_within(&ps, Some(POLL))?;
     // a switch may have happened while nobody listened: read the primary again
     if let Some(addr) = target.ask(sentinel, timeout)? {
         target.observe(addr);

@@ -2,6 +2,8 @@
 //! semaphores spread over the slots keep their limits, every operation works, and a
 //! killed primary is replaced without a new `Client`.
 
+#![allow(clippy::disallowed_methods)] // the tests set socket timeouts as they need
+
 mod support;
 
 use std::collections::HashSet;

@@ -5,6 +5,8 @@
 //! The helper processes are this very test binary, started again with
 //! `REDSEM_HELPER` set: the `helper` test then plays the part it is told.
 
+#![allow(clippy::disallowed_methods)] // the tests set socket timeouts as they need
+
 mod support;
 
 use std::io::{BufRead, BufReader};

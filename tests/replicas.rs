@@ -98,6 +98,32 @@ fn without_enough_replicas_the_grant_is_given_back_and_the_call_fails() {
     );
 }
 
+/// A replica wait close to the operation timeout: the server answers a blocked `WAIT`
+/// up to 100 ms after its own timeout, and the read of its answer must end within the
+/// operation timeout, so a `WAIT` of the whole timeout failed as a read timeout
+/// instead of saying how many replicas acknowledged. The library now sends a `WAIT`
+/// short enough to be answered in time, and the call fails as it should.
+#[test]
+fn a_replica_wait_close_to_the_operation_timeout_is_answered_not_timed_out() {
+    const OP: Duration = Duration::from_secs(1);
+    let primary = RedisServer::start();
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .build(primary.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("close")
+        .limit(1)
+        .wait_replicas(1, OP - Duration::from_millis(20))
+        .build()
+        .unwrap();
+    match sem.try_acquire() {
+        Err(Error::ReplicasNotAcked { acked: 0, .. }) => {}
+        other => panic!("expected ReplicasNotAcked, got {other:?}"),
+    }
+    assert_eq!(sem.available().unwrap(), 1, "the permit was given back");
+}
+
 #[test]
 fn a_stalled_replica_fails_the_grant_and_a_recovered_one_confirms_it() {
     let (primary, replica) = primary_and_replica();

@@ -1,6 +1,8 @@
 //! Sentinel (#13) against real servers: a primary, a replica and three sentinels
 //! started by the test (tests/support/sentinel.rs).
 
+#![allow(clippy::disallowed_methods)] // the tests set socket timeouts as they need
+
 mod support;
 
 use std::sync::Arc;

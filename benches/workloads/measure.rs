@@ -328,6 +328,7 @@ impl Drop for Server {
 }
 
 /// A plain connection for the driver's own commands (INFO, CONFIG, FLUSHALL...).
+#[allow(clippy::disallowed_methods)] // the driver's own connection, not the library's
 pub(crate) fn connect(url: &str) -> R<redis::Connection> {
     let c = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(5))?;
     c.set_read_timeout(Some(Duration::from_secs(30)))?;

@@ -112,11 +112,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::client::Client;
-use crate::clock::left_until;
+use crate::clock::{IoTimeouts, TIMEOUT_SLACK, left_until};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
-use crate::pool::{Conn, TIMEOUT_SLACK};
+use crate::pool::Conn;
 use crate::registry::PermitState;
 use crate::scripts::book::{self, BookKeys};
 use crate::stats::Counters;
@@ -403,9 +403,9 @@ impl BookConn {
             let budget = left();
             if shortened || budget + TIMEOUT_SLACK.min(op / 10) < op {
                 shortened = true;
-                let _ = c.set_read_timeout(Some(budget));
+                let _ = c.read_within(Some(budget));
                 if write {
-                    let _ = c.set_write_timeout(Some(budget));
+                    let _ = c.write_within(Some(budget));
                 }
             }
         };
@@ -446,9 +446,7 @@ impl BookConn {
             first_err.map_or(Ok(replies), Err)
         })();
         if shortened {
-            let restored = c
-                .set_read_timeout(Some(op))
-                .and_then(|()| c.set_write_timeout(Some(op)));
+            let restored = c.io_within(Some(op));
             if let Err(e) = restored {
                 log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
             }

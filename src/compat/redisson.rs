@@ -116,7 +116,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
-use crate::clock::{deadline_in, left_until, wait_end};
+use crate::clock::{
+    IoTimeouts, deadline_in, left_until, pubsub_read_within, wait_end, wait_ms_within,
+};
 use crate::error::{Error, LostReason, Result};
 use crate::listener::{open_subscriber, quit_pubsub};
 use crate::permit::{Grantor, Permit};
@@ -276,7 +278,7 @@ impl Common {
         };
         // the replica wait's commands end by the deadline too (on a cluster, `WAIT`
         // sets its own read timeout: the replica wait and one attempt's share)
-        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout));
+        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout, left().min(op)));
         drop(conn);
         match synced {
             Ok(None) => Ok(value),
@@ -305,9 +307,15 @@ impl Common {
         }
     }
 
-    /// `WAIT <connected replicas> <timeout>` after a write on `conn`. `Some(connected)`
+    /// `WAIT <connected replicas> <timeout>` after a write on `conn`, whose read timeout
+    /// is at most `window` ([`wait_ms_within`] shortens the wait to fit). `Some(connected)`
     /// when replicas are connected and none acknowledged.
-    fn sync(&self, conn: &mut crate::pool::Conn, timeout: Duration) -> Result<Option<u32>> {
+    fn sync(
+        &self,
+        conn: &mut crate::pool::Conn,
+        timeout: Duration,
+        window: Duration,
+    ) -> Result<Option<u32>> {
         let timeout_ms = timeout.as_millis() as u64;
         let key = self.keys.counter.as_str();
         let op = self.shared().op_timeout;
@@ -320,9 +328,11 @@ impl Common {
                 };
                 // the cluster connection's read timeout is a share of the operation's:
                 // WAIT may block for its own
-                let _ = cluster.set_read_timeout(Some(timeout + crate::pool::per_attempt(op)));
-                let acked = leased::wait_replicas_at(cluster, key, known, timeout_ms);
-                let _ = cluster.set_read_timeout(Some(crate::pool::per_attempt(op)));
+                let wait = (timeout + crate::pool::per_attempt(op)).min(window);
+                let _ = cluster.read_within(Some(wait));
+                let acked =
+                    leased::wait_replicas_at(cluster, key, known, wait_ms_within(timeout_ms, wait));
+                let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
                 let acked = acked?;
                 let connected = if acked == known {
                     known
@@ -336,7 +346,8 @@ impl Common {
                     Ok(n) => n,
                     Err(_) => calls::connected_replicas(&mut *conn)?,
                 };
-                let acked = leased::wait_replicas(&mut *conn, known, timeout_ms)?;
+                let acked =
+                    leased::wait_replicas(&mut *conn, known, wait_ms_within(timeout_ms, window))?;
                 let connected = if acked == known {
                     known
                 } else {
@@ -424,8 +435,7 @@ impl Common {
             let budget = deadline.map_or(op, |d| left_until(d).min(op));
             // the connection is this wait's own (or the user's pool sets its
             // timeouts again on the next checkout)
-            let _ = c.set_read_timeout(Some(budget));
-            let _ = c.set_write_timeout(Some(budget));
+            let _ = c.io_within(Some(budget));
             let mut ps = c.as_pubsub();
             match ps.subscribe(&self.keys.channel) {
                 Ok(()) => Some(ps),
@@ -524,7 +534,7 @@ fn wait_message(ps: &mut redis::PubSub<'_>, until: Instant) -> redis::RedisResul
         if left.is_zero() {
             return Ok(());
         }
-        ps.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+        pubsub_read_within(ps, Some(left.max(Duration::from_millis(1))))?;
         match ps.get_message() {
             Ok(msg) => {
                 let count = msg
@@ -662,7 +672,9 @@ impl RSemaphore {
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
-    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
+    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson. A timeout close
+    /// to the operation timeout is shortened so that the server's answer (up to 100 ms
+    /// after its own timeout) comes within the operation timeout.
     ///
     /// # Errors
     ///
@@ -1208,7 +1220,9 @@ impl RPermitExpirableSemaphore {
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
-    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson.
+    /// 1 s (`slavesSyncTimeout`). Reads do not wait, as in Redisson. A timeout close
+    /// to the operation timeout is shortened so that the server's answer (up to 100 ms
+    /// after its own timeout) comes within the operation timeout.
     ///
     /// # Errors
     ///
