@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use crate::clock::{IoTimeouts, left_until, pubsub_read_within};
+use crate::clock::{IoTimeouts, deadline_in, left_until, pubsub_read_within};
 use crate::pool::Pool;
 use crate::shared::Shared;
 use crate::stats::Counters;
@@ -446,8 +446,8 @@ const INLINE_TOKENS: usize = 3;
 /// or the `PING` that follows it); eight leave a margin.
 const LATE_TOKENS: usize = 8;
 
-/// Brings `c`, a connection a subscription used, back in step with its replies, with
-/// read and write timeouts of `timeout` (`None`: none). redis-rs's drop of the
+/// Brings `c`, a connection a subscription used, back in step with its replies, all
+/// of it within `timeout` (`None`: without timeouts). redis-rs's drop of the
 /// subscription has sent `UNSUBSCRIBE` and `PUNSUBSCRIBE`; here `PING`s with tokens of
 /// their own follow, everything is read up to the last token's echo (a reply skipped
 /// by redis-rs in place of one that timed out is one of those read before it), and a
@@ -459,6 +459,9 @@ fn bring_in_step(
     tokens: usize,
     timeout: Option<Duration>,
 ) -> redis::RedisResult<()> {
+    // every read gets what is left of `timeout`, not the whole of it again
+    let end = timeout.map(deadline_in);
+    let left = || end.map(left_until);
     c.io_within(timeout)?;
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut packed = Vec::new();
@@ -472,9 +475,15 @@ fn bring_in_step(
     c.send_packed_command(&packed)?;
     let last = format!("redsem-leave-{run}-{}", tokens - 1);
     loop {
+        if end.is_some() {
+            c.read_within(left())?;
+        }
         if is_echo(&c.recv_response()?, last.as_bytes()) {
             break;
         }
+    }
+    if end.is_some() {
+        c.io_within(left())?;
     }
     redis::cmd("PING").query::<()>(c)
 }

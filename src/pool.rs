@@ -405,10 +405,28 @@ pub(crate) enum Pool {
     User(r2d2::Pool<redis::Client>, Duration),
 }
 
-/// A checked-out connection; derefs to [`redis::Connection`].
-pub(crate) enum Conn {
+/// A checked-out connection. It derefs to itself as a [`ConnectionLike`], so that
+/// every request of a call [`within_conn`](Conn::within_conn) runs goes through its
+/// bound.
+pub(crate) struct Conn {
+    checkout: Checkout,
+    /// While [`within_conn`](Conn::within_conn) runs a call: when it must end, and the
+    /// timeout in force on the socket.
+    bound: Option<Bound>,
+}
+
+/// Where a [`Conn`] comes from.
+enum Checkout {
     Own(r2d2::PooledConnection<Manager>),
     User(r2d2::PooledConnection<redis::Client>),
+}
+
+/// A call's end and the timeout set on its connection (see [`Conn::within_conn`]).
+#[derive(Clone, Copy)]
+struct Bound {
+    end: Instant,
+    set: Duration,
+    slack: Duration,
 }
 
 /// A checkout from a user's pool that tests each connection on checkout (r2d2's
@@ -475,7 +493,7 @@ impl Pool {
                         // a connection to a replaced primary is never handed out: r2d2
                         // discards it (`has_broken`) and the next one is tried
                         Ok(c) if c.is_stale() => drop(c),
-                        Ok(c) => return Ok(Conn::Own(c)),
+                        Ok(c) => return Ok(Conn::new(Checkout::Own(c))),
                         Err(e) => {
                             let failure = m.failure_since(start);
                             match failure {
@@ -509,7 +527,7 @@ impl Pool {
                     }
                 };
                 c.io_within(Some(*op)).map_err(Error::Redis)?;
-                Ok(Conn::User(c))
+                Ok(Conn::new(Checkout::User(c)))
             }
         }
     }
@@ -549,31 +567,64 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-impl IoTimeouts for Conn {
+impl IoTimeouts for Checkout {
     fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
         match self {
-            Conn::Own(c) => c.read_within(d),
-            Conn::User(c) => c.read_within(d),
+            Checkout::Own(c) => c.read_within(d),
+            Checkout::User(c) => c.read_within(d),
         }
     }
 
     fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
         match self {
-            Conn::Own(c) => c.write_within(d),
-            Conn::User(c) => c.write_within(d),
+            Checkout::Own(c) => c.write_within(d),
+            Checkout::User(c) => c.write_within(d),
         }
     }
 }
 
+impl Checkout {
+    fn conn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Checkout::Own(c) => &mut **c,
+            Checkout::User(c) => &mut **c,
+        }
+    }
+
+    fn conn_ref(&self) -> &dyn ConnectionLike {
+        match self {
+            Checkout::Own(c) => &**c,
+            Checkout::User(c) => &**c,
+        }
+    }
+}
+
+impl IoTimeouts for Conn {
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.checkout.read_within(d)
+    }
+
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.checkout.write_within(d)
+    }
+}
+
 impl Conn {
+    fn new(checkout: Checkout) -> Conn {
+        Conn {
+            checkout,
+            bound: None,
+        }
+    }
+
     /// The cluster connection under this one, for commands routed by hand.
     pub(crate) fn cluster(&mut self) -> Option<&mut redis::cluster::ClusterConnection> {
-        match self {
-            Conn::Own(c) => match &mut **c {
+        match &mut self.checkout {
+            Checkout::Own(c) => match &mut **c {
                 RConn::Cluster(c, _) => Some(c),
                 RConn::Primary(_) => None,
             },
-            Conn::User(_) => None,
+            Checkout::User(_) => None,
         }
     }
 
@@ -581,7 +632,7 @@ impl Conn {
     /// primary then counts as replaced ([`PrimaryConn::demoted`]). For callers that
     /// read replies on [`plain`](Self::plain) themselves; nothing for other servers.
     pub(crate) fn primary_demoted(&self) {
-        if let Conn::Own(c) = self
+        if let Checkout::Own(c) = &self.checkout
             && let RConn::Primary(p) = &**c
         {
             p.demoted();
@@ -590,31 +641,34 @@ impl Conn {
 
     /// The plain connection under this one, for a subscription; `None` on a cluster.
     pub(crate) fn plain(&mut self) -> Option<&mut redis::Connection> {
-        match self {
-            Conn::Own(c) => match &mut **c {
+        match &mut self.checkout {
+            Checkout::Own(c) => match &mut **c {
                 RConn::Primary(c) => Some(&mut c.conn),
                 RConn::Cluster(..) => None,
             },
-            Conn::User(c) => Some(c),
+            Checkout::User(c) => Some(c),
         }
     }
 
-    /// Runs `f` with read and write timeouts of `budget` when that is shorter than the
-    /// operation timeout `op` by more than [`TIMEOUT_SLACK`], restored to `op` before the
-    /// connection goes back to the pool. A reply that comes after the short timeout is
-    /// skipped by the connection, so its next user does not read it.
+    /// Runs `f`, all of it ending within `budget`: its first request with read and write
+    /// timeouts of `budget` when that is shorter than the operation timeout `op` by
+    /// more than [`TIMEOUT_SLACK`], and each later one (a script loaded again after
+    /// `NOSCRIPT`, a second command) with what is left of it, the timeouts restored to
+    /// `op` before the connection goes back to the pool. A reply that comes after a
+    /// short timeout is skipped by the connection, so its next user does not read it.
     ///
-    /// The slack spares the four `setsockopt` calls (measured: a visible share of the
-    /// client's CPU under contention) for a call that has spent almost nothing of its
-    /// budget yet; it still ends by its deadline, as the operation timeout's socket
+    /// The slack spares the `setsockopt` calls (measured: a visible share of the
+    /// client's CPU under contention) for a request that has spent almost nothing of
+    /// its budget yet; it still ends by its deadline, as the operation timeout's socket
     /// timeout leaves the slack to spare ([`socket_timeout`](crate::clock::socket_timeout)).
+    /// A call of one request, the hot path, sets no timeout at all.
     pub(crate) fn within<R>(
         &mut self,
         budget: Duration,
         op: Duration,
         f: impl FnOnce(&mut dyn ConnectionLike) -> R,
     ) -> R {
-        self.within_conn(budget, op, |c| f(&mut **c))
+        self.within_conn(budget, op, |c| f(c))
     }
 
     /// [`within`](Self::within), for `f` that needs the checked-out connection itself
@@ -625,42 +679,61 @@ impl Conn {
         op: Duration,
         f: impl FnOnce(&mut Conn) -> R,
     ) -> R {
-        if budget + TIMEOUT_SLACK.min(op / 10) >= op {
-            return f(self);
-        }
         let budget = budget.max(Duration::from_millis(1));
-        let _ = self.io_within(Some(budget));
+        let outer = self.bound;
+        let in_force = outer.map_or(op, |b| b.set);
+        let mut bound = Bound {
+            end: deadline_in(budget),
+            set: in_force,
+            slack: TIMEOUT_SLACK.min(op / 10),
+        };
+        if budget + bound.slack < in_force {
+            let _ = self.io_within(Some(budget));
+            bound.set = budget;
+        }
+        self.bound = Some(bound);
         let result = f(self);
-        let restored = self.io_within(Some(op));
-        if let Err(e) = restored {
+        let set = self.bound.map_or(in_force, |b| b.set);
+        self.bound = outer;
+        if set != in_force
+            && let Err(e) = self.io_within(Some(in_force))
+        {
             log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
         }
         result
+    }
+
+    /// Before a request of a call [`within_conn`](Self::within_conn) runs: shortens the
+    /// timeouts to what is left of the call's budget, unless that is within the slack
+    /// of those in force.
+    fn tighten(&mut self) {
+        if let Some(b) = &mut self.bound {
+            let left = left_until(b.end);
+            if left + b.slack < b.set {
+                let _ = self.checkout.io_within(Some(left));
+                b.set = left;
+            }
+        }
     }
 }
 
 impl Deref for Conn {
     type Target = dyn ConnectionLike;
     fn deref(&self) -> &(dyn ConnectionLike + 'static) {
-        match self {
-            Conn::Own(c) => &**c,
-            Conn::User(c) => &**c,
-        }
+        self
     }
 }
 
 impl DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut (dyn ConnectionLike + 'static) {
-        match self {
-            Conn::Own(c) => &mut **c,
-            Conn::User(c) => &mut **c,
-        }
+        self
     }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
-        (**self).req_packed_command(cmd)
+        self.tighten();
+        self.checkout.conn().req_packed_command(cmd)
     }
 
     fn req_packed_commands(
@@ -669,26 +742,24 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
-        (**self).req_packed_commands(cmd, offset, count)
-    }
-
-    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        (**self).req_command(cmd)
+        self.tighten();
+        self.checkout.conn().req_packed_commands(cmd, offset, count)
     }
 
     fn get_db(&self) -> i64 {
-        (**self).get_db()
+        self.checkout.conn_ref().get_db()
     }
 
     fn supports_pipelining(&self) -> bool {
-        (**self).supports_pipelining()
+        self.checkout.conn_ref().supports_pipelining()
     }
 
     fn check_connection(&mut self) -> bool {
-        (**self).check_connection()
+        self.tighten();
+        self.checkout.conn().check_connection()
     }
 
     fn is_open(&self) -> bool {
-        (**self).is_open()
+        self.checkout.conn_ref().is_open()
     }
 }

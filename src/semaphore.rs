@@ -23,6 +23,7 @@ use crate::scripts::leased::{
 };
 use crate::scripts::{self, Keys};
 use crate::stats::Counters;
+use crate::threads::{DropBudget, drop_deadline};
 
 /// How often a waiter looks again while the wake-up listener is not subscribed.
 const NO_PUSH_POLL: Duration = Duration::from_millis(50);
@@ -158,10 +159,12 @@ impl SemInner {
         ops: &[&Op],
     ) -> Result<Vec<HotReply>> {
         let clock = &self.clock;
-        let anchor = match clock.get() {
-            Some(a) => a,
-            None => read_server_time(conn, &self.keys, clock)?,
-        };
+        // the server's time is needed for an acquire's cutoff only: a batch of
+        // releases (a drop's) never pays a round trip for it
+        let mut anchor = clock.get();
+        if anchor.is_none() && ops.iter().any(|op| matches!(op, Op::Acquire { .. })) {
+            anchor = Some(read_server_time(conn, &self.keys, clock)?);
+        }
         let hot: Vec<HotOp<'_>> = ops
             .iter()
             .map(|op| match op {
@@ -182,7 +185,9 @@ impl SemInner {
                     mode: Mode::Try,
                     fair: *fair,
                     channel: "",
-                    cutoff_ms: anchor.server_ms_by(*give_up),
+                    // (read above for every batch with an acquire; 0 would mean none, 1 ms
+                    // after the epoch refuses)
+                    cutoff_ms: anchor.as_ref().map_or(1, |a| a.server_ms_by(*give_up)),
                 }),
                 Op::Release { id } => HotOp::Release { id },
             })
@@ -578,10 +583,13 @@ struct Waiter<'a> {
     /// Whether one of its looks was answered: an outage that ends its wait afterwards
     /// is a new one (see [`Semaphore::wait_riding_through`]).
     answered: bool,
+    /// The wait's bound (its deadline and one operation timeout), which its drop's
+    /// cancel keeps too; `None` for a wait without a deadline.
+    end: Option<Instant>,
 }
 
 impl<'a> Waiter<'a> {
-    fn new(sem: &'a Semaphore, hub: Arc<Hub>, id: String) -> Waiter<'a> {
+    fn new(sem: &'a Semaphore, hub: Arc<Hub>, id: String, end: Option<Instant>) -> Waiter<'a> {
         let wake = hub.register(&id);
         let (heartbeat, heartbeat_lost) = sem.register_heartbeat(&id);
         Waiter {
@@ -593,6 +601,7 @@ impl<'a> Waiter<'a> {
             heartbeat_lost,
             armed: true,
             answered: false,
+            end,
         }
     }
 
@@ -615,26 +624,43 @@ impl<'a> Waiter<'a> {
 }
 
 impl Drop for Waiter<'_> {
+    /// Leaves the queue, the cancel ending within one operation timeout and by the
+    /// wait's bound (and an enclosing drop's): a wait that ends on an error keeps its
+    /// bound. A grant that came as the waiter left is given back by then too; what
+    /// does not fit is left to the background thread.
     fn drop(&mut self) {
-        if self.armed {
-            self.finish();
-            let until = Instant::now() + self.sem.inner.client.inner.shared.op_timeout;
-            match self.sem.run_cancel(&self.id, until) {
-                // a grant that came as this waiter left on an error: given back now,
-                // not left to lapse with its heartbeat
-                Ok(Some((token, deadline_ms, slots))) => {
-                    let n = slots.len() as u32;
-                    let valid_until = self.sem.client_deadline(deadline_ms);
-                    drop(
-                        self.sem
-                            .permit(self.id.clone(), token, slots, n, valid_until),
-                    );
-                }
-                Ok(None) => {}
-                Err(e) => log::warn!(
+        if !self.armed {
+            return;
+        }
+        self.finish();
+        let now = Instant::now();
+        let soon = now + self.sem.inner.client.inner.shared.op_timeout;
+        let until = drop_deadline(self.end.map_or(soon, |end| soon.min(end)));
+        if until <= now {
+            // no time left: a grant that may come is released in the background, and
+            // the queued record lapses with its heartbeat
+            self.sem.clean_up_after(&self.id, now);
+            return;
+        }
+        let _budget = DropBudget::start(until - now);
+        match self.sem.run_cancel(&self.id, until) {
+            // a grant that came as this waiter left on an error: given back now,
+            // not left to lapse with its heartbeat
+            Ok(Some((token, deadline_ms, slots))) => {
+                let n = slots.len() as u32;
+                let valid_until = self.sem.client_deadline(deadline_ms);
+                let p = self
+                    .sem
+                    .permit(self.id.clone(), token, slots, n, valid_until);
+                self.sem.give_back_by(p, until);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                log::warn!(
                     "redis-semaphore: could not leave the queue of {}: {e}",
                     self.sem.name()
-                ),
+                );
+                self.sem.clean_up_after(&self.id, Instant::now());
             }
         }
     }
@@ -1215,7 +1241,8 @@ impl Semaphore {
         let mut outage_since: Option<Instant> = None;
         let mut pause = Duration::from_millis(20);
         loop {
-            let mut waiter = Waiter::new(self, Arc::clone(hub), id);
+            let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
+            let mut waiter = Waiter::new(self, Arc::clone(hub), id, end);
             let looked = Instant::now();
             match self.wait_queued(n, deadline, cancel, &mut waiter) {
                 Err(e) if is_outage(&e) => {
@@ -1347,7 +1374,8 @@ impl Semaphore {
                 if keep && valid_until > Instant::now() {
                     return Ok(Some(p));
                 }
-                drop(p);
+                // by the wait's bound, not one more operation timeout after it
+                self.give_back_by(p, until);
                 Ok(None)
             }
             None => Ok(None),

@@ -685,6 +685,9 @@ struct ProxyShared {
     conns: Mutex<Vec<(TcpStream, TcpStream, bool)>>,
     /// Bytes whose passage from a client starts a cut ([`Proxy::cut_when_sent`]).
     trigger: Mutex<Option<Vec<u8>>>,
+    /// How long each chunk from the server is held before it goes on, in ms
+    /// ([`Proxy::delay_replies`]).
+    reply_delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl ProxyShared {
@@ -777,6 +780,11 @@ impl Proxy {
                                     if sh.cut.load(SeqCst) {
                                         continue; // the black hole
                                     }
+                                    let delay = sh.reply_delay_ms.load(SeqCst);
+                                    if !from_client && delay > 0 {
+                                        // a slow network, not a wait for a condition
+                                        thread::sleep(Duration::from_millis(delay));
+                                    }
                                     if to.write_all(&buf[..n]).is_err() {
                                         break;
                                     }
@@ -817,6 +825,14 @@ impl Proxy {
             .trigger
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(bytes.to_vec());
+    }
+
+    /// Holds every chunk the server sends for `d` before passing it on (`ZERO`: none),
+    /// so that each round trip takes at least `d`.
+    pub fn delay_replies(&self, d: Duration) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.shared.reply_delay_ms.store(ms, SeqCst);
     }
 
     /// Ends a partition: connections that lived through it are closed (their streams
