@@ -39,20 +39,27 @@ pub(crate) struct Anchor {
 impl Anchor {
     /// The client instant before which the server's clock has surely not reached
     /// `at_ms`. For a moment already past it may give any instant not after `sent`.
+    ///
+    /// Any `at_ms` is taken, however far from the anchor (a deadline read from a
+    /// message nobody vouches for): the arithmetic saturates, and a moment too far on
+    /// for an `Instant` gives `sent`, which is never wrong (only useless).
     pub(crate) fn instant_before(&self, at_ms: i64) -> Instant {
-        let span = at_ms - self.server_ms - 1;
+        let span = at_ms.saturating_sub(self.server_ms).saturating_sub(1);
         if span <= 0 {
             let back = Duration::from_millis(span.unsigned_abs());
             return self.sent.checked_sub(back).unwrap_or(self.sent);
         }
-        self.sent + shrink(Duration::from_millis(span as u64))
+        self.sent
+            .checked_add(shrink(Duration::from_millis(span.unsigned_abs())))
+            .unwrap_or(self.sent)
     }
 
     /// A server time (ms) that the server's clock has surely reached by client instant
     /// `at`.
     pub(crate) fn server_ms_by(&self, at: Instant) -> i64 {
         let ahead = shrink(at.saturating_duration_since(self.received));
-        self.server_ms + ahead.as_millis() as i64 - 1
+        let ahead = i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX);
+        self.server_ms.saturating_add(ahead).saturating_sub(1)
     }
 }
 
@@ -253,6 +260,37 @@ mod tests {
         let c = a.server_ms_by(s + Duration::from_millis(3 + 2_000));
         assert!(c <= 1_002_000);
         assert!(c >= 1_001_990);
+    }
+
+    /// The conversions subtracted and added a server time the client had not checked
+    /// (`at_ms - server_ms - 1`, `server_ms + ahead - 1`): a deadline of `i64::MIN` in a
+    /// forged wake-up message panicked in a debug build and wrapped round to a
+    /// deadline 292 million years on in a release build. They saturate now, and a
+    /// moment past what an `Instant` holds gives the anchor's `sent`, never later.
+    #[test]
+    fn times_at_the_ends_of_the_range_neither_panic_nor_wrap() {
+        let s = Instant::now();
+        for server_ms in [i64::MIN, -1, 0, 1_700_000_000_000, i64::MAX] {
+            let a = Anchor {
+                sent: s,
+                received: s + Duration::from_millis(3),
+                server_ms,
+            };
+            for at_ms in [i64::MIN, i64::MIN + 1, -1, 0, 1_700_000_000_000, i64::MAX] {
+                let d = a.instant_before(at_ms);
+                if at_ms <= server_ms {
+                    assert!(d <= s, "{server_ms} {at_ms}");
+                }
+            }
+            assert!(a.instant_before(i64::MIN) <= s);
+            let _ = a.server_ms_by(s + Duration::from_secs(3600));
+        }
+        let a = Anchor {
+            sent: s,
+            received: s,
+            server_ms: i64::MAX - 5,
+        };
+        assert_eq!(a.server_ms_by(s + Duration::from_secs(10)), i64::MAX - 1);
     }
 
     #[test]
