@@ -646,9 +646,8 @@ impl Drop for Waiter<'_> {
         match self.sem.run_cancel(&self.id, until) {
             // a grant that came as this waiter left on an error: given back now,
             // not left to lapse with its heartbeat
-            Ok(Some((token, deadline_ms, slots))) => {
+            Ok(Some((token, valid_until, slots))) => {
                 let n = slots.len() as u32;
-                let valid_until = self.sem.client_deadline(deadline_ms);
                 let p = self
                     .sem
                     .permit(self.id.clone(), token, slots, n, valid_until);
@@ -1307,7 +1306,7 @@ impl Semaphore {
                     NO_PUSH_POLL
                 };
             if let Some(r) = retry_after {
-                look_at = look_at.min(now + r + Duration::from_millis(1));
+                look_at = look_at.min(later_by(now, r));
             }
             loop {
                 let until = deadline.map_or(look_at, |d| d.min(look_at));
@@ -1317,7 +1316,10 @@ impl Semaphore {
                             // learnt outside a round trip: the server's deadline, through
                             // the anchor, bounds it (a message delayed by a partition
                             // arrives with less time left, or none)
-                            let valid_until = self.client_deadline(deadline_ms);
+                            let valid_until = match self.inner.clock.get() {
+                                Some(a) => a.instant_before(deadline_ms),
+                                None => Instant::now(),
+                            };
                             if valid_until <= Instant::now() {
                                 break; // look again: the look says what is left of it
                             }
@@ -1330,7 +1332,7 @@ impl Semaphore {
                         }
                         Ok(Wake::Head { retry_after }) => {
                             if let Some(r) = retry_after {
-                                look_at = look_at.min(Instant::now() + r + Duration::from_millis(1));
+                                look_at = look_at.min(later_by(Instant::now(), r));
                             }
                         }
                         Ok(_) | Err(_) => break,
@@ -1367,9 +1369,8 @@ impl Semaphore {
         let reply = self.run_cancel(&waiter.id, until);
         waiter.finish();
         match reply? {
-            Some((token, deadline_ms, slots)) => {
+            Some((token, valid_until, slots)) => {
                 let n = slots.len() as u32;
-                let valid_until = self.client_deadline(deadline_ms);
                 let p = self.permit(waiter.id.clone(), token, slots, n, valid_until);
                 if keep && valid_until > Instant::now() {
                     return Ok(Some(p));
@@ -1383,9 +1384,9 @@ impl Semaphore {
     }
 
     /// Runs the cancel script, the whole call (checkout, write, read) ending by
-    /// `until`; `Some((token, server deadline, slots))` when the waiter had been
+    /// `until`; `Some((token, client deadline, slots))` when the waiter had been
     /// granted meanwhile.
-    fn run_cancel(&self, id: &str, until: Instant) -> Result<Option<(u64, i64, Vec<u32>)>> {
+    fn run_cancel(&self, id: &str, until: Instant) -> Result<Option<(u64, Instant, Vec<u32>)>> {
         let sent = Instant::now();
         let shared = &self.inner.client.inner.shared;
         let keys = &self.inner.keys;
@@ -1400,7 +1401,8 @@ impl Semaphore {
             }
             Cancelled::Granted { now_ms, grant } => {
                 note_anchor(clock, sent, Some(now_ms));
-                Ok(Some((grant.token, grant.deadline_ms, grant.slots)))
+                let valid_until = self.client_deadline(now_ms, grant.deadline_ms);
+                Ok(Some((grant.token, valid_until, grant.slots)))
             }
         }
     }
@@ -1462,6 +1464,13 @@ impl Semaphore {
                         }
                         sem.error(e).during("acquire")
                     }
+                    e @ Error::UnexpectedReply { .. } => {
+                        // The script ran and may have granted to `id` (a grant whose
+                        // deadline is out of range, say, one another program wrote):
+                        // given back, as the id is never used again.
+                        self.clean_up_after(id, Instant::now());
+                        e
+                    }
                     other => other,
                 });
             }
@@ -1471,11 +1480,11 @@ impl Semaphore {
             sem.metrics.try_failed();
         }
         match reply {
-            Acquired::Granted { grant, .. } => {
+            Acquired::Granted { now_ms, grant } => {
                 if grant.slots.len() != n as usize {
                     return Err(Error::reply("acquire", "granted another number of permits"));
                 }
-                let valid_until = self.client_deadline(grant.deadline_ms);
+                let valid_until = self.client_deadline(now_ms, grant.deadline_ms);
                 if valid_until <= Instant::now() {
                     // The grant is already over by this client's reckoning (the reply
                     // took longer than the lease): give it back and report a timeout.
@@ -1624,10 +1633,17 @@ impl Semaphore {
         Ok(reply)
     }
 
-    /// The client-side deadline of a grant that lasts until server time `deadline_ms`.
-    fn client_deadline(&self, deadline_ms: i64) -> Instant {
+    /// The client-side deadline of a grant that a reply read at server time `now_ms`
+    /// says lasts until server time `deadline_ms`: at most one lease of this handle
+    /// after `now_ms`, what the scripts give (the deadline of a grant made by a server
+    /// whose clock ran ahead of the one answering now, after a failover, may lie
+    /// further on: the permit's client then believes less than the server's, never
+    /// more), converted with the freshest anchor.
+    fn client_deadline(&self, now_ms: i64, deadline_ms: i64) -> Instant {
+        let lease_ms = i64::try_from(self.inner.group.lease_ms).unwrap_or(i64::MAX);
+        let end = deadline_ms.min(now_ms.saturating_add(lease_ms));
         match self.inner.clock.get() {
-            Some(a) => a.instant_before(deadline_ms),
+            Some(a) => a.instant_before(end),
             // no anchor: no round trip has been answered, so nothing is known valid
             None => Instant::now(),
         }
@@ -1790,6 +1806,14 @@ fn late_reply(name: &str) -> Error {
     )))
 }
 
+/// The instant `d` (and a millisecond) after `at`: a wait's next look, after a time a
+/// reply or a message gave. A time past what an `Instant` holds is a hundred years.
+fn later_by(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .and_then(|t| t.checked_add(Duration::from_millis(1)))
+        .unwrap_or_else(|| deadline_in(Duration::MAX))
+}
+
 /// A grant whose lease had ended by the time its reply arrived (the round trip took
 /// longer than the lease): a timeout, which says so rather than blaming the operation
 /// timeout, and which a wait does not take for an outage (see [`is_outage`]).
@@ -1888,24 +1912,27 @@ fn parse_holder(id: String, record: &str, deadline: i64, now: i64) -> Result<Hol
         s.parse::<u64>()
             .map_err(|_| bad("holder record has a bad number"))
     };
+    let small = |s: &str| {
+        u32::try_from(num(s)?).map_err(|_| bad("holder record has a number out of range"))
+    };
     let slots = if f[2].is_empty() {
         Vec::new()
     } else {
-        f[2].split(',')
-            .map(|s| num(s).map(|v| v as u32))
-            .collect::<Result<_>>()?
+        f[2].split(',').map(small).collect::<Result<_>>()?
     };
     let acquired_ms = num(f[3])?;
     Ok(Holder {
         id,
-        permits: num(f[0])? as u32,
+        permits: small(f[0])?,
         token: num(f[1])?,
         slots,
-        acquired_at: UNIX_EPOCH + Duration::from_millis(acquired_ms),
+        acquired_at: UNIX_EPOCH
+            .checked_add(Duration::from_millis(acquired_ms))
+            .ok_or_else(|| bad("holder record has an acquire time out of range"))?,
         held_for: Duration::from_millis(
             u64::try_from(now).unwrap_or(0).saturating_sub(acquired_ms),
         ),
-        pid: num(f[4])? as u32,
+        pid: small(f[4])?,
         host: f[5].to_owned(),
         label: f.get(6).filter(|l| !l.is_empty()).map(|l| (*l).to_owned()),
         lease_left: Duration::from_millis(deadline.saturating_sub(now).max(0) as u64),

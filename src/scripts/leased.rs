@@ -14,7 +14,7 @@ use redis::{ConnectionLike, ScriptInvocation, Value};
 use super::{
     ACQUIRE, ADOPT, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT,
 };
-use super::{heartbeat_ms, pad_ms};
+use super::{END_OF_TIME_MS, MAX_PERMITS, heartbeat_ms, pad_ms};
 use crate::error::{Error, Result};
 
 /// Whether an acquire may queue.
@@ -124,23 +124,27 @@ impl Acquired {
         };
         let reply: Vec<i64> =
             redis::from_redis_value(reply).map_err(|e| Error::reply("acquire", e.to_string()))?;
+        let now = |ms: &i64| server_time("acquire", "the server's time", *ms);
         match reply.as_slice() {
-            [1, now, token, deadline, slots @ ..] if slots.len() == n as usize => {
+            [1, now_ms, token, deadline, slots @ ..] if slots.len() == n as usize => {
+                let now_ms = now(now_ms)?;
                 Ok(Acquired::Granted {
-                    now_ms: *now,
-                    grant: grant("acquire", *token, *deadline, slots)?,
+                    now_ms,
+                    grant: grant("acquire", now_ms, *token, *deadline, slots)?,
                 })
             }
-            [0, now, retry, head] => Ok(Acquired::Busy {
-                now_ms: Some(*now),
+            [0, now_ms, retry, head] => Ok(Acquired::Busy {
+                now_ms: Some(now(now_ms)?),
                 retry_ms: *retry,
                 head: *head == 1,
             }),
-            [-1, now, limit] => Ok(Acquired::TooMany {
-                now_ms: *now,
+            [-1, now_ms, limit] => Ok(Acquired::TooMany {
+                now_ms: now(now_ms)?,
                 limit: u32::try_from(*limit).unwrap_or(u32::MAX),
             }),
-            [-2, now] => Ok(Acquired::TooLate { now_ms: *now }),
+            [-2, now_ms] => Ok(Acquired::TooLate {
+                now_ms: now(now_ms)?,
+            }),
             other => Err(Error::reply("acquire", format!("{other:?}"))),
         }
     }
@@ -162,9 +166,10 @@ impl Acquired {
             (Some(Ok(now)), Some(Ok(token)), Some(Ok(deadline)), Some(Ok(slot)), None)
                 if n == 1 =>
             {
+                let now_ms = server_time("acquire", "the server's time", now)?;
                 Ok(Acquired::Granted {
-                    now_ms: now,
-                    grant: grant("acquire", token, deadline, &[slot])?,
+                    now_ms,
+                    grant: grant("acquire", now_ms, token, deadline, &[slot])?,
                 })
             }
             _ => Err(bad()),
@@ -440,12 +445,18 @@ pub(crate) fn cancel(conn: &mut dyn ConnectionLike, keys: &Keys, id: &str) -> Re
         .arg(id)
         .invoke(conn)
         .map_err(Error::Redis)?;
+    let now = |ms: &i64| server_time("cancel", "the server's time", *ms);
     match reply.as_slice() {
-        [0, now] => Ok(Cancelled::Left { now_ms: *now }),
-        [1, now, token, deadline, slots @ ..] => Ok(Cancelled::Granted {
-            now_ms: *now,
-            grant: grant("cancel", *token, *deadline, slots)?,
+        [0, now_ms] => Ok(Cancelled::Left {
+            now_ms: now(now_ms)?,
         }),
+        [1, now_ms, token, deadline, slots @ ..] => {
+            let now_ms = now(now_ms)?;
+            Ok(Cancelled::Granted {
+                now_ms,
+                grant: grant("cancel", now_ms, *token, *deadline, slots)?,
+            })
+        }
         other => Err(Error::reply("cancel", format!("{other:?}"))),
     }
 }
@@ -546,14 +557,23 @@ pub(crate) fn inspect(
             let list = rest
                 .chunks(3)
                 .map(|c| {
+                    let id = text(&c[0])?;
+                    let deadline_ms = server_time(
+                        "inspect",
+                        &format!("the deadline of holder {id}"),
+                        int(&c[2])?,
+                    )?;
                     Ok(HolderRecord {
-                        id: text(&c[0])?,
+                        id,
                         record: text(&c[1])?,
-                        deadline_ms: int(&c[2])?,
+                        deadline_ms,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Some((int(now)?, list))
+            Some((
+                server_time("inspect", "the server's time", int(now)?)?,
+                list,
+            ))
         }
     };
     Ok(Inspected {
@@ -568,13 +588,53 @@ pub(crate) fn inspect(
     })
 }
 
-/// The token and slots of a grant reply.
-fn grant(script: &'static str, token: i64, deadline_ms: i64, slots: &[i64]) -> Result<Grant> {
+/// A server time (ms), `what` a reply of `script` gives: one in `1..=END_OF_TIME_MS`,
+/// as every time the scripts read or write is, else a malformed reply (no arithmetic
+/// on it can then overflow).
+fn server_time(script: &'static str, what: &str, ms: i64) -> Result<i64> {
+    if (1..=END_OF_TIME_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(Error::reply(
+            script,
+            format!("{what} ({ms}) is out of the range of server times"),
+        ))
+    }
+}
+
+/// The token, deadline and slots of a grant reply that read the server's time `now_ms`.
+///
+/// A grant's deadline is after the server's time of the reply: a new grant lasts a
+/// lease from then, and an earlier one is answered only while it is live. One that is
+/// not (a deadline another program wrote into the holders' zset, past 2^63 in Lua,
+/// reaches the client as `i64::MIN`), or one past the scripts' end of time, is a
+/// malformed reply. A slot is below [`MAX_PERMITS`], as every limit is.
+fn grant(
+    script: &'static str,
+    now_ms: i64,
+    token: i64,
+    deadline_ms: i64,
+    slots: &[i64],
+) -> Result<Grant> {
     let slots = slots
         .iter()
-        .map(|&s| u32::try_from(s).map_err(|_| Error::reply(script, "slot out of range")))
+        .map(|&s| {
+            u32::try_from(s)
+                .ok()
+                .filter(|&s| s < MAX_PERMITS)
+                .ok_or_else(|| Error::reply(script, format!("slot {s} out of range")))
+        })
         .collect::<Result<Vec<u32>>>()?;
     let token = u64::try_from(token).map_err(|_| Error::reply(script, "negative token"))?;
+    if deadline_ms <= now_ms || deadline_ms > END_OF_TIME_MS {
+        return Err(Error::reply(
+            script,
+            format!(
+                "a grant until server time {deadline_ms}, which is not after the server's \
+                 time {now_ms} or past the end of time (a deadline out of range)"
+            ),
+        ));
+    }
     Ok(Grant {
         token,
         deadline_ms,
@@ -612,7 +672,23 @@ pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike, keys: &Keys) -> Resu
         .key(&keys.info)
         .invoke(conn)
         .map_err(Error::Redis)?;
-    Ok(secs * 1000 + micros / 1000)
+    time_ms(secs, micros)
+}
+
+/// `TIME`'s seconds and microseconds in milliseconds, checked: microseconds below a
+/// million, and a time in the range of server times.
+fn time_ms(secs: i64, micros: i64) -> Result<i64> {
+    let ms = secs
+        .checked_mul(1000)
+        .filter(|_| (0..1_000_000).contains(&micros))
+        .and_then(|ms| ms.checked_add(micros / 1000));
+    match ms {
+        Some(ms) => server_time("time", "the server's time", ms),
+        None => Err(Error::reply(
+            "time",
+            format!("TIME answered {secs} s and {micros} µs, out of range"),
+        )),
+    }
 }
 
 /// Which semaphores a scan looks for, by the key every one of them has.
@@ -795,5 +871,73 @@ mod tests {
         // a short grant is of one permit only
         assert!(Acquired::parse(bulk("1|2|3|4"), 2).is_err());
         assert!(Acquired::parse(Value::BulkString(vec![0xff, b'|']), 1).is_err());
+    }
+
+    fn array(items: &[i64]) -> Value {
+        Value::Array(items.iter().copied().map(Value::Int).collect())
+    }
+
+    /// Times and deadlines in replies were taken as they came: a deadline of
+    /// `i64::MIN` (what a real Redis answers for a holder's score another program set
+    /// past 2^63) reached the clock conversion, which panicked in a debug build
+    /// (`attempt to subtract with overflow`) and wrapped round to a permit valid for
+    /// 292 million years in a release build. A time out of the scripts' range, or a
+    /// grant whose deadline is not after the reply's time, is a malformed reply now.
+    #[test]
+    fn times_and_deadlines_out_of_range_are_malformed_replies() {
+        const NOW: i64 = 1_700_000_000_000;
+        let min = i64::MIN.to_string();
+        let max = i64::MAX.to_string();
+        let malformed = |r: Result<Acquired>| matches!(r, Err(Error::UnexpectedReply { .. }));
+        for text in [
+            format!("{NOW}|1|{min}|0"),
+            format!("{NOW}|1|{max}|0"),
+            format!("{NOW}|1|{NOW}|0"),
+            format!("{NOW}|1|{}|0", NOW - 1),
+            format!("{min}|1|{NOW}|0"),
+            format!("0|1|{NOW}|0"),
+            format!("{max}|1|{max}|0"),
+            format!("{}|1|{}|0", END_OF_TIME_MS + 1, END_OF_TIME_MS + 2),
+        ] {
+            assert!(malformed(Acquired::parse(bulk(&text), 1)), "{text}");
+        }
+        for reply in [
+            [1, NOW, 1, i64::MIN, 0].as_slice(),
+            &[1, NOW, 1, NOW, 0],
+            &[1, i64::MIN, 1, NOW, 0],
+            &[1, NOW, 1, NOW + 1000, 10_000],
+            &[0, i64::MIN, 5, 1],
+            &[0, -1, 5, 1],
+            &[-1, i64::MAX, 5],
+            &[-2, 0],
+        ] {
+            assert!(malformed(Acquired::parse(array(reply), 1)), "{reply:?}");
+        }
+        // the last moment of a lease that ends a millisecond on is a grant
+        assert!(Acquired::parse(bulk(&format!("{NOW}|1|{}|0", NOW + 1)), 1).is_ok());
+        assert!(Acquired::parse(array(&[1, NOW, 1, NOW + 1000, 9_999]), 1).is_ok());
+    }
+
+    /// `TIME` was read as `secs * 1000 + micros / 1000` unchecked: seconds of
+    /// `i64::MAX` panicked with `attempt to multiply with overflow` (a debug build) or
+    /// wrapped round (a release build). It is checked now.
+    #[test]
+    fn a_server_time_out_of_range_is_a_malformed_reply() {
+        assert_eq!(time_ms(1_700_000_000, 123_456).unwrap(), 1_700_000_000_123);
+        for (secs, micros) in [
+            (i64::MAX, 0),
+            (i64::MIN, 0),
+            (-1, 0),
+            (0, 0),
+            (1_700_000_000, -1),
+            (1_700_000_000, 1_000_000),
+            (i64::MAX / 1000, 999_999),
+            (END_OF_TIME_MS / 1000 + 1, 0),
+        ] {
+            assert!(
+                matches!(time_ms(secs, micros), Err(Error::UnexpectedReply { .. })),
+                "{secs} {micros}"
+            );
+        }
     }
 }

@@ -28,6 +28,13 @@ use std::time::Duration;
 /// and the most permits the acquires of one batch may ask for in all (K9).
 pub(crate) const MAX_PERMITS: u32 = 10_000;
 
+/// The scripts' end of time (`END_OF_TIME` in head.lua, server ms, about the year
+/// 287,000): no server time or deadline they write or answer lies beyond it (the
+/// longest span an argument gives is 300 years, `MAX_MS`). A time in a reply outside
+/// `1..=END_OF_TIME_MS` is not the server's: a malformed reply, or a key another
+/// program wrote (a Lua number past 2^63 reaches the client as `i64::MIN`).
+pub(crate) const END_OF_TIME_MS: i64 = 9_000_000_000_000_000;
+
 use redis::Script;
 
 /// Grants permits to a permit id, or answers when to try again.
@@ -243,6 +250,13 @@ mod tests {
             assert_eq!(s.get_hash().len(), 40);
         }
         assert!(!include_str!("head.lua").starts_with("#!"));
+    }
+
+    #[test]
+    fn the_end_of_time_is_the_scripts() {
+        assert!(
+            include_str!("head.lua").contains(&format!("local END_OF_TIME = {END_OF_TIME_MS}\n"))
+        );
     }
 
     #[test]
