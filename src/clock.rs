@@ -61,6 +61,19 @@ impl Anchor {
         let ahead = i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX);
         self.server_ms.saturating_add(ahead).saturating_sub(1)
     }
+
+    /// A server time (ms) that the server's clock had surely not passed at client
+    /// instant `at`, while its clock runs as the anchor's [`DRIFT`] assumes (a server
+    /// whose clock was stepped forward, or a failover to one whose clock is ahead, may
+    /// be past it): the time `server_ms` was read at `sent` at the earliest, and one
+    /// millisecond more for its rounding. What a message pushed at `at` can truly say
+    /// of the server's time.
+    pub(crate) fn server_ms_at_most(&self, at: Instant) -> i64 {
+        let since = at.saturating_duration_since(self.sent);
+        let ahead = since.mul_f64(1.0 + DRIFT) + Duration::from_millis(1);
+        let ahead = i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX);
+        self.server_ms.saturating_add(ahead).saturating_add(1)
+    }
 }
 
 /// `d` less the drift allowance.
@@ -284,6 +297,7 @@ mod tests {
             }
             assert!(a.instant_before(i64::MIN) <= s);
             let _ = a.server_ms_by(s + Duration::from_secs(3600));
+            let _ = a.server_ms_at_most(s + Duration::from_secs(3600));
         }
         let a = Anchor {
             sent: s,
@@ -291,6 +305,25 @@ mod tests {
             server_ms: i64::MAX - 5,
         };
         assert_eq!(a.server_ms_by(s + Duration::from_secs(10)), i64::MAX - 1);
+        assert_eq!(a.server_ms_at_most(s + Duration::from_secs(10)), i64::MAX);
+    }
+
+    #[test]
+    fn the_server_s_time_at_an_instant_lies_between_the_two_bounds() {
+        let s = Instant::now();
+        let a = Anchor {
+            sent: s,
+            received: s + Duration::from_millis(3),
+            server_ms: 1_000_000,
+        };
+        // read at `sent` at the earliest: at most 1 ms on then, and the drift on top
+        assert_eq!(a.server_ms_at_most(s), 1_000_002);
+        assert_eq!(a.server_ms_at_most(s - Duration::from_secs(1)), 1_000_002);
+        let later = s + Duration::from_secs(1000);
+        let most = a.server_ms_at_most(later);
+        assert!(most >= 1_000_000 + 1_000_000 + 1000, "{most}");
+        assert!(most <= 1_000_000 + 1_000_000 + 1003, "{most}");
+        assert!(a.server_ms_by(later) < most);
     }
 
     #[test]

@@ -33,6 +33,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{IoTimeouts, deadline_in, left_until, pubsub_read_within};
 use crate::pool::Pool;
+use crate::scripts::{END_OF_TIME_MS, MAX_PERMITS};
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::threads::{drop_deadline, join_by, stopped};
@@ -49,11 +50,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wake {
     /// Its permits were granted with this token and these slots, until the server's
-    /// time `deadline_ms`.
+    /// time `deadline_ms`, by a message that arrived at `received`. Nothing vouches for
+    /// it (anyone who may publish on the channel can send one): the waiter bounds what
+    /// it believes of it (`Semaphore::pushed_deadline`).
     Granted {
         token: u64,
         deadline_ms: i64,
         slots: Vec<u32>,
+        received: Instant,
     },
     /// It asked for more permits than the limit now in force.
     Refused { limit: u32 },
@@ -111,7 +115,7 @@ impl Hub {
     /// Delivers one message "G id token deadline_ms slots", "F id limit", "H id retry_ms" or
     /// "L id" (look again).
     fn dispatch(&self, payload: &str) {
-        let Some((id, wake)) = parse(payload) else {
+        let Some((id, wake)) = parse(payload, Instant::now()) else {
             log::warn!("redis-semaphore: ignoring malformed wake-up {payload:?}");
             return;
         };
@@ -129,25 +133,33 @@ impl Hub {
     }
 }
 
-fn parse(payload: &str) -> Option<(&str, Wake)> {
+/// Reads a message that arrived at `received`; `None` for one that does not parse,
+/// or whose fields are out of range: a slot past [`MAX_PERMITS`], or a deadline that
+/// is no server time (see [`END_OF_TIME_MS`]).
+fn parse(payload: &str, received: Instant) -> Option<(&str, Wake)> {
     let mut f = payload.split(' ');
     let kind = f.next()?;
     let id = f.next()?;
     let wake = match kind {
         "G" => {
             let token = f.next()?.parse().ok()?;
-            let deadline_ms = f.next()?.parse().ok()?;
+            let deadline_ms = f
+                .next()?
+                .parse()
+                .ok()
+                .filter(|d| (1..=END_OF_TIME_MS).contains(d))?;
             let slots = match f.next() {
                 None | Some("") => Vec::new(),
                 Some(s) => s
                     .split(',')
-                    .map(|x| x.parse().ok())
+                    .map(|x| x.parse().ok().filter(|&slot| slot < MAX_PERMITS))
                     .collect::<Option<Vec<u32>>>()?,
             };
             Wake::Granted {
                 token,
                 deadline_ms,
                 slots,
+                received,
             }
         }
         "F" => Wake::Refused {
@@ -623,6 +635,7 @@ mod tests {
 
     #[test]
     fn wake_up_messages_parse() {
+        let parse = |p| parse(p, Instant::now()).map(|(id, w)| (id, without_arrival(w)));
         assert_eq!(
             parse("G abc 17 1700000000123 0,3"),
             Some((
@@ -630,7 +643,8 @@ mod tests {
                 Wake::Granted {
                     token: 17,
                     deadline_ms: 1_700_000_000_123,
-                    slots: vec![0, 3]
+                    slots: vec![0, 3],
+                    received: arrival(),
                 }
             ))
         );
@@ -651,5 +665,53 @@ mod tests {
         assert_eq!(parse("L abc"), Some(("abc", Wake::LookAgain)));
         assert_eq!(parse("X abc"), None);
         assert_eq!(parse("G abc notanumber 1"), None);
+    }
+
+    fn arrival() -> Instant {
+        static AT: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *AT.get_or_init(Instant::now)
+    }
+
+    /// A granted wake-up with a fixed arrival, for comparing.
+    fn without_arrival(w: Wake) -> Wake {
+        match w {
+            Wake::Granted {
+                token,
+                deadline_ms,
+                slots,
+                ..
+            } => Wake::Granted {
+                token,
+                deadline_ms,
+                slots,
+                received: arrival(),
+            },
+            other => other,
+        }
+    }
+
+    /// A grant message's deadline went to the waiter as it came: "G id 1
+    /// -9223372036854775808 0", published by any program, made the waiter's clock
+    /// conversion panic (debug build) or wrap round to a permit valid for 292 million
+    /// years (release build). A deadline that is no server time, or a slot past the
+    /// largest limit, makes the message one that is ignored (the waiter looks again on
+    /// its timer).
+    #[test]
+    fn a_grant_message_with_fields_out_of_range_is_ignored() {
+        let at = Instant::now();
+        for payload in [
+            "G abc 1 -9223372036854775808 0",
+            "G abc 1 9223372036854775807 0",
+            "G abc 1 -1 0",
+            "G abc 1 0 0",
+            "G abc 1 9000000000000001 0",
+            "G abc 1 9223372036854775808 0",
+            "G abc 1 1700000000123 10000",
+            "G abc 1 1700000000123 0,4294967296",
+            "G abc -1 1700000000123 0",
+        ] {
+            assert_eq!(parse(payload, at), None, "{payload}");
+        }
+        assert!(parse("G abc 1 1700000000123 9999", at).is_some());
     }
 }

@@ -1312,17 +1312,16 @@ impl Semaphore {
                 let until = deadline.map_or(look_at, |d| d.min(look_at));
                 select! {
                     recv(waiter.wake) -> wake => match wake {
-                        Ok(Wake::Granted { token, deadline_ms, slots }) if slots.len() == n as usize => {
+                        Ok(Wake::Granted { token, deadline_ms, slots, received }) if slots.len() == n as usize => {
                             // learnt outside a round trip: the server's deadline, through
                             // the anchor, bounds it (a message delayed by a partition
-                            // arrives with less time left, or none)
-                            let valid_until = match self.inner.clock.get() {
-                                Some(a) => a.instant_before(deadline_ms),
-                                None => Instant::now(),
+                            // arrives with less time left, or none), and so does what
+                            // the server gives a pushed grant (a forged message)
+                            let valid_until = match self.pushed_deadline(deadline_ms, received) {
+                                Some(v) if v > Instant::now() => v,
+                                // look again: the look says what is left of it
+                                _ => break,
                             };
-                            if valid_until <= Instant::now() {
-                                break; // look again: the look says what is left of it
-                            }
                             waiter.finish();
                             return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, valid_until)));
                         }
@@ -1647,6 +1646,45 @@ impl Semaphore {
             // no anchor: no round trip has been answered, so nothing is known valid
             None => Instant::now(),
         }
+    }
+
+    /// The client-side deadline of a grant pushed to a waiter (serve() in
+    /// common.lua): the message says the server's deadline `deadline_ms`, and arrived
+    /// at `received`. `None` when nothing is known valid, or when the message cannot be
+    /// the server's: the waiter then looks again, and the look answers with the grant
+    /// if there is one.
+    ///
+    /// Nothing vouches for a message (any program that may `PUBLISH` can send one on
+    /// the waiter's channel, which the queue's records name), so the server's own
+    /// rule bounds it: a pushed grant lasts one heartbeat (`heartbeat_ms`, at most the
+    /// lease and a second) from the server's time when it was made, which came before
+    /// the message arrived. A deadline past the latest server time the anchor allows
+    /// at `received` and one heartbeat is not the server's; any other is believed for
+    /// at most one heartbeat from `received`, never longer, however it was forged. (A
+    /// forged message can still give the waiter a `Permit` for that long: its first
+    /// renewal, by the refresher within half of it or by the wait itself without
+    /// auto-refresh, finds the id not held. Telling a forged message from a true one
+    /// would take a round trip, or secrets the scripts cannot keep from a program that
+    /// reads the keys.)
+    fn pushed_deadline(&self, deadline_ms: i64, received: Instant) -> Option<Instant> {
+        let anchor = self.inner.clock.get()?;
+        let hb_ms = scripts::heartbeat_ms(self.inner.group.lease_ms);
+        let hb = i64::try_from(hb_ms).unwrap_or(i64::MAX);
+        let latest = anchor.server_ms_at_most(received).saturating_add(hb);
+        if deadline_ms > latest {
+            log::warn!(
+                "redis-semaphore: a waiter of {} ignores a grant message whose deadline \
+                 ({deadline_ms}) is later than the server can have given (by {latest}); \
+                 it looks again",
+                self.inner.name
+            );
+            return None;
+        }
+        Some(
+            anchor
+                .instant_before(deadline_ms)
+                .min(lease_end(received, Duration::from_millis(hb_ms))),
+        )
     }
 
     fn permit(
