@@ -232,6 +232,208 @@ fn adopting_hostile_parts_is_refused_and_touches_nothing_else() {
 }
 
 // ---------------------------------------------------------------------------------
+// Numbers from the server and from wake-up messages
+
+/// The one queued waiter of semaphore `name`: its id, from the queue, and its wake-up
+/// channel, from its record (what any program that reads the keys sees).
+fn waiter_and_channel(conn: &mut redis::Connection, name: &str) -> (String, String) {
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redsem:{{{name}}}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let record: String = redis::cmd("HGET")
+        .arg(format!("redsem:{{{name}}}:i"))
+        .arg(format!("w:{}", ids[0]))
+        .query(conn)
+        .unwrap();
+    let channel = record.split('|').nth(5).unwrap().to_owned();
+    (ids[0].clone(), channel)
+}
+
+/// Whether the crate logged a line containing `what`.
+fn logged(what: &str) -> bool {
+    RECORDS.lock().unwrap().iter().any(|r| r.contains(what))
+}
+
+fn semaphore_30s(client: &Client, name: &str) -> Semaphore {
+    client
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// A grant message another program publishes on a waiter's channel ("G id token
+/// deadline slots", the id read from the queue and the channel from the waiter's
+/// record) was believed as it came: a deadline of `i64::MIN` made the waiting thread
+/// panic in a debug build ("attempt to subtract with overflow" in the clock
+/// conversion) and, in a release build, return a permit valid for 292 million years
+/// while another holder held the only permit. Now a deadline that is no server time
+/// makes the message one the listener ignores, one later than the server can have
+/// given (an hour on) makes the waiter look again, and one that looks like the
+/// server's is believed for at most a heartbeat (a second, what the server gives a
+/// pushed grant), after which the permit's renewal finds it not held: lost.
+#[test]
+fn a_forged_grant_message_gives_no_permit_past_a_heartbeat() {
+    capture_logs();
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "forged-grant";
+    let holder_client = Client::open(server.url()).unwrap();
+    let sem = semaphore_30s(&holder_client, name);
+    let held = sem.try_acquire().unwrap().unwrap();
+    let waiter_client = Client::open(server.url()).unwrap();
+    let waiting =
+        support::queued_waiter(&semaphore_30s(&waiter_client, name), Duration::from_secs(5));
+    let (id, channel) = waiter_and_channel(&mut conn, name);
+    let publish = |conn: &mut redis::Connection, deadline: i64| {
+        let heard: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(format!("G {id} 1 {deadline} 0"))
+            .query(conn)
+            .unwrap();
+        assert_eq!(heard, 1, "the waiter's client listens on {channel}");
+    };
+    let within = Duration::from_secs(5);
+    // no server time: the listener drops the message
+    for deadline in [i64::MIN, i64::MAX, -1] {
+        publish(&mut conn, deadline);
+        let message = format!("G {id} 1 {deadline} 0");
+        support::wait_until(within, "the message dropped", || logged(&message));
+    }
+    // an hour on: later than the server gives a pushed grant; the waiter looks again
+    let hour_on = support::server_ms(&mut conn) + 3_600_000;
+    publish(&mut conn, hour_on);
+    support::wait_until(within, "the message ignored", || {
+        logged(&format!("({hour_on})"))
+    });
+    assert!(!waiting.is_finished(), "the waiter still waits");
+    assert_eq!(sem.queue_len().unwrap(), 1);
+    // a deadline like the server's: believed for a heartbeat at most
+    let soon = support::server_ms(&mut conn) + 900;
+    publish(&mut conn, soon);
+    let (got, _) = waiting.join().expect("the waiter did not panic");
+    let forged = got
+        .unwrap()
+        .expect("a permit, valid for a heartbeat at most");
+    let left = forged.lease_left();
+    assert!(left <= Duration::from_secs(1), "{left:?}");
+    support::wait_until(within, "the forged permit found not held", || {
+        forged.is_lost()
+    });
+    assert_eq!(forged.lease_left(), Duration::ZERO);
+    // the real holder held the only permit throughout
+    assert!(!held.is_lost());
+    let holders = sem.holders().unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].id, held.id());
+    drop(forged);
+    held.release().unwrap();
+}
+
+/// A lease deadline another program wrote into the holders' zset past 2^63 (a score
+/// of 1e30) reaches the client as `i64::MIN`, which is how Redis answers a Lua number
+/// out of range: the grant in a waiter's look made the clock conversion panic in a
+/// debug build ("attempt to subtract with overflow") and gave a permit valid for 292
+/// million years in a release build. Now such a reply is malformed: the wait ends
+/// with `Error::UnexpectedReply` saying the deadline is out of range, and the grant is
+/// given back. `holders()` refuses the same score with an error naming the holder
+/// (it showed no lease left for a holder the server keeps for ever).
+#[test]
+fn a_deadline_out_of_range_in_a_reply_is_an_error_not_a_panic() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "tampered-score";
+    let (h, i, q) = (
+        format!("redsem:{{{name}}}:h"),
+        format!("redsem:{{{name}}}:i"),
+        format!("redsem:{{{name}}}:q"),
+    );
+    let holder_client = Client::open(server.url()).unwrap();
+    let sem = semaphore_30s(&holder_client, name);
+    let held = sem.try_acquire().unwrap().unwrap();
+    let waiter_client = Client::open(server.url()).unwrap();
+    let waiting =
+        support::queued_waiter(&semaphore_30s(&waiter_client, name), Duration::from_secs(5));
+    let (w, channel) = waiter_and_channel(&mut conn, name);
+
+    let _: () = redis::cmd("ZADD")
+        .arg(&h)
+        .arg("XX")
+        .arg("1e30")
+        .arg(held.id())
+        .query(&mut conn)
+        .unwrap();
+    match sem.holders() {
+        Err(Error::UnexpectedReply { detail, .. }) => {
+            assert!(detail.contains(held.id()), "{detail}");
+            assert!(detail.contains("out of the range"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // the other program makes the waiter the holder of the only slot, until 1e30
+    let record: String = redis::cmd("HGET")
+        .arg(&i)
+        .arg(held.id())
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("HDEL")
+        .arg(&i)
+        .arg(held.id())
+        .arg(format!("w:{w}"))
+        .ignore()
+        .cmd("ZREM")
+        .arg(&h)
+        .arg(held.id())
+        .arg(format!("w:{w}"))
+        .ignore()
+        .cmd("ZREM")
+        .arg(&q)
+        .arg(&w)
+        .ignore()
+        .cmd("HSET")
+        .arg(&i)
+        .arg(&w)
+        .arg(&record)
+        .arg("qn")
+        .arg(0)
+        .ignore()
+        .cmd("ZADD")
+        .arg(&h)
+        .arg("1e30")
+        .arg(&w)
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    // and tells it to look ("L id"); its look finds the grant
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg(format!("L {w}"))
+        .query(&mut conn)
+        .unwrap();
+    let (got, _) = waiting.join().expect("the waiter did not panic");
+    match got {
+        Err(Error::UnexpectedReply { script, detail }) => {
+            assert_eq!(script, "acquire");
+            assert!(detail.contains("out of range"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // given back: the other program's grant to the waiter's id is released
+    support::wait_until(Duration::from_secs(5), "the grant given back", || {
+        sem.status().unwrap().held == 0
+    });
+    drop(held);
+}
+
+// ---------------------------------------------------------------------------------
 // URLs and passwords
 
 /// A password unlikely to appear by chance in any message.
