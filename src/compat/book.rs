@@ -312,6 +312,9 @@ impl BookSemaphoreBuilder {
         if self.poll_interval.is_zero() {
             return invalid("poll interval must be above zero");
         }
+        if self.clock_offset_ms.unsigned_abs() > YEAR.as_millis() as u64 {
+            return invalid("clock offset must be within a year");
+        }
         Ok(BookSemaphore {
             inner: Arc::new(BookInner {
                 keys,
@@ -944,6 +947,10 @@ mod tests {
             c.book_semaphore("s", 5)
                 .lock_timeout(Duration::from_micros(10)),
             c.book_semaphore("s", 5).poll_interval(Duration::ZERO),
+            // an offset whose stamps would overflow (found by a review: a debug build
+            // panicked on the first acquire)
+            c.book_semaphore("s", 5).clock_offset_ms(i64::MAX),
+            c.book_semaphore("s", 5).clock_offset_ms(i64::MIN),
         ];
         for b in cases {
             assert!(matches!(b.build(), Err(Error::InvalidArgument(_))));
