@@ -313,9 +313,11 @@ impl Client {
         let shared = &self.inner.shared;
         let reply = match &shared.pool {
             Pool::Own(_, manager) => {
-                // on a thread of its own: a TLS handshake with a plaintext server may
-                // wait for ever (native-tls has no handshake timeout), so the wait
-                // for it ends by the connect timeout and one operation timeout
+                // on a thread of its own: a cluster client's connects may wait for
+                // ever in a TLS handshake with native-tls (which has no handshake
+                // timeout; the library's own connects are bounded, see
+                // `connect::bounded_handshake`), so the wait for it ends by the
+                // connect timeout and one operation timeout
                 let bound = deadline_in(shared.connect_timeout + shared.op_timeout);
                 let opener = manager.clone();
                 let answer = run_aside("redsem-ping", bound, move || {

@@ -18,12 +18,14 @@
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 use std::path::Path;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
+use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
 use crate::error::{DB_REFUSED, Error, Result, TLS_HANDSHAKE_FAILED};
+use crate::threads::run_aside;
 
 /// Default port of a sentinel in `redis+sentinel://` URLs.
 pub(crate) const SENTINEL_PORT: u16 = 26379;
@@ -90,14 +92,84 @@ pub(crate) fn with_credentials(
 /// takes up to n times the timeout. Our settings leave out the two replies of `CLIENT
 /// SETINFO` ([`with_credentials`]); the timeout is divided among the replies that are
 /// left (`AUTH` or `HELLO`, `SELECT`), so that n of them end within it.
+///
+/// Where the TLS handshake has no timeout ([`HANDSHAKE_UNBOUNDED`]), a TLS connect runs
+/// on a thread of its own and is waited for until `timeout` has passed
+/// ([`bounded_handshake`]): every connect of the library (the pool's, a release's
+/// fresh connection, a subscription's, the sentinels') ends by its bound with either
+/// TLS library. A connect there without a set-up reply (no password, database 0) sends
+/// a `PING` on that thread right after the handshake: a server that refuses the client
+/// certificate (TLS 1.3 tells the client after its side of the handshake is done) sends
+/// its alert and resets the connection, and a first command sent only once the caller
+/// had woken up met the reset instead of the alert (on loopback, about a third of the
+/// connects), an "unreachable" error for a configuration one.
 pub(crate) fn connect_within(
     client: &redis::Client,
     timeout: Duration,
 ) -> redis::RedisResult<redis::Connection> {
-    let s = client.get_connection_info().redis_settings();
+    let info = client.get_connection_info();
+    let s = info.redis_settings();
     let auth = s.password().is_some() || s.protocol() != redis::ProtocolVersion::RESP2;
     let replies = u32::from(auth) + u32::from(s.db() != 0);
-    client.get_connection_with_timeout(timeout / replies.max(1))
+    let share = timeout / replies.max(1);
+    let until = deadline_in(timeout);
+    let tls = is_tls_addr(info.addr());
+    let ping_first = tls && HANDSHAKE_UNBOUNDED && replies == 0;
+    let client = client.clone();
+    bounded_handshake(tls, until, move || {
+        let mut conn = client.get_connection_with_timeout(share)?;
+        if ping_first {
+            conn.io_within(Some(left_until(until)))?;
+            redis::cmd("PING").exec(&mut conn)?;
+        }
+        Ok(conn)
+    })
+}
+
+/// The least wait for a connect (a socket timeout cannot be zero either).
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// Whether redis-rs runs a TLS handshake with no timeout: with `tls-native-tls` (and
+/// not `tls-rustls`, which redis-rs prefers when both are on) it hands a socket without
+/// a read timeout to the platform's TLS library, which waits for the server's hello
+/// for as long as the server stays silent (measured: a server behind a proxy that
+/// forwards nothing held a connect for as long as the proxy stalled). rustls
+/// handshakes on the connection's first read and write, under redis-rs's set-up
+/// timeouts.
+pub(crate) const HANDSHAKE_UNBOUNDED: bool =
+    cfg!(all(feature = "tls-native-tls", not(feature = "tls-rustls")));
+
+/// Runs `connect`, a TLS connect when `tls`, so that it ends by `until`: where the
+/// handshake has no timeout ([`HANDSHAKE_UNBOUNDED`]), on a thread of its own, waited
+/// for until [`TIMEOUT_SLACK`] before `until` (a connect that outlasts the wait goes on
+/// there, and closes its connection when it ends or fails), the end of the wait a
+/// timeout error that reads as a handshake that did not finish; else in the calling
+/// thread, whose socket timeouts bound it.
+pub(crate) fn bounded_handshake<T: Send + 'static>(
+    tls: bool,
+    until: Instant,
+    connect: impl FnOnce() -> redis::RedisResult<T> + Send + 'static,
+) -> redis::RedisResult<T> {
+    if !(tls && HANDSHAKE_UNBOUNDED) {
+        return connect();
+    }
+    let started = Instant::now();
+    // the caller's own work after the wait (and a thread woken late on a loaded
+    // machine) gets the slack that socket timeouts leave (`clock::socket_timeout`)
+    let wait_until = until
+        .checked_sub(TIMEOUT_SLACK)
+        .map_or(until, |t| t.max(started + MIN_TIMEOUT).min(until));
+    match run_aside("redsem-connect", wait_until, connect) {
+        Ok(Some(done)) => done,
+        Ok(None) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the TLS handshake did not finish within {:?}",
+                until.saturating_duration_since(started)
+            ),
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl Credentials {

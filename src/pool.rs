@@ -11,7 +11,9 @@ use parking_lot::Mutex;
 use redis::ConnectionLike;
 
 use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
-use crate::connect::{NO_CONNECTION, connect_error_at, is_config_error, is_unreachable};
+use crate::connect::{
+    NO_CONNECTION, bounded_handshake, connect_error_at, is_config_error, is_unreachable,
+};
 use crate::error::{Error, Result};
 use crate::threads::run_aside;
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
@@ -275,7 +277,9 @@ impl Manager {
         let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, 0, c.lone_user(), &e);
         let conn = match by {
             None => c.client.get_connection(),
-            Some(by) => (c.within)(left_until(by)).and_then(|short| short.get_connection()),
+            // (its connects' TLS handshakes too: see `bounded_handshake`)
+            Some(by) => (c.within)(left_until(by))
+                .and_then(|short| bounded_handshake(c.tls, by, move || short.get_connection())),
         }
         .map_err(sort)?;
         let conn = RConn::Cluster(Box::new(conn), false);
@@ -329,10 +333,9 @@ impl Manager {
     }
 
     /// The error of a checkout that timed out while no connection could be made and
-    /// none failed either: connecting hangs (a TLS handshake with a plaintext server
-    /// waits for an answer that never comes with native-tls, which has no handshake
-    /// timeout; a host that drops packets, with a connect timeout longer than the
-    /// checkout timeout).
+    /// none failed either: connecting hangs (a host that drops packets, with a connect
+    /// timeout longer than the checkout timeout; a cluster client's own connects, whose
+    /// TLS handshakes with native-tls have no timeout).
     fn stalled(&self) -> Error {
         self.stalled_within("the checkout timeout")
     }

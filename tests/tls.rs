@@ -5,10 +5,10 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Error};
-use support::{TlsCerts, TlsServer, every_operation};
+use support::{Proxy, TlsCerts, TlsServer, every_operation};
 
 fn builder() -> redis_semaphore::ClientBuilder {
     Client::builder()
@@ -178,4 +178,86 @@ fn the_password_goes_over_tls_too() {
     let err = wrong.ping().unwrap_err();
     assert!(matches!(err, Error::Auth { .. }), "{err:?}");
     assert!(!err.to_string().contains("tlspw"), "{err}");
+}
+
+/// How long a call that must end by its bound may take beyond it here: scheduling on a
+/// loaded machine.
+const SLACK: Duration = Duration::from_millis(400);
+
+/// Runs `f` on a thread of its own and says how long it took; `None` when it had not
+/// ended `give_up` after it started (it is left to end once the test heals the fault).
+fn timed(give_up: Duration, f: impl FnOnce() + Send + 'static) -> Option<Duration> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        f();
+        let _ = tx.send(start.elapsed());
+    });
+    rx.recv_timeout(give_up).ok()
+}
+
+/// Review (2026-11-27): with `tls-native-tls` redis-rs runs the TLS handshake on a socket
+/// without a read timeout, so a server that accepts a connection and never answers held
+/// a permit's drop for as long as it stalled: its release, sent again on a fresh
+/// connection after the pooled one broke, waited in the handshake (measured: 8 s, 15 s,
+/// 20 s against a 1 s operation timeout). The connect now ends by its deadline with
+/// either TLS library (DESIGN invariant 13).
+#[test]
+fn a_drop_whose_fresh_connection_stalls_in_the_tls_handshake_ends_by_the_operation_timeout() {
+    const OP: Duration = Duration::from_millis(1000);
+    let server = TlsServer::start("no");
+    let proxy = Proxy::start(server.tls_port);
+    let client = builder()
+        .operation_timeout(OP)
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(format!("rediss://localhost:{}/", proxy.port()))
+        .unwrap();
+    let sem = client.semaphore("tls-stall-drop", 1).unwrap();
+    let permit = sem.try_acquire().unwrap().unwrap();
+    // every connection closes, and new ones are accepted and hear nothing: the release
+    // fails on the pooled connection and goes again on a fresh one, into the stall
+    proxy.cut();
+    proxy.reset();
+    let took = timed(OP + Duration::from_secs(10), move || drop(permit));
+    proxy.heal();
+    let took = took.expect("the drop had not ended 10 s after the operation timeout");
+    eprintln!("the drop took {took:?}");
+    assert!(
+        took <= OP + SLACK,
+        "the drop blocked {took:?} (operation timeout {OP:?})"
+    );
+}
+
+/// Review (2026-11-27), as above: a Redisson wait opens a connection of its own to
+/// subscribe on, and with `tls-native-tls` its handshake with a server that never
+/// answers held `acquire_timeout` past its timeout (for as long as the server stalled).
+/// The subscription's connect now ends by the wait's deadline.
+#[test]
+fn a_redisson_wait_whose_subscription_stalls_in_the_tls_handshake_ends_by_its_bound() {
+    const OP: Duration = Duration::from_millis(1000);
+    const WAIT: Duration = Duration::from_millis(500);
+    let server = TlsServer::start("no");
+    let proxy = Proxy::start(server.tls_port);
+    let client = builder()
+        .operation_timeout(OP)
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(format!("rediss://localhost:{}/", proxy.port()))
+        .unwrap();
+    let rs = client.redisson_semaphore("tls-stall-wait");
+    // no permits: the wait subscribes; the pool keeps the connection of these calls
+    assert!(rs.try_set_permits(0).unwrap());
+    assert!(!rs.try_acquire(1).unwrap());
+    // the pooled connection goes on working; the subscription's new one stalls
+    proxy.stall_new();
+    let took = timed(WAIT + OP + Duration::from_secs(10), move || {
+        assert!(!rs.acquire_timeout(1, WAIT).unwrap());
+    });
+    proxy.heal();
+    let took = took.expect("the wait had not ended 10 s after its bound");
+    eprintln!("the wait took {took:?}");
+    // the bound of a wait: its timeout and the one try in flight at it
+    assert!(
+        took <= WAIT + OP + SLACK,
+        "acquire_timeout({WAIT:?}) took {took:?} (operation timeout {OP:?})"
+    );
 }

@@ -672,6 +672,8 @@ pub fn cancel_script() -> redis::Script {
 /// and hear nothing: what a client sees of a partition) until [`heal`](Proxy::heal),
 /// which closes every connection that lived through the cut (their streams lost
 /// bytes). [`reset`](Proxy::reset) closes every connection at once.
+/// [`stall_new`](Proxy::stall_new) leaves the live connections be and makes new ones
+/// hear nothing (a server that accepts and never answers, as one stopped mid-way).
 pub struct Proxy {
     port: u16,
     shared: std::sync::Arc<ProxyShared>,
@@ -688,6 +690,10 @@ struct ProxyShared {
     /// How long each chunk from the server is held before it goes on, in ms
     /// ([`Proxy::delay_replies`]).
     reply_delay_ms: std::sync::atomic::AtomicU64,
+    /// Whether new connections are held open and never forwarded ([`Proxy::stall_new`]).
+    stall_new: std::sync::atomic::AtomicBool,
+    /// The connections held so: read by nobody, closed by a heal, a reset or the drop.
+    stalled: Mutex<Vec<TcpStream>>,
 }
 
 impl ProxyShared {
@@ -719,6 +725,14 @@ impl ProxyShared {
         Self::close_in(&mut conns, pred);
     }
 
+    /// Closes the connections held by [`Proxy::stall_new`].
+    fn close_stalled(&self) {
+        let mut stalled = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
+        for s in stalled.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     fn close_in(conns: &mut Vec<(TcpStream, TcpStream, bool)>, pred: impl Fn(bool) -> bool) {
         conns.retain(|(a, b, cut)| {
             if pred(*cut) {
@@ -746,6 +760,12 @@ impl Proxy {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if sh.stall_new.load(SeqCst) {
+                    // accepted, and never answered
+                    let mut stalled = sh.stalled.lock().unwrap_or_else(|e| e.into_inner());
+                    stalled.push(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect((Ipv4Addr::LOCALHOST, target)) else {
                     continue; // the server is down: the client sees its connection close
                 };
@@ -835,18 +855,30 @@ impl Proxy {
         self.shared.reply_delay_ms.store(ms, SeqCst);
     }
 
+    /// From now on new connections are accepted and hear nothing (their bytes go
+    /// nowhere; a TLS handshake on one waits for the server's hello), while the live
+    /// ones go on forwarding, until [`heal`](Proxy::heal) closes them.
+    pub fn stall_new(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.shared.stall_new.store(true, SeqCst);
+    }
+
     /// Ends a partition: connections that lived through it are closed (their streams
-    /// lost bytes), and bytes flow again.
+    /// lost bytes), and bytes flow again; connections held by
+    /// [`stall_new`](Proxy::stall_new) are closed, and new ones are forwarded again.
     pub fn heal(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         let mut conns = self.shared.conns.lock().unwrap_or_else(|e| e.into_inner());
         ProxyShared::close_in(&mut conns, |cut| cut);
         self.shared.cut.store(false, SeqCst);
+        self.shared.stall_new.store(false, SeqCst);
+        self.shared.close_stalled();
     }
 
     /// Closes every connection through the proxy (both sides see it end).
     pub fn reset(&self) {
         self.shared.close_where(|_| true);
+        self.shared.close_stalled();
     }
 }
 
@@ -855,6 +887,7 @@ impl Drop for Proxy {
         use std::sync::atomic::Ordering::SeqCst;
         self.shared.stop.store(true, SeqCst);
         self.shared.close_where(|_| true);
+        self.shared.close_stalled();
         // wake the accept loop so it sees `stop`
         let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
     }
