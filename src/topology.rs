@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::clock::{IoTimeouts, pubsub_read_within};
+use crate::clock::{IoTimeouts, deadline_in, left_until, pubsub_read_within};
 use crate::connect::{Endpoint, HostPort, NodeTls, connect_within, is_lone_user, with_credentials};
 use crate::error::{reply_code, server_code};
 use crate::threads::stopped;
@@ -500,20 +500,25 @@ impl SentinelTarget {
         self.node_conn(node, self.sentinel_auth.clone(), timeout)
     }
 
-    /// A connection to `node` with `settings`, every step bounded by `timeout`.
+    /// A connection to `node` with `settings`, opened within `timeout`, and with its
+    /// timeouts set to what is left of it: the step's command that follows (`ROLE`, the
+    /// `SENTINEL` query, the watcher's `SUBSCRIBE`) ends within `timeout` of the start
+    /// too, not a whole `timeout` after a slow connect (a step took up to twice its
+    /// share, and a release's fresh connection could end that much after its deadline).
     fn node_conn(
         &self,
         (host, port): &(String, u16),
         settings: redis::RedisConnectionInfo,
         timeout: Duration,
     ) -> redis::RedisResult<redis::Connection> {
+        let step_end = deadline_in(timeout);
         let info = self
             .node_addr(host, *port)
             .into_connection_info()?
             .set_redis_settings(settings)
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
         let conn = connect_within(&redis::Client::open(info)?, timeout)?;
-        conn.io_within(Some(timeout))?;
+        conn.io_within(Some(left_until(step_end)))?;
         Ok(conn)
     }
 
@@ -784,6 +789,8 @@ fn watch_one(
     stop: &Receiver<()>,
 ) -> redis::RedisResult<()> {
     let mut conn = target.sentinel_conn(sentinel, timeout)?;
+    // (its heartbeats' writes get the whole timeout, not what the connect left of it)
+    conn.write_within(Some(timeout))?;
     let mut ps = conn.as_pubsub();
     ps.subscribe(SWITCH_CHANNEL)?;
     pubsub_read_within(&ps, Some(POLL))?;

@@ -934,6 +934,68 @@ fn a_drop_cut_off_from_the_primary_and_the_sentinels_ends_within_the_operation_t
     );
 }
 
+/// A sentinel that answers the `AUTH` of each new connection `late` after it came,
+/// then nothing more (its connections stay open): a connect that takes most of its
+/// time, then a query that gets no answer. Its port; it lives as long as the test.
+fn slow_sentinel(late: Duration) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                if matches!(conn.read(&mut buf), Ok(0) | Err(_)) {
+                    return;
+                }
+                thread::sleep(late);
+                if conn.write_all(b"+OK\r\n").is_err() {
+                    return;
+                }
+                // every later command: read, never answered
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}
+
+/// Review (2026-11-27): each step of a Sentinel target's connect (here: asking a
+/// sentinel) let the connect use up to the step's time and then gave the step's query
+/// (`SENTINEL GET-MASTER-ADDR-BY-NAME`, or `ROLE` on a data node) the whole of it again:
+/// a sentinel that took 700 ms to accept the `AUTH` and never answered the query held
+/// a 1 s step for about 1.6 s, and a permit drop's fresh connection could end that much
+/// after the drop's deadline. The query now gets what the connect left of the step.
+#[test]
+fn a_sentinel_step_ends_within_its_time_when_the_connect_took_most_of_it() {
+    let _threads = shared();
+    const CONNECT: Duration = Duration::from_millis(1000);
+    // the sentinel's AUTH answer comes within the connect's time, late in it
+    const AUTH_LATE: Duration = Duration::from_millis(700);
+    let port = slow_sentinel(AUTH_LATE);
+    let client = Client::builder()
+        .connect_timeout(CONNECT)
+        // the ping's own bound (connect and operation timeouts) well past the step's
+        .operation_timeout(Duration::from_secs(5))
+        .sentinel_password("sentinel-pw")
+        .build(format!("redis+sentinel://127.0.0.1:{port}/mysvc"))
+        .unwrap();
+    let t = Instant::now();
+    let err = client.ping().unwrap_err();
+    let took = t.elapsed();
+    eprintln!("the ping took {took:?}: {err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+    // (scheduling on a loaded machine; the old bound was AUTH_LATE + about 0.86 s)
+    assert!(
+        took < CONNECT + Duration::from_millis(250),
+        "one step took {took:?}, the connect timeout is {CONNECT:?}"
+    );
+}
+
 /// Whether a TCP connection to `127.0.0.1:port` is established (`/proc/net/tcp`).
 fn connected_to(port: u16) -> bool {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
