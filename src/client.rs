@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, deadline_in, socket_timeout};
 use crate::combine::SemCombiner;
 use crate::connect::{
-    Credentials, HostPort, IntoRedisTarget, NodeTls, RedisTarget, Target, TlsFiles, addr_text,
-    endpoint, redact, with_credentials,
+    Credentials, HostPort, IntoRedisTarget, MIN_TIMEOUT, NodeTls, RedisTarget, Target, TlsFiles,
+    addr_text, endpoint, redact, with_credentials,
 };
 use crate::error::{Error, Result};
 use crate::listener::{Hub, Listener};
@@ -527,8 +527,9 @@ impl ClientBuilder {
 
     /// How long opening one connection may take: the TCP connect, the TLS handshake,
     /// `AUTH` and `SELECT` where the URL asks for them, and the `PING` that checks a
-    /// connection without a password, all within about this. Defaults to 2 s; at most
-    /// [`MAX_TIMEOUT`] (checked by [`build`](Self::build), as the other timeouts).
+    /// connection without a password, all within about this. Defaults to 2 s; at least
+    /// 1 ms and at most [`MAX_TIMEOUT`] (checked by [`build`](Self::build), as the
+    /// other timeouts).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self
@@ -629,7 +630,7 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for zero sizes or durations, more than
+    /// [`Error::InvalidArgument`] for a zero size, a timeout under 1 ms, more than
     /// [`MAX_CONNECTIONS`] connections, a timeout over [`MAX_TIMEOUT`], a URL that cannot be
     /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
     /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
@@ -654,8 +655,13 @@ impl ClientBuilder {
             ("operation_timeout", self.operation_timeout),
             ("checkout_timeout", self.checkout_timeout),
         ] {
-            if d.is_zero() {
-                return Err(Error::InvalidArgument(format!("{what} must be above zero")));
+            // a socket timeout cannot be zero, and a connect's is divided among the
+            // replies of its set-up: under a millisecond every call would fail with
+            // redis-rs's "cannot set a 0 duration timeout", which names no setting
+            if d < MIN_TIMEOUT {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} must be at least 1 ms, got {d:?}"
+                )));
             }
             // deadlines are `Instant::now() + timeout`: Duration::MAX would overflow
             // (a panic, and an abort when it happens in a drop)

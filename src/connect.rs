@@ -91,7 +91,9 @@ pub(crate) fn with_credentials(
 /// what is left of it, so a set-up of n replies into a partition that swallows bytes
 /// takes up to n times the timeout. Our settings leave out the two replies of `CLIENT
 /// SETINFO` ([`with_credentials`]); the timeout is divided among the replies that are
-/// left (`AUTH` or `HELLO`, `SELECT`), so that n of them end within it.
+/// left (`AUTH` or `HELLO`, `SELECT`), so that n of them end within it. The timeout
+/// and each share are at least [`MIN_TIMEOUT`]: redis-rs refuses a zero socket timeout
+/// ("cannot set a 0 duration timeout", which names no setting).
 ///
 /// Where the TLS handshake has no timeout ([`HANDSHAKE_UNBOUNDED`]), a TLS connect runs
 /// on a thread of its own and is waited for until `timeout` has passed
@@ -107,11 +109,12 @@ pub(crate) fn connect_within(
     client: &redis::Client,
     timeout: Duration,
 ) -> redis::RedisResult<redis::Connection> {
+    let timeout = timeout.max(MIN_TIMEOUT);
     let info = client.get_connection_info();
     let s = info.redis_settings();
     let auth = s.password().is_some() || s.protocol() != redis::ProtocolVersion::RESP2;
     let replies = u32::from(auth) + u32::from(s.db() != 0);
-    let share = timeout / replies.max(1);
+    let share = (timeout / replies.max(1)).max(MIN_TIMEOUT);
     let until = deadline_in(timeout);
     let tls = is_tls_addr(info.addr());
     let ping_first = tls && HANDSHAKE_UNBOUNDED && replies == 0;
@@ -126,7 +129,9 @@ pub(crate) fn connect_within(
     })
 }
 
-/// The least wait for a connect (a socket timeout cannot be zero either).
+/// The least timeout of a connect or of a call: a socket timeout cannot be zero.
+/// `ClientBuilder::build` refuses shorter timeouts, and a connect's share of what is
+/// left of a deadline is never less.
 pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Whether redis-rs runs a TLS handshake with no timeout: with `tls-native-tls` (and
@@ -1083,6 +1088,29 @@ pub(crate) fn is_config_error(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review (2026-11-27): the connect timeout is divided among the replies of the
+    /// set-up, and a share under a nanosecond was zero, which redis-rs refuses with
+    /// "cannot set a 0 duration timeout" (every call failed with that, naming no
+    /// setting). Each share is now at least a millisecond: a server that accepts and
+    /// answers nothing gives a timeout.
+    #[test]
+    fn a_connect_with_a_tiny_budget_times_out_instead_of_refusing_a_zero_timeout() {
+        // accepted by the kernel, never answered
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        // a password and a database: two replies share the budget
+        let client = redis::Client::open(format!("redis://:pw@127.0.0.1:{port}/3")).unwrap();
+        for budget in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(999),
+        ] {
+            let e = connect_within(&client, budget).map(|_| ()).unwrap_err();
+            assert!(e.is_timeout(), "{budget:?}: {e}");
+            assert!(!e.to_string().contains("0 duration"), "{budget:?}: {e}");
+        }
+    }
 
     fn parse(url: &str) -> Target {
         Target::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"))

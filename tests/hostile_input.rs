@@ -601,6 +601,8 @@ fn client_builder_refuses_sizes_and_timeouts_out_of_range() {
     refused(Client::builder().max_connections(redis_semaphore::MAX_CONNECTIONS + 1));
     for d in [
         Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_nanos(999_999),
         Duration::MAX,
         redis_semaphore::MAX_TIMEOUT + Duration::from_nanos(1),
     ] {
@@ -618,6 +620,46 @@ fn client_builder_refuses_sizes_and_timeouts_out_of_range() {
         .unwrap();
     assert!(matches!(client.ping(), Err(Error::Connect { .. })));
     drop(client);
+}
+
+/// Review (2026-11-27): a timeout under a millisecond was accepted (only zero was
+/// refused), and with `connect_timeout(1ns)` and a URL with a password and a database
+/// every call failed with redis-rs's "cannot set a 0 duration timeout", which named no
+/// setting: the connect timeout is divided among the replies of the set-up. `build`
+/// refuses a timeout under 1 ms, naming the setting and the value; 1 ms works.
+#[test]
+fn client_builder_refuses_timeouts_under_a_millisecond_naming_the_setting() {
+    let tiny = Duration::from_nanos(1);
+    for (what, builder) in [
+        ("connect_timeout", Client::builder().connect_timeout(tiny)),
+        (
+            "operation_timeout",
+            Client::builder().operation_timeout(tiny),
+        ),
+        ("checkout_timeout", Client::builder().checkout_timeout(tiny)),
+    ] {
+        let e = builder
+            .build("redis://:pw@127.0.0.1:1/3")
+            .map(|_| ())
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(text.contains(what), "{text}");
+        assert!(text.contains("at least 1 ms"), "{text}");
+        assert!(text.contains("1ns"), "{text}");
+        assert!(!text.contains("pw"), "{text}");
+    }
+    // 1 ms is fine: a call fails for want of a server, not for its settings
+    let ms = Duration::from_millis(1);
+    let client = Client::builder()
+        .connect_timeout(ms)
+        .operation_timeout(ms)
+        .checkout_timeout(ms)
+        .build("redis://:pw@127.0.0.1:1/3")
+        .unwrap();
+    let e = client.ping().unwrap_err();
+    assert!(!e.to_string().contains("0 duration"), "{e}");
+    assert!(matches!(e, Error::Connect { .. }), "{e:?}");
 }
 
 /// Regression: a pool given to `from_pool` with a huge connection timeout panicked
