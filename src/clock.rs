@@ -129,9 +129,12 @@ pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 /// that got no answer: 50 ms ended 7.6 ms late, 1 s 24 ms, 2.5 s 64 ms, 5 s 124 ms).
 /// A timeout `t` with `t + t/8 + KERNEL_TICKS + TIMEOUT_SLACK <= d` therefore ends
 /// within `d`, with the slack to spare: a reply is waited for about 8/9 of `d`, and a
-/// call, or a drop, ends by its bound.
+/// call, or a drop, ends by its bound. Under 120 ms the fixed part shrinks to a
+/// quarter of `d` (a cluster's per-attempt share of a short operation timeout, say,
+/// keeps a timeout it can use; a tick or two late there is the kernel's to give).
 pub(crate) fn socket_timeout(d: Duration) -> Duration {
-    (d.saturating_sub(KERNEL_TICKS + TIMEOUT_SLACK) * 8 / 9).max(Duration::from_millis(1))
+    let fixed = (KERNEL_TICKS + TIMEOUT_SLACK).min(d / 4);
+    (d.saturating_sub(fixed) * 8 / 9).max(Duration::from_millis(1))
 }
 
 /// How late a server may answer a blocking command after its own timeout: it checks
@@ -232,7 +235,7 @@ mod tests {
         ] {
             let t = socket_timeout(d);
             assert!(t >= ms(1), "{d:?}: a socket timeout cannot be zero");
-            if d >= ms(40) {
+            if d >= ms(120) {
                 // the timer wheel's eighth and two ticks, with the slack to spare
                 assert!(
                     t + t / 8 + KERNEL_TICKS + TIMEOUT_SLACK <= d,
@@ -240,6 +243,12 @@ mod tests {
                 );
             }
         }
+        // a short share keeps most of itself
+        assert!(
+            socket_timeout(ms(33)) >= ms(21),
+            "{:?}",
+            socket_timeout(ms(33))
+        );
         // the default operation timeout: replies are waited for about 1.75 s
         assert_eq!(socket_timeout(ms(2_000)).as_millis(), 1_751);
     }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use redis::IntoConnectionInfo;
 use redis::io::tcp::TcpSettings;
 
-use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
+use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until, socket_timeout};
 use crate::error::{DB_REFUSED, Error, Result, TLS_HANDSHAKE_FAILED};
 use crate::threads::run_aside;
 
@@ -120,7 +120,8 @@ pub(crate) fn connect_within(
     let ping_first = tls && HANDSHAKE_UNBOUNDED && replies == 0;
     let client = client.clone();
     bounded_handshake(tls, until, move || {
-        let mut conn = client.get_connection_with_timeout(share)?;
+        // (its set-up replies are read with redis-rs's own socket timeouts, this long)
+        let mut conn = client.get_connection_with_timeout(socket_timeout(share))?;
         if ping_first {
             conn.io_within(Some(left_until(until)))?;
             redis::cmd("PING").exec(&mut conn)?;
@@ -940,6 +941,17 @@ pub(crate) fn connect_error_at(
             format!(
                 "{NO_TLS_HANDSHAKE} (is this a plaintext port? use redis:// for a server \
                  without TLS): {text}"
+            )
+        } else if e.is_connection_dropped()
+            || ["reset", "broken pipe", "end of file", "eof"]
+                .iter()
+                .any(|w| lower.contains(w))
+        {
+            // (a server that requires a client certificate and got none sends its alert
+            // and closes; with TLS 1.3 the close can reach the client before the alert
+            // is read, and then nothing tells the two causes apart)
+            format!(
+                "TLS connection failed: the server closed the connection during or right                  after the handshake (if it requires a client certificate, give one:                  ClientBuilder::tls_client_cert, or the CLI's --tls-cert and --tls-key):                  {text}"
             )
         } else {
             format!("TLS connection failed: {text}")

@@ -706,6 +706,11 @@ impl Conn {
         result
     }
 
+    /// When the call [`within_conn`](Self::within_conn) runs must end; `None` outside one.
+    pub(crate) fn end(&self) -> Option<Instant> {
+        self.bound.map(|b| b.end)
+    }
+
     /// Before a request of a call [`within_conn`](Self::within_conn) runs: shortens the
     /// timeouts to what is left of the call's budget, unless that is within the slack
     /// of those in force.
@@ -747,6 +752,13 @@ impl ConnectionLike for Conn {
     ) -> redis::RedisResult<Vec<redis::Value>> {
         self.tighten();
         self.checkout.conn().req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        // (the inner connection's own: a cluster routes a `Cmd` without parsing its
+        // packed bytes again)
+        self.tighten();
+        self.checkout.conn().req_command(cmd)
     }
 
     fn get_db(&self) -> i64 {

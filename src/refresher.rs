@@ -96,6 +96,10 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
         let result = shared.pool.run_by(Some(by), shared.op_timeout, |c2| {
+            if c.waiter {
+                // out of the queue first: nothing can be granted to it afterwards
+                leased::cancel(&mut **c2, &c.keys, &c.id)?;
+            }
             leased::release(&mut **c2, &c.keys, &c.id, false)
         });
         match result {
@@ -111,6 +115,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
                     &c.id,
                     Instant::now() + RETRY_AFTER_FAILURE,
                     c.until,
+                    c.waiter,
                 );
             }
             Err(e) => log::warn!(

@@ -206,12 +206,16 @@ pub(crate) struct Registry {
 /// A release owed for an acquire whose reply was lost: sent from `at` on (never
 /// before: the acquire cannot run after then), retried until `until` (by then the
 /// lease of whatever it was granted has surely ended).
+///
+/// For a `waiter`'s id (a queued acquire that left without its cancel), the queue
+/// entry is taken out first, then whatever was granted to it is released.
 #[derive(Debug)]
 pub(crate) struct Cleanup {
     pub(crate) keys: Arc<Keys>,
     pub(crate) id: String,
     pub(crate) at: Instant,
     pub(crate) until: Instant,
+    pub(crate) waiter: bool,
 }
 
 impl Registry {
@@ -306,13 +310,22 @@ impl Registry {
         due.into_iter().chain(ends).chain(cleanups).min()
     }
 
-    /// Owes a release of `id` from `at` on, tried until `until`.
-    pub(crate) fn clean_up(&mut self, keys: &Arc<Keys>, id: &str, at: Instant, until: Instant) {
+    /// Owes a release of `id` from `at` on, tried until `until`; for a `waiter`'s id,
+    /// its queue entry's removal first (see [`Cleanup`]).
+    pub(crate) fn clean_up(
+        &mut self,
+        keys: &Arc<Keys>,
+        id: &str,
+        at: Instant,
+        until: Instant,
+        waiter: bool,
+    ) {
         self.cleanups.push(Cleanup {
             keys: Arc::clone(keys),
             id: id.to_owned(),
             at,
             until,
+            waiter,
         });
     }
 

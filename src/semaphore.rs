@@ -637,9 +637,9 @@ impl Drop for Waiter<'_> {
         let soon = now + self.sem.inner.client.inner.shared.op_timeout;
         let until = drop_deadline(self.end.map_or(soon, |end| soon.min(end)));
         if until <= now {
-            // no time left: a grant that may come is released in the background, and
-            // the queued record lapses with its heartbeat
-            self.sem.clean_up_after(&self.id, now);
+            // no time left: the background thread takes it out of the queue and
+            // releases a grant that came
+            self.sem.clean_up_waiter_after(&self.id, now);
             return;
         }
         let _budget = DropBudget::start(until - now);
@@ -659,7 +659,7 @@ impl Drop for Waiter<'_> {
                     "redis-semaphore: could not leave the queue of {}: {e}",
                     self.sem.name()
                 );
-                self.sem.clean_up_after(&self.id, Instant::now());
+                self.sem.clean_up_waiter_after(&self.id, Instant::now());
             }
         }
     }
@@ -1526,8 +1526,10 @@ impl Semaphore {
         };
         let shared = &sem.client.inner.shared;
         let op = shared.op_timeout;
-        let left = || end.map_or(op, left_until);
         let acked = shared.pool.run_by(end, op, |conn| {
+            // what is left of this call when WAIT is sent: its read gets no more
+            let call_end = conn.end();
+            let left = || call_end.map_or(op, left_until);
             match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
                 Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
                 Ok(_) => {
@@ -1553,10 +1555,7 @@ impl Semaphore {
                     let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
                     acked
                 }
-                // the read timeout in force is at most what was left when the call began
-                None => {
-                    leased::wait_replicas(conn, wanted, wait_ms_within(timeout_ms, left().min(op)))
-                }
+                None => leased::wait_replicas(conn, wanted, wait_ms_within(timeout_ms, left())),
             }
             .map_err(|e| sem.sorted(e))
         });
@@ -1761,13 +1760,24 @@ impl Semaphore {
     /// script refuses to run after it, so a clean-up sent then comes after the acquire
     /// if the acquire ran at all).
     fn clean_up_after(&self, id: &str, at: Instant) {
+        self.owe_clean_up(id, at, false);
+    }
+
+    /// [`clean_up_after`](Self::clean_up_after) for a waiter that left without its
+    /// cancel: its queue entry is taken out first (else it would hold up the waiters
+    /// behind it until its heartbeat lapsed, and could be served a grant then).
+    fn clean_up_waiter_after(&self, id: &str, at: Instant) {
+        self.owe_clean_up(id, at, true);
+    }
+
+    fn owe_clean_up(&self, id: &str, at: Instant, waiter: bool) {
         let sem = &self.inner;
         let client = &sem.client.inner;
         client
             .shared
             .registry
             .lock()
-            .clean_up(&sem.keys, id, at, at + sem.lease());
+            .clean_up(&sem.keys, id, at, at + sem.lease(), waiter);
         client.nudge();
     }
 

@@ -124,6 +124,35 @@ fn a_replica_wait_close_to_the_operation_timeout_is_answered_not_timed_out() {
     assert_eq!(sem.available().unwrap(), 1, "the permit was given back");
 }
 
+/// The `WAIT` after a grant's renewal was sized from the whole operation timeout,
+/// while its read got only what the renewal left of the call: with a renewal that
+/// took 120 ms, a 400 ms replica wait and a 500 ms operation timeout, the server's
+/// answer came after the read gave up, every time (found by a review). The `WAIT` is
+/// now sized from what is left when it is sent.
+#[test]
+fn a_replica_wait_after_a_slow_renewal_is_answered_not_timed_out() {
+    const OP: Duration = Duration::from_millis(500);
+    let (_server, proxy, client) = support::proxied(OP);
+    let sem = client
+        .semaphore_builder("slow")
+        .limit(1)
+        .wait_replicas(1, Duration::from_millis(400))
+        .build()
+        .unwrap();
+    // once without delays: every script in the server's cache, the server's clock read
+    assert!(matches!(
+        sem.try_acquire(),
+        Err(Error::ReplicasNotAcked { .. })
+    ));
+    proxy.delay_sent(b"EVALSHA", Duration::from_millis(120));
+    for _ in 0..3 {
+        match sem.try_acquire() {
+            Err(Error::ReplicasNotAcked { acked: 0, .. }) => {}
+            other => panic!("expected ReplicasNotAcked, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_stalled_replica_fails_the_grant_and_a_recovered_one_confirms_it() {
     let (primary, replica) = primary_and_replica();

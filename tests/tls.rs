@@ -69,7 +69,12 @@ fn a_missing_client_certificate_is_a_clear_error() {
     let text = err.to_string();
     assert!(!err.is_timeout(), "{err:?}");
     eprintln!("{text}");
-    assert!(!err.is_retryable(), "{err:?}");
+    // With native-tls and TLS 1.3 the server's close can reach the client before its
+    // alert is read (in about a quarter of the runs on loopback): a reset, which could
+    // as well be passing, stays retryable, its message naming the client certificate.
+    // rustls reads the alert every time.
+    let reset_first = cfg!(not(feature = "tls-rustls")) && text.contains("closed the connection");
+    assert!(reset_first || !err.is_retryable(), "{err:?}");
     let (addr, message) = connect_error(err);
     assert_eq!(addr, format!("localhost:{}", server.tls_port));
     assert!(message.contains("TLS"), "{message}");

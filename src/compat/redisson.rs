@@ -278,7 +278,7 @@ impl Common {
         };
         // the replica wait's commands end by the deadline too (on a cluster, `WAIT`
         // sets its own read timeout: the replica wait and one attempt's share)
-        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout, left().min(op)));
+        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout));
         drop(conn);
         match synced {
             Ok(None) => Ok(value),
@@ -307,47 +307,51 @@ impl Common {
         }
     }
 
-    /// `WAIT <connected replicas> <timeout>` after a write on `conn`, whose read timeout
-    /// is at most `window` ([`wait_ms_within`] shortens the wait to fit). `Some(connected)`
-    /// when replicas are connected and none acknowledged.
-    fn sync(
-        &self,
-        conn: &mut crate::pool::Conn,
-        timeout: Duration,
-        window: Duration,
-    ) -> Result<Option<u32>> {
+    /// `WAIT <connected replicas> <timeout>` after a write on `conn`, all of it within
+    /// what is left of the call `conn` runs (the `WAIT` shortened to fit:
+    /// [`wait_ms_within`]). `Some(connected)` when replicas are connected and none
+    /// acknowledged.
+    fn sync(&self, conn: &mut crate::pool::Conn, timeout: Duration) -> Result<Option<u32>> {
         let timeout_ms = timeout.as_millis() as u64;
         let key = self.keys.counter.as_str();
         let op = self.shared().op_timeout;
         let seen = self.replicas_seen.load(Ordering::Relaxed);
+        let call_end = conn.end();
+        let left = || call_end.map_or(op, left_until);
         let (acked, connected) = match conn.cluster() {
             Some(cluster) => {
-                let known = match u32::try_from(seen) {
-                    Ok(n) => n,
-                    Err(_) => calls::connected_replicas_at(cluster, key)?,
+                // commands routed by hand: each gets what is left of the call, each
+                // attempt its share (WAIT may block for its own), and the connection
+                // its operation timeout's share again after
+                let mut steps = || -> Result<(u32, u32)> {
+                    let _ = cluster.read_within(Some(crate::pool::per_attempt(left())));
+                    let known = match u32::try_from(seen) {
+                        Ok(n) => n,
+                        Err(_) => calls::connected_replicas_at(cluster, key)?,
+                    };
+                    let wait = (timeout + crate::pool::per_attempt(op)).min(left());
+                    let _ = cluster.read_within(Some(wait));
+                    let wait_ms = wait_ms_within(timeout_ms, wait);
+                    let acked = leased::wait_replicas_at(cluster, key, known, wait_ms)?;
+                    let connected = if acked == known {
+                        known
+                    } else {
+                        let _ = cluster.read_within(Some(crate::pool::per_attempt(left())));
+                        calls::connected_replicas_at(cluster, key)?
+                    };
+                    Ok((acked, connected))
                 };
-                // the cluster connection's read timeout is a share of the operation's:
-                // WAIT may block for its own
-                let wait = (timeout + crate::pool::per_attempt(op)).min(window);
-                let _ = cluster.read_within(Some(wait));
-                let acked =
-                    leased::wait_replicas_at(cluster, key, known, wait_ms_within(timeout_ms, wait));
+                let done = steps();
                 let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
-                let acked = acked?;
-                let connected = if acked == known {
-                    known
-                } else {
-                    calls::connected_replicas_at(cluster, key)?
-                };
-                (acked, connected)
+                done?
             }
             None => {
                 let known = match u32::try_from(seen) {
                     Ok(n) => n,
                     Err(_) => calls::connected_replicas(&mut *conn)?,
                 };
-                let acked =
-                    leased::wait_replicas(&mut *conn, known, wait_ms_within(timeout_ms, window))?;
+                let wait_ms = wait_ms_within(timeout_ms, left());
+                let acked = leased::wait_replicas(&mut *conn, known, wait_ms)?;
                 let connected = if acked == known {
                     known
                 } else {

@@ -690,6 +690,9 @@ struct ProxyShared {
     /// How long each chunk from the server is held before it goes on, in ms
     /// ([`Proxy::delay_replies`]).
     reply_delay_ms: std::sync::atomic::AtomicU64,
+    /// Bytes whose passage from a client holds the chunk that long
+    /// ([`Proxy::delay_sent`]).
+    sent_delay: Mutex<Option<(Vec<u8>, Duration)>>,
     /// Whether new connections are held open and never forwarded ([`Proxy::stall_new`]).
     stall_new: std::sync::atomic::AtomicBool,
     /// The connections held so: read by nobody, closed by a heal, a reset or the drop.
@@ -718,6 +721,13 @@ impl ProxyShared {
             *trigger = None;
         }
         hit
+    }
+
+    /// How long `chunk`, on its way from a client, is held ([`Proxy::delay_sent`]).
+    fn sent_delay_of(&self, chunk: &[u8]) -> Option<Duration> {
+        let delay = self.sent_delay.lock().unwrap_or_else(|e| e.into_inner());
+        let (bytes, d) = delay.as_ref()?;
+        chunk.windows(bytes.len()).any(|w| w == bytes).then_some(*d)
     }
 
     fn close_where(&self, pred: impl Fn(bool) -> bool) {
@@ -805,6 +815,10 @@ impl Proxy {
                                         // a slow network, not a wait for a condition
                                         thread::sleep(Duration::from_millis(delay));
                                     }
+                                    if from_client && let Some(d) = sh.sent_delay_of(&buf[..n]) {
+                                        // a slow request (a slow server), likewise
+                                        thread::sleep(d);
+                                    }
                                     if to.write_all(&buf[..n]).is_err() {
                                         break;
                                     }
@@ -853,6 +867,16 @@ impl Proxy {
         use std::sync::atomic::Ordering::SeqCst;
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         self.shared.reply_delay_ms.store(ms, SeqCst);
+    }
+
+    /// Holds every chunk a client sends that holds `bytes` (a command's name, say) for
+    /// `d` before passing it on: those requests take at least `d` longer.
+    pub fn delay_sent(&self, bytes: &[u8], d: Duration) {
+        *self
+            .shared
+            .sent_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((bytes.to_vec(), d));
     }
 
     /// From now on new connections are accepted and hear nothing (their bytes go
