@@ -119,7 +119,8 @@ pub(crate) fn connect_within(
     let tls = is_tls_addr(info.addr());
     let ping_first = tls && HANDSHAKE_UNBOUNDED && replies == 0;
     let client = client.clone();
-    bounded_handshake(tls, until, move || {
+    let addr = info.addr().to_string();
+    bounded_handshake(tls, &addr, until, move || {
         // (its set-up replies are read with redis-rs's own socket timeouts, this long)
         let mut conn = client.get_connection_with_timeout(socket_timeout(share))?;
         if ping_first {
@@ -145,14 +146,21 @@ pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 pub(crate) const HANDSHAKE_UNBOUNDED: bool =
     cfg!(all(feature = "tls-native-tls", not(feature = "tls-rustls")));
 
-/// Runs `connect`, a TLS connect when `tls`, so that it ends by `until`: where the
-/// handshake has no timeout ([`HANDSHAKE_UNBOUNDED`]), on a thread of its own, waited
-/// for until [`TIMEOUT_SLACK`] before `until` (a connect that outlasts the wait goes on
-/// there, and closes its connection when it ends or fails), the end of the wait a
-/// timeout error that reads as a handshake that did not finish; else in the calling
-/// thread, whose socket timeouts bound it.
+/// Runs `connect`, a TLS connect to `addr` when `tls`, so that it ends by `until`:
+/// where the handshake has no timeout ([`HANDSHAKE_UNBOUNDED`]), on a thread of its
+/// own, waited for until [`TIMEOUT_SLACK`] before `until` (a connect that outlasts the
+/// wait goes on there, and closes its connection when it ends or fails), the end of
+/// the wait a timeout error that reads as a handshake that did not finish; else in the
+/// calling thread, whose socket timeouts bound it.
+///
+/// A handshake left running so keeps its thread and socket until the server answers
+/// or closes, which a plaintext port never does. So while [`MAX_STALLED`] of them to
+/// `addr` run, another connect there fails at once with the same timeout error, and
+/// the threads and sockets left behind stay that few per address whatever retries
+/// (the pool's own, every caller's) follow.
 pub(crate) fn bounded_handshake<T: Send + 'static>(
     tls: bool,
+    addr: &str,
     until: Instant,
     connect: impl FnOnce() -> redis::RedisResult<T> + Send + 'static,
 ) -> redis::RedisResult<T> {
@@ -160,21 +168,96 @@ pub(crate) fn bounded_handshake<T: Send + 'static>(
         return connect();
     }
     let started = Instant::now();
+    let stalled = |what: String| {
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            what,
+        )))
+    };
+    if Stalled::count(addr) >= MAX_STALLED {
+        return stalled(format!(
+            "the TLS handshake did not finish: an earlier one with {addr} has not \
+             finished either"
+        ));
+    }
     // the caller's own work after the wait (and a thread woken late on a loaded
     // machine) gets the slack that socket timeouts leave (`clock::socket_timeout`)
     let wait_until = until
         .checked_sub(TIMEOUT_SLACK)
         .map_or(until, |t| t.max(started + MIN_TIMEOUT).min(until));
-    match run_aside("redsem-connect", wait_until, connect) {
+    let attempt = std::sync::Arc::new(parking_lot::Mutex::new(Attempt::Running));
+    let on_thread = std::sync::Arc::clone(&attempt);
+    let addr_owned = addr.to_owned();
+    let run = move || {
+        let result = connect();
+        let mut state = on_thread.lock();
+        if *state == Attempt::Abandoned {
+            Stalled::ended(&addr_owned);
+        }
+        *state = Attempt::Done;
+        result
+    };
+    match run_aside("redsem-connect", wait_until, run) {
         Ok(Some(done)) => done,
-        Ok(None) => Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
+        Ok(None) => {
+            let mut state = attempt.lock();
+            if *state == Attempt::Running {
+                *state = Attempt::Abandoned;
+                Stalled::began(addr);
+            }
+            stalled(format!(
                 "the TLS handshake did not finish within {:?}",
                 until.saturating_duration_since(started)
-            ),
-        ))),
+            ))
+        }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// How many handshakes left running ([`bounded_handshake`]) one address may have
+/// before its connects fail at once.
+const MAX_STALLED: usize = 1;
+
+/// Where a connect [`bounded_handshake`] runs aside stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    Running,
+    /// Its caller stopped waiting: counted in [`Stalled`] until it ends.
+    Abandoned,
+    Done,
+}
+
+/// The handshakes left running, per address (a process-wide count: each `Client`'s
+/// connects to one address add to the same).
+struct Stalled;
+
+static STALLED: parking_lot::Mutex<Vec<(String, usize)>> = parking_lot::Mutex::new(Vec::new());
+
+impl Stalled {
+    fn count(addr: &str) -> usize {
+        STALLED
+            .lock()
+            .iter()
+            .find(|(a, _)| a == addr)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn began(addr: &str) {
+        let mut all = STALLED.lock();
+        match all.iter_mut().find(|(a, _)| a == addr) {
+            Some((_, n)) => *n += 1,
+            None => all.push((addr.to_owned(), 1)),
+        }
+    }
+
+    fn ended(addr: &str) {
+        let mut all = STALLED.lock();
+        if let Some(i) = all.iter().position(|(a, _)| a == addr) {
+            all[i].1 = all[i].1.saturating_sub(1);
+            if all[i].1 == 0 {
+                all.swap_remove(i);
+            }
+        }
     }
 }
 
@@ -951,7 +1034,10 @@ pub(crate) fn connect_error_at(
             // and closes; with TLS 1.3 the close can reach the client before the alert
             // is read, and then nothing tells the two causes apart)
             format!(
-                "TLS connection failed: the server closed the connection during or right                  after the handshake (if it requires a client certificate, give one:                  ClientBuilder::tls_client_cert, or the CLI's --tls-cert and --tls-key):                  {text}"
+                "TLS connection failed: the server closed the connection during or right \
+                 after the handshake (if it requires a client certificate, give one: \
+                 ClientBuilder::tls_client_cert, or the CLI's --tls-cert and --tls-key): \
+                 {text}"
             )
         } else {
             format!("TLS connection failed: {text}")

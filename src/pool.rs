@@ -278,8 +278,9 @@ impl Manager {
         let conn = match by {
             None => c.client.get_connection(),
             // (its connects' TLS handshakes too: see `bounded_handshake`)
-            Some(by) => (c.within)(left_until(by))
-                .and_then(|short| bounded_handshake(c.tls, by, move || short.get_connection())),
+            Some(by) => (c.within)(left_until(by)).and_then(|short| {
+                bounded_handshake(c.tls, &c.addr, by, move || short.get_connection())
+            }),
         }
         .map_err(sort)?;
         let conn = RConn::Cluster(Box::new(conn), false);
@@ -709,6 +710,14 @@ impl Conn {
     /// When the call [`within_conn`](Self::within_conn) runs must end; `None` outside one.
     pub(crate) fn end(&self) -> Option<Instant> {
         self.bound.map(|b| b.end)
+    }
+
+    /// How long a reply to a request sent now may take, at most: what is left of the
+    /// call [`within_conn`](Self::within_conn) runs, and no more than the timeout in
+    /// force (a call's budget may be longer than the operation timeout, which its
+    /// requests keep); `op` outside a call.
+    pub(crate) fn room(&self, op: Duration) -> Duration {
+        self.bound.map_or(op, |b| left_until(b.end).min(b.set))
     }
 
     /// Before a request of a call [`within_conn`](Self::within_conn) runs: shortens the

@@ -1458,8 +1458,9 @@ impl Semaphore {
                         if in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
                             // The script may have run (before the cutoff): give back
                             // whatever it granted, once the caller's give-up time has
-                            // passed, so the clean-up cannot overtake the call.
-                            self.clean_up_after(id, give_up);
+                            // passed, so the clean-up cannot overtake the call (a
+                            // waiter's look may have queued it: out of the queue first).
+                            self.owe_clean_up(id, give_up, mode == Mode::Wait);
                         }
                         sem.error(e).during("acquire")
                     }
@@ -1467,7 +1468,7 @@ impl Semaphore {
                         // The script ran and may have granted to `id` (a grant whose
                         // deadline is out of range, say, one another program wrote):
                         // given back, as the id is never used again.
-                        self.clean_up_after(id, Instant::now());
+                        self.owe_clean_up(id, Instant::now(), mode == Mode::Wait);
                         e
                     }
                     other => other,
@@ -1555,7 +1556,10 @@ impl Semaphore {
                     let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
                     acked
                 }
-                None => leased::wait_replicas(conn, wanted, wait_ms_within(timeout_ms, left())),
+                None => {
+                    let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
+                    leased::wait_replicas(conn, wanted, wait_ms)
+                }
             }
             .map_err(|e| sem.sorted(e))
         });

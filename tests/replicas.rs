@@ -153,6 +153,40 @@ fn a_replica_wait_after_a_slow_renewal_is_answered_not_timed_out() {
     }
 }
 
+/// A timed acquire's confirmation runs within the wait's bound (its deadline and one
+/// operation timeout), longer than the operation timeout its reads keep: a `WAIT`
+/// sized from that bound got its whole timeout while the read gave up at the
+/// operation timeout's, so "too few replicas" came as a retryable timeout (found by a
+/// review). It is sized from what the read allows.
+#[test]
+fn a_timed_acquire_s_replica_wait_is_answered_not_timed_out() {
+    const OP: Duration = Duration::from_millis(500);
+    let (primary, replica) = primary_and_replica();
+    // connected, and acknowledging nothing
+    let _paused = replica.pause();
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .build(primary.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("timed")
+        .limit(1)
+        .wait_replicas(1, Duration::from_millis(450))
+        .build()
+        .unwrap();
+    match sem.acquire_timeout(Duration::from_secs(10)) {
+        Err(Error::ReplicasNotAcked { acked: 0, .. }) => {}
+        other => panic!("expected ReplicasNotAcked, got {other:?}"),
+    }
+    let rs = client.redisson_semaphore("timed-rs");
+    assert!(rs.try_set_permits(1).unwrap());
+    let rs = rs.with_replica_wait(Duration::from_millis(450)).unwrap();
+    match rs.try_acquire(1) {
+        Err(Error::ReplicasNotAcked { .. } | Error::NoSyncedReplicas { .. }) => {}
+        other => panic!("expected a replica error, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_stalled_replica_fails_the_grant_and_a_recovered_one_confirms_it() {
     let (primary, replica) = primary_and_replica();

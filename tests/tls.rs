@@ -233,6 +233,37 @@ fn a_drop_whose_fresh_connection_stalls_in_the_tls_handshake_ends_by_the_operati
     );
 }
 
+/// Review (2026-11-27): with `tls-native-tls`, each connect whose handshake stalled
+/// left its thread and socket behind for as long as the server stayed silent, and the
+/// pool's retries and every caller's added more (300 threads and sockets after 19 s
+/// against a silent listener). While one handshake with an address is left running,
+/// other connects there now fail at once, so the threads left behind stay that few.
+/// (With rustls handshakes run under socket timeouts and leave nothing.)
+#[test]
+fn stalled_tls_handshakes_leave_at_most_one_thread_behind_per_address() {
+    let server = TlsServer::start("no");
+    let proxy = Proxy::start(server.tls_port);
+    proxy.stall_new();
+    let client = builder()
+        .connect_timeout(Duration::from_millis(200))
+        .checkout_timeout(Duration::from_millis(300))
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(format!("rediss://localhost:{}/", proxy.port()))
+        .unwrap();
+    for _ in 0..8 {
+        let err = client.ping().unwrap_err();
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    }
+    let left = support::threads_named("redsem-connect");
+    proxy.heal();
+    assert!(left <= 1, "{left} stalled handshakes left running");
+    support::wait_until(
+        Duration::from_secs(10),
+        "the stalled handshake ends",
+        || support::threads_named("redsem-connect") == 0,
+    );
+}
+
 /// Review (2026-11-27), as above: a Redisson wait opens a connection of its own to
 /// subscribe on, and with `tls-native-tls` its handshake with a server that never
 /// answers held `acquire_timeout` past its timeout (for as long as the server stalled).

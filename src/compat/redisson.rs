@@ -350,7 +350,7 @@ impl Common {
                     Ok(n) => n,
                     Err(_) => calls::connected_replicas(&mut *conn)?,
                 };
-                let wait_ms = wait_ms_within(timeout_ms, left());
+                let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
                 let acked = leased::wait_replicas(&mut *conn, known, wait_ms)?;
                 let connected = if acked == known {
                     known

@@ -1315,10 +1315,15 @@ pub fn proxied(op: Duration) -> (RedisServer, Proxy, redis_semaphore::Client) {
 
 /// How many of this process's threads are the library's (named `redsem-*`).
 pub fn library_threads() -> usize {
+    threads_named("redsem-")
+}
+
+/// How many of this process's threads have names that start with `prefix`.
+pub fn threads_named(prefix: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("redsem-"))
+        .filter(|name| name.starts_with(prefix))
         .count()
 }
 
