@@ -887,6 +887,16 @@ impl Proxy {
         self.shared.stall_new.store(true, SeqCst);
     }
 
+    /// How many connections [`stall_new`](Proxy::stall_new) holds (accepted, never
+    /// forwarded) since it began.
+    pub fn stalled_connections(&self) -> usize {
+        self.shared
+            .stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// Ends a partition: connections that lived through it are closed (their streams
     /// lost bytes), and bytes flow again; connections held by
     /// [`stall_new`](Proxy::stall_new) are closed, and new ones are forwarded again.
@@ -1315,15 +1325,10 @@ pub fn proxied(op: Duration) -> (RedisServer, Proxy, redis_semaphore::Client) {
 
 /// How many of this process's threads are the library's (named `redsem-*`).
 pub fn library_threads() -> usize {
-    threads_named("redsem-")
-}
-
-/// How many of this process's threads have names that start with `prefix`.
-pub fn threads_named(prefix: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(prefix))
+        .filter(|name| name.starts_with("redsem-"))
         .count()
 }
 
