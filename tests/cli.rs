@@ -96,6 +96,33 @@ fn set_limit_changes_what_the_library_sees() {
     assert_eq!(json["stored_limit"], 3);
 }
 
+/// `set-limit` and `release` printed the semaphore's name as given, so a name with
+/// control characters (an escape sequence another program chose) reached the
+/// terminal; like `status` and `list`, they now print it escaped.
+#[test]
+fn set_limit_and_release_print_names_escaped() {
+    let server = RedisServer::start();
+    let name = "esc\u{1b}[2Jname";
+    let out = stdout(&cli(&server, &["set-limit", name, "2"]));
+    assert!(
+        !out.contains('\u{1b}') && out.contains("\\u{1b}"),
+        "{out:?}"
+    );
+    let client = Client::open(server.url()).unwrap();
+    let held = client.semaphore(name, 2).unwrap().acquire().unwrap();
+    let out = stdout(&cli(&server, &["release", name, held.id()]));
+    assert!(
+        !out.contains('\u{1b}') && out.contains("\\u{1b}"),
+        "{out:?}"
+    );
+    let again = cli(&server, &["release", name, held.id()]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !err.contains('\u{1b}') && err.contains("no holder"),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn list_and_watch_find_the_semaphores() {
     let server = RedisServer::start();

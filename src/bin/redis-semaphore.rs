@@ -282,7 +282,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             if cli.json {
                 println!("{}", json!({"name": name, "limit": limit}));
             } else {
-                println!("limit of {name} set to {limit}");
+                println!("limit of {} set to {limit}", clean(name));
             }
         }
         Command::Release { name, id } => {
@@ -292,12 +292,16 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             if !released {
                 if !cli.json {
-                    eprintln!("redis-semaphore: {name} has no holder {id}");
+                    eprintln!(
+                        "redis-semaphore: {} has no holder {}",
+                        clean(name),
+                        clean(id)
+                    );
                 }
                 return Ok(ExitCode::from(1));
             }
             if !cli.json {
-                println!("released {id} from {name}");
+                println!("released {} from {}", clean(id), clean(name));
             }
         }
         Command::Watch { name, count } => {
