@@ -730,11 +730,14 @@ impl Semaphore {
     /// # Blocking
     ///
     /// Waits until a permit is released or a holder's lease ends; returns early only
-    /// on an error.
+    /// on an error. An outage (a failover, a restart: the server unreachable or
+    /// moving) is waited through for up to 30 s at a time, once the server has
+    /// answered this client before (`docs/deployment.md`).
     ///
     /// # Errors
     ///
-    /// Redis and pool errors.
+    /// Redis and pool errors (an outage's after those 30 s, or at once when the server
+    /// never answered this client).
     pub fn acquire(&self) -> Result<Permit> {
         self.acquire_many(1)
     }
@@ -1094,11 +1097,30 @@ impl Semaphore {
         if let Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected) = cancel.try_recv() {
             return Ok(None);
         }
-        let id = new_id();
+        let mut id = new_id();
         // the wait's bound: its deadline and one operation timeout
         let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
-        if let Attempt::Granted(p) = self.attempt(&id, n, Mode::Try, "")? {
-            return self.confirm(p, end).map(Some);
+        match self.attempt(&id, n, Mode::Try, "") {
+            Ok(Attempt::Granted(p)) => return self.confirm(p, end).map(Some),
+            Ok(_) => {}
+            // An outage (a failover, a restart) met by the first try is ridden through
+            // as the queued looks ride through theirs, when the server has answered
+            // this client before; one it never answered (a wrong address, a server
+            // not started) fails the call at once. The try's id, which a lost reply
+            // may have been granted to, is given back by the clean-up `attempt`
+            // scheduled, and never used again.
+            Err(e)
+                if is_outage(&e)
+                    && self.inner.clock.get().is_some()
+                    && deadline.is_none_or(|d| Instant::now() < d) =>
+            {
+                log::warn!(
+                    "redis-semaphore: an acquire of {} waits through: {e}",
+                    self.inner.name
+                );
+                id = new_id();
+            }
+            Err(e) => return Err(e),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);

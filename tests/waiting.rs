@@ -431,6 +431,43 @@ fn a_blocked_acquire_rides_through_a_server_restart() {
     drop(held);
 }
 
+/// A blocked acquire whose first try met an outage (a restart, a failover) failed at
+/// once, while one already queued rode through it. It now rides through as well when
+/// the server has answered the client before; a client that never reached its server
+/// (a wrong address, a server not started) still fails at once.
+#[test]
+fn an_acquire_started_during_a_restart_rides_through_it() {
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .build(server.url())
+        .unwrap();
+    let sem = client.semaphore("started-in-outage", 1).unwrap();
+    drop(sem.acquire().unwrap());
+    server.stop();
+    let waiter = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(20)))
+    };
+    wait_until(WAIT, "the first try fails", || client.stats().errors >= 1);
+    // meanwhile a client that never reached the server fails at once
+    let fresh = Client::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .build(server.url())
+        .unwrap();
+    let started = Instant::now();
+    let r = fresh.semaphore("started-in-outage", 1).unwrap().acquire();
+    assert!(r.is_err(), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    server.restart();
+    let got = waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "{got:?}");
+}
+
 /// With `auto_refresh(false)` a lease lasts `lease` after the grant unless renewed by
 /// hand: a permit the queue hands to a blocked waiter (which the script grants for a
 /// heartbeat only, so that a dead waiter's permit comes back soon) must still get the
