@@ -140,7 +140,10 @@ impl Permit {
     /// [`FromStr`](std::str::FromStr)), to pass in a message.
     ///
     /// From now on nothing renews the lease until the other process adopts it: adopt
-    /// within the lease, or the permit comes back to the semaphore.
+    /// within what [`lease_left`](Permit::lease_left) said at this call, or the permit
+    /// comes back to the semaphore. A permit a blocking acquire was served from the
+    /// queue holds a heartbeat's lease (about a second) until its first renewal: call
+    /// [`refresh`](Permit::refresh) first when the hand-over takes longer.
     ///
     /// ```no_run
     /// # let client = redis_semaphore::Client::open("redis://127.0.0.1/")?;

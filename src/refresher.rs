@@ -76,13 +76,13 @@ fn stopping(wake: &Receiver<()>) -> bool {
 /// the drop which joins the thread waits for one call at most, not the whole round.
 fn tick(shared: &Shared, wake: &Receiver<()>) {
     let now = Instant::now();
-    let (batches, expired, mut horizon) = {
+    let (batches, expired) = {
         let mut registry = shared.registry.lock();
         // First the permits already past their deadline, so none of them is renewed.
         let mut expired = registry.take_expired(now);
         let (batches, more) = registry.take_due(now);
         expired.extend(more);
-        (batches, expired, registry.earliest_deadline_after(now))
+        (batches, expired)
     };
     for p in expired {
         lose(shared, &p, p.expiry_reason());
@@ -92,6 +92,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
+        let horizon = settle_due(shared);
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
@@ -134,6 +135,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
+        let horizon = settle_due(shared);
         Counters::bump(&shared.stats.refresh_calls);
         let wait = until_next(shared, horizon);
         let (lost, failed) = renew(shared, &batch, wait);
@@ -148,20 +150,28 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
             .registry
             .lock()
             .settle(&batch.key, &lost, failed, Instant::now());
-        // A deadline passed while this batch waited: declare those losses now, not after
-        // the tick's other batches, and give the next batches the next deadline.
-        let now = Instant::now();
-        if horizon.is_some_and(|t| now >= t) {
-            let expired = {
-                let mut registry = shared.registry.lock();
-                horizon = registry.earliest_deadline_after(now);
-                registry.take_expired(now)
-            };
-            for p in expired {
-                lose(shared, &p, p.expiry_reason());
-            }
-        }
     }
+    // a deadline that passed during the last call: declared now, not at the next tick
+    settle_due(shared);
+}
+
+/// Declares the losses due by now and returns the earliest deadline after now. Run
+/// before each call of the thread: a deadline that passed while the call before ran is
+/// declared at once, and a permit registered meanwhile (a grant pushed to a waiter,
+/// with a heartbeat's lease) bounds the next call, not only the next tick.
+fn settle_due(shared: &Shared) -> Option<Instant> {
+    let now = Instant::now();
+    let (expired, horizon) = {
+        let mut registry = shared.registry.lock();
+        (
+            registry.take_expired(now),
+            registry.earliest_deadline_after(now),
+        )
+    };
+    for p in expired {
+        lose(shared, &p, p.expiry_reason());
+    }
+    horizon
 }
 
 /// How long a call of the thread may wait on Redis: never past the next deadline
@@ -179,6 +189,11 @@ fn until_next(shared: &Shared, horizon: Option<Instant>) -> Duration {
 /// Marks `p` lost, counting the loss of a permit (not of a waiter's heartbeat) once,
 /// also when a manual refresh marks it at the same moment.
 fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
+    if p.is_detached() {
+        // released (or handed over) while its renewal was on its way: its holder gave
+        // it up, nothing was lost
+        return;
+    }
     if p.mark_lost(reason) && !p.id.starts_with("w:") {
         Counters::bump(&shared.stats.lost);
     }

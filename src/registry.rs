@@ -6,6 +6,7 @@
 //! nothing here talks to Redis.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,9 @@ pub(crate) struct PermitState {
     /// Where its loss is reported (`metrics` feature); empty for waiters' heartbeats
     /// and the compatibility types' permits.
     metrics: SemMetrics,
+    /// Taken out of the registry (released, handed over with `into_parts`, a waiter
+    /// that finished): a renewal already on its way for it reports nothing.
+    detached: AtomicBool,
 }
 
 impl PermitState {
@@ -58,6 +62,7 @@ impl PermitState {
             valid_until: Mutex::new(valid_until),
             hold_until,
             metrics,
+            detached: AtomicBool::new(false),
         };
         (Arc::new(state), rx)
     }
@@ -75,6 +80,11 @@ impl PermitState {
         } else {
             LostReason::Expired
         }
+    }
+
+    /// Whether it was taken out of the registry ([`Registry::deregister`]).
+    pub(crate) fn is_detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
@@ -295,9 +305,13 @@ impl Registry {
         self.claims.retain(|(n, i)| !(n == name && i == id));
     }
 
+    /// Takes permit `id` out: it is renewed no more, and a renewal of it already on
+    /// its way (in a batch the thread took before) reports no loss of it.
     pub(crate) fn deregister(&mut self, key: &GroupKey, id: &str) {
-        if let Some(g) = self.groups.get_mut(key) {
-            g.permits.remove(id);
+        if let Some(g) = self.groups.get_mut(key)
+            && let Some(p) = g.permits.remove(id)
+        {
+            p.detached.store(true, Ordering::Release);
         }
     }
 

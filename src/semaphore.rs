@@ -2032,7 +2032,16 @@ impl Grantor for SemInner {
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
-        self.renew_within(permit, self.client.inner.shared.op_timeout)
+        self.renew_within(permit, self.client.inner.shared.op_timeout)?;
+        // renewed, but its deadline passed while the renewal was on its way and the
+        // background thread declared it lost (`lost()` fired): it stays lost
+        match permit.lost_reason() {
+            Some(reason) => Err(Error::PermitLost {
+                id: permit.id.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {

@@ -655,3 +655,58 @@ fn a_clean_up_against_a_hung_server_does_not_hold_back_a_loss() {
         .expect("the loss by the lease's end");
     assert_eq!(reason, LostReason::Expired);
 }
+
+/// A manual `refresh()` whose reply came after the permit's deadline, when the
+/// background thread had already declared it lost (`lost()` fired), returned `Ok(())`
+/// while the permit stayed lost (found by a review). It now says the permit is lost.
+#[test]
+fn a_manual_refresh_answered_after_the_loss_was_declared_reports_the_loss() {
+    let (_server, proxy, client) = support::proxied(Duration::from_secs(2));
+    let sem = manual_sem(&client, "late-refresh", 1_000);
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    // the refresh script in the server's cache (no NOSCRIPT round trips below)
+    p.refresh().unwrap();
+    // the scenario's timing, not a wait for a condition: the refresh goes 150 ms
+    // before the permit's deadline, and its reply comes 400 ms later
+    thread::sleep(p.lease_left().saturating_sub(Duration::from_millis(150)));
+    proxy.delay_replies(Duration::from_millis(400));
+    let r = p.refresh();
+    proxy.delay_replies(Duration::ZERO);
+    assert!(p.is_lost());
+    assert!(
+        matches!(
+            r,
+            Err(Error::PermitLost {
+                reason: LostReason::Expired,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
+
+/// A release during a renewal already on its way made that renewal, answered "not
+/// held", fire `lost()` and count a loss for a permit its holder had given back (found
+/// by a review: `release -> Ok`, `lost() -> Reset`, `stats.lost` 0 -> 1). Nothing is
+/// reported now.
+#[test]
+fn a_release_during_a_renewal_on_its_way_reports_no_loss() {
+    let (server, proxy, client) = support::proxied(Duration::from_secs(2));
+    let sem = sem(&client, "release-mid-renewal", 1, 1_000);
+    // the renewal script in the server's cache: one round trip, answered within the
+    // renewal's wait (the time to the permit's deadline, about half a lease)
+    let refresh = support::refresh_script();
+    refresh.load(&mut server.conn()).unwrap();
+    proxy.delay_sent(refresh.get_hash().as_bytes(), Duration::from_millis(200));
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    let lost = p.lost().clone();
+    wait_until(Duration::from_secs(5), "a renewal is on its way", || {
+        client.stats().refresh_calls >= 1
+    });
+    p.release().unwrap();
+    // the renewal's answer comes after the 200 ms it is held; the permit's state goes
+    // with the batch after it, which ends the channel without a message
+    let got = lost.recv_timeout(Duration::from_secs(3));
+    assert!(got.is_err(), "lost() fired for a released permit: {got:?}");
+    assert_eq!(client.stats().lost, 0);
+}
