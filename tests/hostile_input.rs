@@ -258,6 +258,25 @@ fn logged(what: &str) -> bool {
     RECORDS.lock().unwrap().iter().any(|r| r.contains(what))
 }
 
+/// The holder's handle of `name` (limit 1, 30 s lease), the only permit it holds, and
+/// a waiter of another client queued behind it.
+fn held_with_a_waiter(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    Semaphore,
+    redis_semaphore::Permit,
+    std::thread::JoinHandle<support::WaiterOutcome>,
+) {
+    let holder_client = Client::open(server.url()).unwrap();
+    let sem = semaphore_30s(&holder_client, name);
+    let held = sem.try_acquire().unwrap().unwrap();
+    let waiter_client = Client::open(server.url()).unwrap();
+    let waiting =
+        support::queued_waiter(&semaphore_30s(&waiter_client, name), Duration::from_secs(5));
+    (sem, held, waiting)
+}
+
 fn semaphore_30s(client: &Client, name: &str) -> Semaphore {
     client
         .semaphore_builder(name)
@@ -283,12 +302,7 @@ fn a_forged_grant_message_gives_no_permit_past_a_heartbeat() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     let name = "forged-grant";
-    let holder_client = Client::open(server.url()).unwrap();
-    let sem = semaphore_30s(&holder_client, name);
-    let held = sem.try_acquire().unwrap().unwrap();
-    let waiter_client = Client::open(server.url()).unwrap();
-    let waiting =
-        support::queued_waiter(&semaphore_30s(&waiter_client, name), Duration::from_secs(5));
+    let (sem, held, waiting) = held_with_a_waiter(&server, name);
     let (id, channel) = waiter_and_channel(&mut conn, name);
     let publish = |conn: &mut redis::Connection, deadline: i64| {
         let heard: i64 = redis::cmd("PUBLISH")
@@ -353,12 +367,7 @@ fn a_deadline_out_of_range_in_a_reply_is_an_error_not_a_panic() {
         format!("redsem:{{{name}}}:i"),
         format!("redsem:{{{name}}}:q"),
     );
-    let holder_client = Client::open(server.url()).unwrap();
-    let sem = semaphore_30s(&holder_client, name);
-    let held = sem.try_acquire().unwrap().unwrap();
-    let waiter_client = Client::open(server.url()).unwrap();
-    let waiting =
-        support::queued_waiter(&semaphore_30s(&waiter_client, name), Duration::from_secs(5));
+    let (sem, held, waiting) = held_with_a_waiter(&server, name);
     let (w, channel) = waiter_and_channel(&mut conn, name);
 
     let _: () = redis::cmd("ZADD")

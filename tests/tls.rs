@@ -201,6 +201,19 @@ fn timed(give_up: Duration, f: impl FnOnce() + Send + 'static) -> Option<Duratio
     rx.recv_timeout(give_up).ok()
 }
 
+/// A TLS server, a proxy in front of it, and a client of operation timeout `op` that
+/// reaches the server through the proxy.
+fn tls_behind_a_proxy(op: Duration) -> (TlsServer, Proxy, Client) {
+    let server = TlsServer::start("no");
+    let proxy = Proxy::start(server.tls_port);
+    let client = builder()
+        .operation_timeout(op)
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(format!("rediss://localhost:{}/", proxy.port()))
+        .unwrap();
+    (server, proxy, client)
+}
+
 /// Review (2026-11-27): with `tls-native-tls` redis-rs runs the TLS handshake on a socket
 /// without a read timeout, so a server that accepts a connection and never answers held
 /// a permit's drop for as long as it stalled: its release, sent again on a fresh
@@ -210,13 +223,7 @@ fn timed(give_up: Duration, f: impl FnOnce() + Send + 'static) -> Option<Duratio
 #[test]
 fn a_drop_whose_fresh_connection_stalls_in_the_tls_handshake_ends_by_the_operation_timeout() {
     const OP: Duration = Duration::from_millis(1000);
-    let server = TlsServer::start("no");
-    let proxy = Proxy::start(server.tls_port);
-    let client = builder()
-        .operation_timeout(OP)
-        .tls_ca_file(&TlsCerts::get().ca)
-        .build(format!("rediss://localhost:{}/", proxy.port()))
-        .unwrap();
+    let (_server, proxy, client) = tls_behind_a_proxy(OP);
     let sem = client.semaphore("tls-stall-drop", 1).unwrap();
     let permit = sem.try_acquire().unwrap().unwrap();
     // every connection closes, and new ones are accepted and hear nothing: the release
@@ -271,13 +278,7 @@ fn stalled_tls_handshakes_leave_at_most_one_thread_behind_per_address() {
 fn a_redisson_wait_whose_subscription_stalls_in_the_tls_handshake_ends_by_its_bound() {
     const OP: Duration = Duration::from_millis(1000);
     const WAIT: Duration = Duration::from_millis(500);
-    let server = TlsServer::start("no");
-    let proxy = Proxy::start(server.tls_port);
-    let client = builder()
-        .operation_timeout(OP)
-        .tls_ca_file(&TlsCerts::get().ca)
-        .build(format!("rediss://localhost:{}/", proxy.port()))
-        .unwrap();
+    let (_server, proxy, client) = tls_behind_a_proxy(OP);
     let rs = client.redisson_semaphore("tls-stall-wait");
     // no permits: the wait subscribes; the pool keeps the connection of these calls
     assert!(rs.try_set_permits(0).unwrap());
