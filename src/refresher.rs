@@ -76,13 +76,13 @@ fn stopping(wake: &Receiver<()>) -> bool {
 /// the drop which joins the thread waits for one call at most, not the whole round.
 fn tick(shared: &Shared, wake: &Receiver<()>) {
     let now = Instant::now();
-    let (batches, expired) = {
+    let (batches, expired, mut horizon) = {
         let mut registry = shared.registry.lock();
         // First the permits already past their deadline, so none of them is renewed.
         let mut expired = registry.take_expired(now);
         let (batches, more) = registry.take_due(now);
         expired.extend(more);
-        (batches, expired)
+        (batches, expired, registry.earliest_deadline_after(now))
     };
     for p in expired {
         lose(shared, &p, p.expiry_reason());
@@ -92,7 +92,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
-        let horizon = settle_due(shared);
+        settle_passed(shared, &mut horizon);
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
@@ -135,7 +135,7 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
-        let horizon = settle_due(shared);
+        settle_passed(shared, &mut horizon);
         Counters::bump(&shared.stats.refresh_calls);
         let wait = until_next(shared, horizon);
         let (lost, failed) = renew(shared, &batch, wait);
@@ -152,26 +152,27 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
             .settle(&batch.key, &lost, failed, Instant::now());
     }
     // a deadline that passed during the last call: declared now, not at the next tick
-    settle_due(shared);
+    settle_passed(shared, &mut horizon);
 }
 
-/// Declares the losses due by now and returns the earliest deadline after now. Run
-/// before each call of the thread: a deadline that passed while the call before ran is
-/// declared at once, and a permit registered meanwhile (a grant pushed to a waiter,
-/// with a heartbeat's lease) bounds the next call, not only the next tick.
-fn settle_due(shared: &Shared) -> Option<Instant> {
+/// When the deadline `horizon` has passed (during the call before): declares the
+/// losses due by now and moves `horizon` to the next deadline. Run before each call of
+/// the thread, clean-ups included, so that no loss waits behind the calls after it;
+/// the registry is scanned only when a deadline has passed, not once per call (a tick
+/// of 16,000 semaphores would scan it 16,000 times).
+fn settle_passed(shared: &Shared, horizon: &mut Option<Instant>) {
     let now = Instant::now();
-    let (expired, horizon) = {
+    if !horizon.is_some_and(|t| now >= t) {
+        return;
+    }
+    let expired = {
         let mut registry = shared.registry.lock();
-        (
-            registry.take_expired(now),
-            registry.earliest_deadline_after(now),
-        )
+        *horizon = registry.earliest_deadline_after(now);
+        registry.take_expired(now)
     };
     for p in expired {
         lose(shared, &p, p.expiry_reason());
     }
-    horizon
 }
 
 /// How long a call of the thread may wait on Redis: never past the next deadline

@@ -1100,25 +1100,38 @@ impl Semaphore {
         let mut id = new_id();
         // the wait's bound: its deadline and one operation timeout
         let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
+        // (read before the try, whose own reading of the server's clock must not count)
+        let answered_before = self.inner.clock.get().is_some();
+        let tried = Instant::now();
+        let mut outage_since = None;
         match self.attempt(&id, n, Mode::Try, "") {
             Ok(Attempt::Granted(p)) => return self.confirm(p, end).map(Some),
             Ok(_) => {}
             // An outage (a failover, a restart) met by the first try is ridden through
-            // as the queued looks ride through theirs, when the server has answered
-            // this client before; one it never answered (a wrong address, a server
-            // not started) fails the call at once. The try's id, which a lost reply
-            // may have been granted to, is given back by the clean-up `attempt`
-            // scheduled, and never used again.
+            // as the queued looks ride through theirs, timed from this try, when the
+            // server has answered this client before; one it never answered (a wrong
+            // address, a replica, a server not started) fails the call at once, and
+            // so does a checkout from a given pool (whose error may hide refused
+            // credentials). The try's id, which a lost reply may have been granted
+            // to, is given back by the clean-up `attempt` scheduled, and never used
+            // again.
             Err(e)
                 if is_outage(&e)
-                    && self.inner.clock.get().is_some()
+                    && answered_before
+                    && !matches!(e, Error::Pool(_))
                     && deadline.is_none_or(|d| Instant::now() < d) =>
             {
+                if let Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected) =
+                    cancel.try_recv()
+                {
+                    return Ok(None);
+                }
                 log::warn!(
                     "redis-semaphore: an acquire of {} waits through: {e}",
                     self.inner.name
                 );
                 id = new_id();
+                outage_since = Some(tried);
             }
             Err(e) => return Err(e),
         }
@@ -1127,15 +1140,19 @@ impl Semaphore {
         }
         let client = &self.inner.client.inner;
         let hub = client.hub()?;
-        let ready_by = Instant::now() + client.shared.op_timeout;
-        hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
+        if outage_since.is_none() {
+            // (not in an outage, when the subscription cannot come up: the looks
+            // cover a missed wake-up)
+            let ready_by = Instant::now() + client.shared.op_timeout;
+            hub.wait_ready(deadline.map_or(ready_by, |d| d.min(ready_by)));
+        }
         let stats = &client.shared.stats;
         let metrics = &self.inner.metrics;
         Counters::bump(&stats.waits);
         metrics.waits();
         let started = Instant::now();
         let result = self
-            .wait_riding_through(n, deadline, cancel, &hub, id)
+            .wait_riding_through(n, deadline, cancel, &hub, id, outage_since)
             .and_then(|p| {
                 p.map(|p| {
                     self.full_lease(p, deadline)
@@ -1250,7 +1267,8 @@ impl Semaphore {
     /// new outage (a waiter blocked for hours rides through every failover). The old id is
     /// never used again: a grant a failed look may have left behind is given back by
     /// the clean-up `attempt` schedules, and a queued record of it lapses with its
-    /// heartbeat (about a second).
+    /// heartbeat (about a second). `outage_since`: when an outage the call met before
+    /// it queued (its first try's) began, which the first look's failure continues.
     fn wait_riding_through<T>(
         &self,
         n: u32,
@@ -1258,8 +1276,8 @@ impl Semaphore {
         cancel: &Receiver<T>,
         hub: &Arc<Hub>,
         mut id: String,
+        mut outage_since: Option<Instant>,
     ) -> Result<Option<Permit>> {
-        let mut outage_since: Option<Instant> = None;
         let mut pause = Duration::from_millis(20);
         loop {
             let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);

@@ -1181,7 +1181,15 @@ impl Grantor for PesGrant {
         )?;
         if held {
             permit.renewed(valid_until(sent, self.lease));
-            return Ok(());
+            // renewed, but declared lost by the background thread while the renewal
+            // was on its way (its deadline passed): it stays lost
+            return match permit.lost_reason() {
+                Some(reason) => Err(Error::PermitLost {
+                    id: permit.id.clone(),
+                    reason,
+                }),
+                None => Ok(()),
+            };
         }
         let reason = permit.gone_reason();
         if permit.mark_lost(reason) {
