@@ -211,7 +211,14 @@ fn renew(
     if let Some(renewer) = &batch.renewer {
         return renew_custom(renewer.as_ref(), batch, sent, wait);
     }
-    let ids: Vec<&str> = batch.permits.iter().map(|p| p.id.as_str()).collect();
+    // (a permit declared lost since the batch was taken is not renewed: the server
+    // lets its lease lapse and its slot comes back)
+    let ids: Vec<&str> = batch
+        .permits
+        .iter()
+        .filter(|p| p.lost_reason().is_none())
+        .map(|p| p.id.as_str())
+        .collect();
     let result = ids
         .chunks(REFRESH_CHUNK)
         .map(|chunk| call_refresh(shared, &batch.keys, batch.key.lease(), chunk, wait))
