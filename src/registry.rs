@@ -211,6 +211,9 @@ pub(crate) struct Registry {
     cleanups: Vec<Cleanup>,
     /// (semaphore, permit id) of the adoptions under way (see [`Registry::claim`]).
     claims: Vec<(String, String)>,
+    /// The earliest deadline of the permits registered since the background thread
+    /// last asked ([`take_fresh_deadline`](Registry::take_fresh_deadline)).
+    fresh_deadline: Option<Instant>,
 }
 
 /// A release owed for an acquire whose reply was lost: sent from `at` on (never
@@ -252,6 +255,8 @@ impl Registry {
         renewer: Option<Arc<dyn Renew>>,
     ) -> bool {
         let now = Instant::now();
+        let until = state.valid_until();
+        self.fresh_deadline = Some(self.fresh_deadline.map_or(until, |t| t.min(until)));
         let first_due = if key.auto {
             // a grant with little left (a permit pushed to a waiter lasts a heartbeat
             // until renewed, a grant learnt late has less) is renewed at half of it
@@ -303,6 +308,14 @@ impl Registry {
     /// Ends the claim [`Registry::claim`] made.
     pub(crate) fn unclaim(&mut self, name: &str, id: &str) {
         self.claims.retain(|(n, i)| !(n == name && i == id));
+    }
+
+    /// The earliest deadline of the permits registered since the last call (in O(1):
+    /// the background thread asks before each of its calls, so that a permit
+    /// registered while the call before ran, a grant pushed to a waiter with a
+    /// heartbeat's lease say, bounds the next one).
+    pub(crate) fn take_fresh_deadline(&mut self) -> Option<Instant> {
+        self.fresh_deadline.take()
     }
 
     /// Takes permit `id` out: it is renewed no more, and a renewal of it already on
