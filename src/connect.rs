@@ -908,6 +908,15 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
+/// Whether `e` (whose text, lowercased, is `lower`) says the server closed the
+/// connection: dropped, reset, a broken pipe, an end of file.
+fn closed_by_server(e: &redis::RedisError, lower: &str) -> bool {
+    e.is_connection_dropped()
+        || ["reset", "broken pipe", "end of file", "eof"]
+            .iter()
+            .any(|w| lower.contains(w))
+}
+
 /// Sorts an error met while opening a connection to `addr` (what messages name: an
 /// address, or a Sentinel service and its sentinels), over TLS when `tls`, that selects
 /// database `db` (0: the default, which needs no `SELECT`), and that names a user but
@@ -1025,11 +1034,7 @@ pub(crate) fn connect_error_at(
                 "{NO_TLS_HANDSHAKE} (is this a plaintext port? use redis:// for a server \
                  without TLS): {text}"
             )
-        } else if e.is_connection_dropped()
-            || ["reset", "broken pipe", "end of file", "eof"]
-                .iter()
-                .any(|w| lower.contains(w))
-        {
+        } else if closed_by_server(e, &lower) {
             // (a server that requires a client certificate and got none sends its alert
             // and closes; with TLS 1.3 the close can reach the client before the alert
             // is read, and then nothing tells the two causes apart)
@@ -1046,11 +1051,7 @@ pub(crate) fn connect_error_at(
         text
     } else if e.is_timeout() {
         format!("{NO_ANSWER}: {text}")
-    } else if e.is_connection_dropped()
-        || ["reset", "broken pipe", "end of file", "eof"]
-            .iter()
-            .any(|w| lower.contains(w))
-    {
+    } else if closed_by_server(e, &lower) {
         format!(
             "the server closed the connection during the handshake (is this a TLS port? \
              use rediss://, rediss+sentinel:// or rediss+cluster:// for TLS): {text}"

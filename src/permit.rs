@@ -123,13 +123,19 @@ impl Permit {
     /// [`Error::PermitLost`] when the permit is no longer held (the permit is then
     /// marked lost); Redis and pool errors as they come.
     pub fn refresh(&self) -> Result<()> {
-        if let Some(reason) = self.lost_reason() {
-            return Err(Error::PermitLost {
+        let lost = || {
+            self.lost_reason().map(|reason| Error::PermitLost {
                 id: self.id().to_owned(),
                 reason,
-            });
+            })
+        };
+        if let Some(e) = lost() {
+            return Err(e);
         }
-        self.grantor.refresh(&self.state)
+        self.grantor.refresh(&self.state)?;
+        // renewed, but its deadline passed while the renewal was on its way and the
+        // background thread declared it lost (`lost()` fired): it stays lost
+        lost().map_or(Ok(()), Err)
     }
 
     /// Hands the grant over to another process: stops renewing it here and does not

@@ -164,15 +164,15 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
 /// of 16,000 semaphores would scan it 16,000 times). A permit registered meanwhile
 /// brings its deadline in first, in O(1).
 fn settle_passed(shared: &Shared, horizon: &mut Option<Instant>) {
-    if let Some(fresh) = shared.registry.lock().take_fresh_deadline() {
-        *horizon = Some(horizon.map_or(fresh, |h| h.min(fresh)));
-    }
     let now = Instant::now();
-    if !horizon.is_some_and(|t| now >= t) {
-        return;
-    }
     let expired = {
         let mut registry = shared.registry.lock();
+        if let Some(fresh) = registry.take_fresh_deadline() {
+            *horizon = Some(horizon.map_or(fresh, |h| h.min(fresh)));
+        }
+        if !horizon.is_some_and(|t| now >= t) {
+            return;
+        }
         *horizon = registry.earliest_deadline_after(now);
         registry.take_expired(now)
     };

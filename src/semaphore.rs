@@ -1094,7 +1094,7 @@ impl Semaphore {
         self.check_permits(n)?;
         // a cancel that fired before the call: nothing is taken, even a free permit (a
         // shutdown loop `while let Some(p) = sem.acquire_cancellable(&stop)?` ends)
-        if let Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected) = cancel.try_recv() {
+        if fired(cancel) {
             return Ok(None);
         }
         let mut id = new_id();
@@ -1121,9 +1121,7 @@ impl Semaphore {
                     && !matches!(e, Error::Pool(_))
                     && deadline.is_none_or(|d| Instant::now() < d) =>
             {
-                if let Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected) =
-                    cancel.try_recv()
-                {
+                if fired(cancel) {
                     return Ok(None);
                 }
                 log::warn!(
@@ -1279,8 +1277,8 @@ impl Semaphore {
         mut outage_since: Option<Instant>,
     ) -> Result<Option<Permit>> {
         let mut pause = Duration::from_millis(20);
+        let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
         loop {
-            let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
             let mut waiter = Waiter::new(self, Arc::clone(hub), id, end);
             let looked = Instant::now();
             match self.wait_queued(n, deadline, cancel, &mut waiter) {
@@ -1587,14 +1585,12 @@ impl Semaphore {
                     // the cluster connection's read timeout is a share of the
                     // operation's (one per attempt): WAIT may block for its own,
                     // never past `end`
-                    let wait = (Duration::from_millis(timeout_ms) + crate::pool::per_attempt(op))
-                        .min(left());
-                    let _ = cluster.read_within(Some(wait));
-                    let wait_ms = wait_ms_within(timeout_ms, wait);
-                    let acked =
-                        leased::wait_replicas_at(cluster, &sem.keys.holders, wanted, wait_ms);
-                    let _ = cluster.read_within(Some(crate::pool::per_attempt(op)));
-                    acked
+                    let share = crate::pool::per_attempt(op);
+                    let window = (Duration::from_millis(timeout_ms) + share).min(left());
+                    let holders = &sem.keys.holders;
+                    leased::wait_replicas_at_within(
+                        cluster, holders, wanted, timeout_ms, window, share,
+                    )
                 }
                 None => {
                     let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
@@ -1898,6 +1894,14 @@ fn late_reply(name: &str) -> Error {
     )))
 }
 
+/// Whether `cancel` has fired: a message waits, or every sender is gone.
+fn fired<T>(cancel: &Receiver<T>) -> bool {
+    matches!(
+        cancel.try_recv(),
+        Ok(_) | Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
+}
+
 /// The instant `d` (and a millisecond) after `at`: a wait's next look, after a time a
 /// reply or a message gave. A time past what an `Instant` holds is a hundred years.
 fn later_by(at: Instant, d: Duration) -> Instant {
@@ -2050,16 +2054,7 @@ impl Grantor for SemInner {
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
-        self.renew_within(permit, self.client.inner.shared.op_timeout)?;
-        // renewed, but its deadline passed while the renewal was on its way and the
-        // background thread declared it lost (`lost()` fired): it stays lost
-        match permit.lost_reason() {
-            Some(reason) => Err(Error::PermitLost {
-                id: permit.id.clone(),
-                reason,
-            }),
-            None => Ok(()),
-        }
+        self.renew_within(permit, self.client.inner.shared.op_timeout)
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {

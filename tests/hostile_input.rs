@@ -237,12 +237,7 @@ fn adopting_hostile_parts_is_refused_and_touches_nothing_else() {
 /// The one queued waiter of semaphore `name`: its id, from the queue, and its wake-up
 /// channel, from its record (what any program that reads the keys sees).
 fn waiter_and_channel(conn: &mut redis::Connection, name: &str) -> (String, String) {
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("redsem:{{{name}}}:q"))
-        .arg(0)
-        .arg(-1)
-        .query(conn)
-        .unwrap();
+    let ids = support::queued_ids(conn, name);
     assert_eq!(ids.len(), 1, "{ids:?}");
     let record: String = redis::cmd("HGET")
         .arg(format!("redsem:{{{name}}}:i"))

@@ -613,18 +613,6 @@ fn dropping_a_client_whose_listener_is_reconnecting_ends_within_the_operation_ti
     );
 }
 
-/// The waiter ids in the queue of semaphore `name` (a `~` sentinel member, which older
-/// versions kept there, left out).
-fn queued_ids(conn: &mut redis::Connection, name: &str) -> Vec<String> {
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("redsem:{{{name}}}:q"))
-        .arg(0)
-        .arg(-1)
-        .query(conn)
-        .unwrap();
-    ids.into_iter().filter(|id| id != "~").collect()
-}
-
 /// Failover audit (2026-11-26): a blocked acquire rides through an outage (a failover)
 /// of up to 30 s, but that allowance was counted from the first failed look of the
 /// whole wait and never started again: a waiter that rode through one failover and
@@ -659,12 +647,12 @@ fn a_waiter_rides_through_a_second_outage_long_after_the_first() {
     };
     let mut conn = server.conn();
     wait_until(WAIT, "the waiter queued", || {
-        queued_ids(&mut conn, "twice").len() == 1
+        support::queued_ids(&mut conn, "twice").len() == 1
     });
     // An outage: nothing goes through until one of the waiter's looks has failed;
     // then the waiter queues again (with a new id).
     let outage = |conn: &mut redis::Connection| {
-        let before = queued_ids(conn, "twice");
+        let before = support::queued_ids(conn, "twice");
         let errors = client.stats().errors;
         proxy.cut();
         wait_until(WAIT, "a look of the waiter failed", || {
@@ -673,7 +661,7 @@ fn a_waiter_rides_through_a_second_outage_long_after_the_first() {
         proxy.heal();
         wait_until(WAIT, "the waiter queued again, or its wait ended", || {
             waiter.is_finished() || {
-                let now = queued_ids(conn, "twice");
+                let now = support::queued_ids(conn, "twice");
                 now.iter().any(|id| !before.contains(id))
             }
         });

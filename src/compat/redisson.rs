@@ -329,10 +329,11 @@ impl Common {
                         Ok(n) => n,
                         Err(_) => calls::connected_replicas_at(cluster, key)?,
                     };
-                    let wait = (timeout + crate::pool::per_attempt(op)).min(left());
-                    let _ = cluster.read_within(Some(wait));
-                    let wait_ms = wait_ms_within(timeout_ms, wait);
-                    let acked = leased::wait_replicas_at(cluster, key, known, wait_ms)?;
+                    let share = crate::pool::per_attempt(op);
+                    let window = (timeout + share).min(left());
+                    let acked = leased::wait_replicas_at_within(
+                        cluster, key, known, timeout_ms, window, share,
+                    )?;
                     let connected = if acked == known {
                         known
                     } else {
@@ -1181,15 +1182,7 @@ impl Grantor for PesGrant {
         )?;
         if held {
             permit.renewed(valid_until(sent, self.lease));
-            // renewed, but declared lost by the background thread while the renewal
-            // was on its way (its deadline passed): it stays lost
-            return match permit.lost_reason() {
-                Some(reason) => Err(Error::PermitLost {
-                    id: permit.id.clone(),
-                    reason,
-                }),
-                None => Ok(()),
-            };
+            return Ok(());
         }
         let reason = permit.gone_reason();
         if permit.mark_lost(reason) {

@@ -15,6 +15,7 @@ use super::{
     ACQUIRE, ADOPT, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT,
 };
 use super::{END_OF_TIME_MS, MAX_PERMITS, heartbeat_ms, pad_ms};
+use crate::clock::{IoTimeouts, wait_ms_within};
 use crate::error::{Error, Result};
 
 /// Whether an acquire may queue.
@@ -806,6 +807,24 @@ pub(crate) fn wait_replicas_at(
     let acked: i64 =
         redis::from_redis_value(reply).map_err(|e| Error::reply("wait", e.to_string()))?;
     u32::try_from(acked).map_err(|_| Error::reply("wait", format!("{acked} replicas")))
+}
+
+/// [`wait_replicas_at`] with the cluster connection's read timeout set to `window` for
+/// the wait (its standing one, `standing`, is one attempt's share of the operation
+/// timeout, while `WAIT` blocks for its own) and put back to `standing` after, the
+/// `WAIT` shortened to be answered within `window` ([`wait_ms_within`]).
+pub(crate) fn wait_replicas_at_within(
+    conn: &mut ClusterConnection,
+    key: &str,
+    replicas: u32,
+    timeout_ms: u64,
+    window: std::time::Duration,
+    standing: std::time::Duration,
+) -> Result<u32> {
+    let _ = conn.read_within(Some(window));
+    let acked = wait_replicas_at(conn, key, replicas, wait_ms_within(timeout_ms, window));
+    let _ = conn.read_within(Some(standing));
+    acked
 }
 
 /// The semaphore names of the keys a scan for `kind` found.

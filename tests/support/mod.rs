@@ -1323,6 +1323,18 @@ pub fn proxied(op: Duration) -> (RedisServer, Proxy, redis_semaphore::Client) {
     (server, proxy, client)
 }
 
+/// The waiter ids in the queue of semaphore `name`, read directly (a `~` sentinel
+/// member, which older versions kept there, left out).
+pub fn queued_ids(conn: &mut redis::Connection, name: &str) -> Vec<String> {
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redsem:{{{name}}}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    ids.into_iter().filter(|id| id != "~").collect()
+}
+
 /// How many of this process's threads are the library's (named `redsem-*`).
 pub fn library_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
