@@ -19,6 +19,11 @@
 //!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
 //!   that passes during a call is declared right after that call. So `lost()` fires at
 //!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
+//!   On a Redis Cluster, whose client reconnects a node by itself inside a call, each
+//!   step with its own connect timeout, every call runs on a thread of its own and the
+//!   thread waits for it no longer than that ([`call_by`]); at most one such call per
+//!   semaphore is on its way, so a hung node holds neither the losses nor the renewals
+//!   on the other nodes back, and costs at most one thread per semaphore on it.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops
@@ -26,19 +31,23 @@
 //! - **Nothing slow under the lock.** The registry lock is held only to copy what is
 //!   due; script calls and loss notifications happen after it is released.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
+use parking_lot::Mutex;
 
 use crate::clock::lease_end;
 use crate::error::LostReason;
-use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE, Renew};
+use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE};
 use crate::scripts::Keys;
 use crate::scripts::leased;
 pub(crate) use crate::scripts::leased::Renewal;
 use crate::shared::Shared;
 use crate::stats::Counters;
+use crate::threads::run_aside;
 /// The shortest time a renewal may wait on Redis, even when some permit's deadline is
 /// nearer: a healthy call is not cut short because another lease is about to end.
 const MIN_WAIT: Duration = Duration::from_millis(5);
@@ -47,6 +56,7 @@ const REFRESH_CHUNK: usize = 1000;
 /// The thread's body: sleeps until the next group is due or the schedule changes,
 /// and returns when every client handle is gone (the channel disconnects).
 pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
+    let on_way = OnTheirWay::default();
     loop {
         let next = shared.registry.lock().next_wake();
         let woke = match next {
@@ -56,8 +66,63 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         if let Err(RecvTimeoutError::Disconnected) = woke {
             return;
         }
-        tick(&shared, &wake);
+        tick(&shared, &on_way, &wake);
     }
+}
+
+/// The semaphores (by their holders key) with a call of this thread still on its way on
+/// a thread of its own, past the time the thread waited for it (on a cluster).
+type OnTheirWay = Arc<Mutex<HashSet<String>>>;
+
+/// Runs `call`, one call of this thread to Redis about the semaphore whose holders key
+/// is `key`, and waits for it until `by` at most.
+///
+/// Off a cluster the call runs here: every step of it is bounded by the deadlines the
+/// library sets. On a cluster the cluster client reconnects a node by itself inside a
+/// call, each step of each of its attempts with the full connect timeout (a renewal
+/// held this thread for about 10 s against a node that hung), so the call runs on a
+/// thread of its own and is left at `by`: it goes on there, and does with its late
+/// answer what it does (a renewal applies it, see [`renew`]). While such a call is on
+/// its way, the next one about the same semaphore is not sent (it fails here at once,
+/// and is tried again as any failure), so a hung node costs at most one thread per
+/// semaphore on it.
+fn call_by<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    on_way: &OnTheirWay,
+    key: &str,
+    by: Instant,
+    call: impl FnOnce(&Shared) -> crate::Result<T> + Send + 'static,
+) -> crate::Result<T> {
+    if !shared.is_cluster() {
+        return call(shared);
+    }
+    if !on_way.lock().insert(key.to_owned()) {
+        return Err(late(format!(
+            "the last call about {key} is still on its way (a node of the cluster hangs?)"
+        )));
+    }
+    let (s, w, k) = (Arc::clone(shared), Arc::clone(on_way), key.to_owned());
+    let answer = run_aside("redsem-renew", by, move || {
+        let answer = call(&s);
+        w.lock().remove(&k);
+        answer
+    });
+    match answer {
+        Ok(Some(answer)) => answer,
+        Ok(None) => Err(late(format!(
+            "no answer about {key} in time (a node of the cluster hangs?); the call goes \
+             on aside"
+        ))),
+        Err(e) => {
+            on_way.lock().remove(key);
+            Err(late(format!("no thread for the call about {key}: {e}")))
+        }
+    }
+}
+
+/// The error of a call this thread did not wait for to the end.
+fn late(message: String) -> crate::Error {
+    crate::Error::Redis(std::io::Error::new(std::io::ErrorKind::TimedOut, message).into())
 }
 
 /// Whether every client handle is gone (nudges still queued are dropped: the loop
@@ -74,7 +139,7 @@ fn stopping(wake: &Receiver<()>) -> bool {
 
 /// One round of work; it stops between calls once the last handle is gone, so that
 /// the drop which joins the thread waits for one call at most, not the whole round.
-fn tick(shared: &Shared, wake: &Receiver<()>) {
+fn tick(shared: &Arc<Shared>, on_way: &OnTheirWay, wake: &Receiver<()>) {
     let now = Instant::now();
     let (batches, expired, mut horizon) = {
         let mut registry = shared.registry.lock();
@@ -98,17 +163,20 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
-        let result = shared.pool.run_by(Some(by), shared.op_timeout, |c2| {
-            if c.waiter {
-                // out of the queue first: nothing can be granted to it afterwards (a
-                // reply it cannot read, a grant another program's value put out of
-                // range, say, still goes on to the release)
-                match leased::cancel(&mut **c2, &c.keys, &c.id) {
-                    Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
-                    Err(e) => return Err(e),
+        let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
+        let result = call_by(shared, on_way, &c.keys.holders, by, move |s| {
+            s.pool.run_by(Some(by), s.op_timeout, |c2| {
+                if waiter {
+                    // out of the queue first: nothing can be granted to it afterwards (a
+                    // reply it cannot read, a grant another program's value put out of
+                    // range, say, still goes on to the release)
+                    match leased::cancel(&mut **c2, &keys, &id) {
+                        Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            leased::release(&mut **c2, &c.keys, &c.id, false)
+                leased::release(&mut **c2, &keys, &id, false)
+            })
         });
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
@@ -134,24 +202,14 @@ fn tick(shared: &Shared, wake: &Receiver<()>) {
         }
     }
     for batch in batches {
+        let batch = Arc::new(batch);
         if stopping(wake) {
             return;
         }
         settle_passed(shared, &mut horizon);
         Counters::bump(&shared.stats.refresh_calls);
         let wait = until_next(shared, horizon);
-        let (lost, failed) = renew(shared, &batch, wait);
-        if failed {
-            Counters::bump(&shared.stats.refresh_failed);
-        }
-        for p in &lost {
-            lose(shared, &p.1, p.0);
-        }
-        let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
-        shared
-            .registry
-            .lock()
-            .settle(&batch.key, &lost, failed, Instant::now());
+        renew(shared, on_way, batch, wait);
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
@@ -206,42 +264,39 @@ fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
     }
 }
 
-/// Renews one batch, waiting on Redis at most `wait`; returns the permits found lost
-/// (with why) and whether the call failed.
-fn renew(
-    shared: &Shared,
-    batch: &Batch,
-    wait: Duration,
-) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
+/// Renews one batch and applies the answer ([`apply`]), waiting on Redis at most `wait`
+/// (see [`call_by`]). A call this thread stopped waiting for counts as failed now, and
+/// its answer, when it comes, is applied then by the thread it runs on: a renewal that
+/// got through is not wasted (its deadline counts from when it was sent, as any).
+///
+/// A late answer is safe to apply: a renewal's deadline counts from when it was sent,
+/// before the server renewed, and a permit declared lost meanwhile stays lost. A
+/// failure is applied once, by whichever side claims it first.
+fn renew(shared: &Arc<Shared>, on_way: &OnTheirWay, batch: Arc<Batch>, wait: Duration) {
     let sent = Instant::now();
-    if let Some(renewer) = &batch.renewer {
-        return renew_custom(renewer.as_ref(), batch, sent, wait);
+    let by = sent + wait;
+    let failure_claimed = Arc::new(AtomicBool::new(false));
+    let (b, claimed) = (Arc::clone(&batch), Arc::clone(&failure_claimed));
+    let done = call_by(shared, on_way, &batch.keys.holders, by, move |s| {
+        let answer = call_batch(s, &b, by);
+        if answer.is_ok() || !claimed.swap(true, Ordering::SeqCst) {
+            apply(s, &b, sent, answer);
+        }
+        Ok(())
+    });
+    if let Err(e) = done
+        && !failure_claimed.swap(true, Ordering::SeqCst)
+    {
+        apply(shared, &batch, sent, Err(e));
     }
-    // (a permit declared lost since the batch was taken is not renewed: the server
-    // lets its lease lapse and its slot comes back)
-    let ids: Vec<&str> = batch
-        .permits
-        .iter()
-        .filter(|p| p.lost_reason().is_none())
-        .map(|p| p.id.as_str())
-        .collect();
-    let result = ids
-        .chunks(REFRESH_CHUNK)
-        .map(|chunk| call_refresh(shared, &batch.keys, batch.key.lease(), chunk, wait))
-        .try_fold(
-            Renewal::Lost(Vec::new()),
-            |all, r| -> crate::Result<Renewal> {
-                Ok(match (all, r?) {
-                    (Renewal::Lost(mut a), Renewal::Lost(b)) => {
-                        a.extend(b);
-                        Renewal::Lost(a)
-                    }
-                    _ => Renewal::Reset,
-                })
-            },
-        );
+}
+
+/// Applies the answer to a renewal of `batch` sent at `sent`: the permits found gone
+/// (or whose deadline passed, when the call failed) are declared lost, the others
+/// renewed until `sent` plus their lease, and the group's schedule is settled.
+fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: crate::Result<Renewal>) {
     let now = Instant::now();
-    match result {
+    let (lost, failed) = match answer {
         Ok(Renewal::Reset) => {
             let lost = batch
                 .permits
@@ -252,12 +307,54 @@ fn renew(
         Ok(Renewal::Lost(gone)) => (renewed_but(batch, &gone, sent, now), false),
         Err(e) => {
             log::warn!(
-                "redis-semaphore: refresh of {} permits failed: {e}",
-                ids.len()
+                "redis-semaphore: renewal of {} permits of {} failed: {e}",
+                batch.permits.len(),
+                batch.key.name
             );
             (expired(batch, now), true)
         }
+    };
+    if failed {
+        Counters::bump(&shared.stats.refresh_failed);
     }
+    for (reason, p) in &lost {
+        lose(shared, p, *reason);
+    }
+    let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
+    shared
+        .registry
+        .lock()
+        .settle(&batch.key, &lost, failed, Instant::now());
+}
+
+/// The renewal calls of one batch, a chunk of at most [`REFRESH_CHUNK`] permits each,
+/// through the batch's renewer (a compat layout) or the refresh script, all of them
+/// waiting on Redis until `by` at most.
+fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> crate::Result<Renewal> {
+    // (a permit declared lost since the batch was taken is not renewed: the server
+    // lets its lease lapse and its slot comes back)
+    let live: Vec<Arc<PermitState>> = batch
+        .permits
+        .iter()
+        .filter(|p| p.lost_reason().is_none())
+        .cloned()
+        .collect();
+    let mut all = Vec::new();
+    for chunk in live.chunks(REFRESH_CHUNK) {
+        let wait = by.saturating_duration_since(Instant::now()).max(MIN_WAIT);
+        let gone = match &batch.renewer {
+            Some(renewer) => renewer.renew(chunk, wait)?,
+            None => {
+                let ids: Vec<&str> = chunk.iter().map(|p| p.id.as_str()).collect();
+                match call_refresh(shared, &batch.keys, batch.key.lease(), &ids, wait)? {
+                    Renewal::Reset => return Ok(Renewal::Reset),
+                    Renewal::Lost(gone) => gone,
+                }
+            }
+        };
+        all.extend(gone);
+    }
+    Ok(Renewal::Lost(all))
 }
 
 /// After a renewal sent at `sent` that found the ids `gone` missing: those are lost,
@@ -287,35 +384,6 @@ fn expired(batch: &Batch, now: Instant) -> Vec<(LostReason, Arc<PermitState>)> {
         .filter(|p| p.valid_until() <= now)
         .map(|p| (p.expiry_reason(), Arc::clone(p)))
         .collect()
-}
-
-/// Renews a batch of a compat layout through its renewer (sent at `sent`), each call
-/// waiting on Redis at most `wait`, as [`call_refresh`] does.
-fn renew_custom(
-    renewer: &dyn Renew,
-    batch: &Batch,
-    sent: Instant,
-    wait: Duration,
-) -> (Vec<(LostReason, Arc<PermitState>)>, bool) {
-    let result = batch.permits.chunks(REFRESH_CHUNK).try_fold(
-        Vec::new(),
-        |mut gone, chunk| -> crate::Result<Vec<String>> {
-            gone.extend(renewer.renew(chunk, wait)?);
-            Ok(gone)
-        },
-    );
-    let now = Instant::now();
-    match result {
-        Ok(gone) => (renewed_but(batch, &gone, sent, now), false),
-        Err(e) => {
-            log::warn!(
-                "redis-semaphore: renewal of {} permits of {} failed: {e}",
-                batch.permits.len(),
-                batch.key.name
-            );
-            (expired(batch, now), true)
-        }
-    }
 }
 
 /// One call of the `refresh` script for `ids`, waiting on Redis at most `wait` in all

@@ -57,8 +57,12 @@ fn refusals_on(conn: &mut redis::Connection) -> Vec<String> {
 }
 
 fn user_server() -> AclServer {
+    user_server_with(documented_rule("<!-- acl-rule"))
+}
+
+/// A server with the user `semaphores` under `rule` (the words after its name).
+fn user_server_with(rule: Vec<String>) -> AclServer {
     let server = AclServer::start(ADMIN_PW);
-    let rule = documented_rule("<!-- acl-rule");
     let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
     let (on, rest) = rule.split_first().unwrap();
     assert_eq!(*on, "on");
@@ -80,6 +84,39 @@ fn the_documented_acl_user_runs_every_operation() {
     drop(client);
     let refusals = acl_refusals(&server);
     assert!(refusals.is_empty(), "ACL refusals: {refusals:#?}");
+}
+
+/// The rule documented before scripts missing on the server were sent by their text
+/// allowed `SCRIPT LOAD` and not `EVAL`: a user set up by it still runs every
+/// operation (the script is loaded and run by its SHA1 once `EVAL` is refused, before
+/// anything ran), and Redis refuses it nothing else.
+#[test]
+fn a_user_of_the_earlier_rule_without_eval_runs_every_operation() {
+    let rule: Vec<String> = documented_rule("<!-- acl-rule")
+        .into_iter()
+        .map(|w| {
+            if w == "+eval" {
+                "+script|load".to_owned()
+            } else {
+                w
+            }
+        })
+        .collect();
+    assert!(rule.iter().any(|w| w == "+script|load"), "{rule:?}");
+    let server = user_server_with(rule);
+    let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
+    every_operation(&client, "old-rule");
+    drop(client);
+    let refusals = acl_refusals(&server);
+    assert!(
+        !refusals.is_empty(),
+        "EVAL was never refused: no script was missing?"
+    );
+    let other: Vec<&String> = refusals
+        .iter()
+        .filter(|e| !e.contains("\"eval\""))
+        .collect();
+    assert!(other.is_empty(), "ACL refusals besides EVAL: {other:#?}");
 }
 
 #[test]

@@ -897,3 +897,156 @@ fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_th
         || sem.try_acquire().is_ok_and(|p| p.is_some()),
     );
 }
+
+/// The background thread on a cluster one of whose nodes hangs after the client's
+/// links to it were cut: the cluster client reconnects the node by itself, inside the
+/// renewal call, each step with the client's connect timeout. That held the thread for
+/// about 10 s (review of 2026-11-27): the hung node's permit was told of its loss that
+/// much late, and a permit on a healthy node, renewed behind it, was lost although its
+/// node answered all along. Each renewal on a cluster now runs on a thread of its own,
+/// waited for no longer than the thread would wait on Redis, one at a time per
+/// semaphore.
+#[test]
+fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_nodes() {
+    const LEASE: Duration = Duration::from_secs(4);
+    const SLACK: Duration = Duration::from_millis(700);
+    let cluster = RedisCluster::start();
+    // no replica takes over while the node hangs (its permit cannot be renewed
+    // anywhere), and the other nodes serve their slots meanwhile
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_millis(300))
+        .build(cluster.url())
+        .unwrap();
+    let hung_name = "hangs";
+    let k = cluster.primary_of(&format!("redsem:{{{hung_name}}}:h"));
+    let ok_name = (0..)
+        .map(|n| format!("answers:{n}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) != k)
+        .unwrap();
+    let sem = |name: &str| {
+        client
+            .semaphore_builder(name)
+            .limit(1)
+            .lease(LEASE)
+            .build()
+            .unwrap()
+    };
+    let (hung_sem, ok_sem) = (sem(hung_name), sem(&ok_name));
+    let hung = hung_sem
+        .try_acquire()
+        .unwrap()
+        .expect("a permit on the node that hangs");
+    let ok = ok_sem
+        .try_acquire()
+        .unwrap()
+        .expect("a permit on a node that answers");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut cluster.nodes[k].conn())
+        .unwrap();
+    assert!(killed > 0, "the client's links to node {k} were cut");
+    let paused = cluster.nodes[k].pause();
+    let started = Instant::now();
+    let reason = hung.lost().recv_timeout(LEASE + SLACK);
+    assert!(
+        reason.is_ok(),
+        "the permit on the hung node was not told of its loss within its lease \
+         ({:?} after the node hung)",
+        started.elapsed()
+    );
+    // three more leases: the permit on the node that answers is renewed throughout
+    while started.elapsed() < LEASE * 3 {
+        assert!(
+            !ok.is_lost() && ok.lease_left() > Duration::ZERO,
+            "the permit on a node that answers was lost {:?} after another node hung: {:?}",
+            started.elapsed(),
+            ok.lost().try_recv()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(paused);
+    let holders = ok_sem.holders().unwrap();
+    assert_eq!(holders.len(), 1, "the server still has the renewed permit");
+    ok.release().unwrap();
+}
+
+/// Sets every node so that no replica takes over a primary that stops answering, and
+/// the other primaries go on serving their slots meanwhile.
+fn no_failover_and_partial_service(cluster: &RedisCluster) {
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-replica-no-failover")
+            .arg("yes")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut node.conn())
+            .unwrap();
+    }
+}
+
+/// The first call of a script on a node needs that node only. redis-rs loads a missing
+/// script with `SCRIPT LOAD`, which its cluster client sends to every node, so while
+/// one primary was down every first call of a script on any other node failed. A
+/// script the node lacks is now sent by its text (`EVAL`), to its keys' node alone.
+#[test]
+fn a_script_s_first_call_on_a_node_works_while_another_node_is_down() {
+    let mut cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_millis(300))
+        .build(cluster.url())
+        .unwrap();
+    let down = cluster.primary_of("redsem:{goes-down}:h");
+    let name = (0..)
+        .map(|n| format!("stays:{n}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) != down)
+        .unwrap();
+    // the client has its connection (and the slot map) before the node goes
+    client.ping().unwrap();
+    cluster.nodes[down].stop();
+    let sem = client.semaphore(&name, 1).unwrap();
+    let permit = sem
+        .try_acquire()
+        .unwrap_or_else(|e| panic!("the first acquire on a node that answers failed: {e}"))
+        .expect("a free permit");
+    assert_eq!(sem.holders().unwrap().len(), 1);
+    permit.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 1);
+}
+
+/// [`a_script_s_first_call_on_a_node_works_while_another_node_is_down`], with the other
+/// node hung rather than down: the `SCRIPT LOAD` sent to every node waited for the
+/// hung one (the connect timeout, at each of its attempts), and the first acquire of a
+/// new client on a node that answers ran out of its operation timeout.
+#[test]
+fn a_new_client_s_first_call_on_a_node_works_while_another_node_hangs() {
+    let cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let hung = cluster.primary_of("redsem:{hangs}:h");
+    let name = (0..)
+        .map(|n| format!("answers:{n}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) != hung)
+        .unwrap();
+    let paused = cluster.nodes[hung].pause();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_secs(3))
+        .build(cluster.url())
+        .unwrap();
+    let sem = client.semaphore(&name, 1).unwrap();
+    let permit = sem
+        .try_acquire()
+        .unwrap_or_else(|e| panic!("an acquire on a node that answers failed: {e}"))
+        .expect("a free permit");
+    permit.release().unwrap();
+    drop(paused);
+}

@@ -9,12 +9,12 @@
 
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{ConnectionLike, ScriptInvocation, Value};
+use redis::{ConnectionLike, Value};
 
 use super::{
     ACQUIRE, ADOPT, BATCH, CANCEL, INSPECT, Keys, REFRESH, RELEASE, SERVER_TIME, SET_LIMIT,
 };
-use super::{END_OF_TIME_MS, MAX_PERMITS, heartbeat_ms, pad_ms};
+use super::{END_OF_TIME_MS, Invocation, MAX_PERMITS, heartbeat_ms, pad_ms};
 use crate::clock::{IoTimeouts, wait_ms_within};
 use crate::error::{Error, Result};
 
@@ -219,7 +219,7 @@ pub(crate) enum HotReply {
     Released(Released),
 }
 
-fn push_acquire(inv: &mut ScriptInvocation<'_>, a: &AcquireArgs<'_>) {
+fn push_acquire(inv: &mut Invocation<'_>, a: &AcquireArgs<'_>) {
     inv.arg(a.id)
         .arg(a.n)
         .arg(a.limit)

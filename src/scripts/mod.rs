@@ -1,5 +1,6 @@
-//! The Lua side of the protocol: one script per operation, each loaded through
-//! [`redis::Script`] (EVALSHA with the NOSCRIPT fallback), and the key layout they share.
+//! The Lua side of the protocol: one script per operation, each run through
+//! [`Script`] (EVALSHA, and EVAL on a server that lacks it), and the key layout they
+//! share.
 //!
 //! Every script is `head.lua` (key names, the server's time), `common.lua` (key layout,
 //! invariants K1–K9, helpers), for the hot path then `ops.lua` (acquire and release as
@@ -19,6 +20,7 @@ pub(crate) mod book;
 pub(crate) mod counting;
 pub(crate) mod leased;
 pub(crate) mod redisson;
+mod script;
 mod sources;
 
 use std::sync::LazyLock;
@@ -35,7 +37,7 @@ pub(crate) const MAX_PERMITS: u32 = 10_000;
 /// program wrote (a Lua number past 2^63 reaches the client as `i64::MIN`).
 pub(crate) const END_OF_TIME_MS: i64 = 9_000_000_000_000_000;
 
-use redis::Script;
+pub(crate) use script::{Invocation, Script};
 
 /// Grants permits to a permit id, or answers when to try again.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::ACQUIRE));
@@ -127,7 +129,7 @@ impl Once {
 /// Adds the operation key `once`, if any, after the script's keys and its retention
 /// as the script's last argument (an invocation keeps keys and arguments apart, so
 /// after the other arguments is all that matters).
-pub(crate) fn with_once(inv: &mut redis::ScriptInvocation<'_>, once: Option<&Once>) {
+pub(crate) fn with_once(inv: &mut Invocation<'_>, once: Option<&Once>) {
     if let Some(o) = once {
         inv.key(&o.key).arg(o.retention_ms);
     }
@@ -151,7 +153,7 @@ impl CountingKeys {
     }
 
     /// Starts an invocation of `script` with the keys in place.
-    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> Invocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&self.count)
             .key(&self.queue)
@@ -182,7 +184,7 @@ impl Keys {
     }
 
     /// Starts an invocation of `script` with the keys in place.
-    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+    pub(crate) fn invoke<'a>(&self, script: &'a Script) -> Invocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&self.holders)
             .key(&self.info)

@@ -11,9 +11,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{ConnectionLike, Script, Value};
+use redis::{ConnectionLike, Value};
 
-use super::{Once, with_once};
+use super::{Invocation, Once, Script, with_once};
 use crate::error::{Error, Result};
 
 /// The lease zset's score for a permit without lease (Redisson's
@@ -104,7 +104,7 @@ impl RedissonKeys {
     }
 
     /// The counter and the channel (the `RSemaphore` scripts and try-set).
-    fn rs<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+    fn rs<'a>(&self, script: &'a Script) -> Invocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&self.counter).key(&self.channel);
         inv
@@ -112,12 +112,7 @@ impl RedissonKeys {
 
     /// The counter, the lease zset and the channel, then the publish command and the
     /// client's time (the `RPermitExpirableSemaphore` scripts).
-    fn pes<'a>(
-        &self,
-        script: &'a Script,
-        publish: &str,
-        now_ms: i64,
-    ) -> redis::ScriptInvocation<'a> {
+    fn pes<'a>(&self, script: &'a Script, publish: &str, now_ms: i64) -> Invocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(&self.counter)
             .key(&self.timeout)
