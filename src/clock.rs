@@ -104,6 +104,39 @@ pub(crate) fn wait_end(deadline: Option<Instant>, op: Duration) -> Option<Instan
     deadline.map(|d| d.checked_add(op).unwrap_or(d))
 }
 
+thread_local! {
+    /// The end of the bounded call running on this thread ([`CallEnd`]), if any.
+    static CALL_END: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// While alive, marks the end of the bounded call running on this thread, for the
+/// steps a client library takes inside the call with timeouts of its own (the cluster
+/// client reconnecting a node: see `node::NodeConn`). A call inside a call keeps the
+/// earlier end.
+pub(crate) struct CallEnd {
+    outer: Option<Instant>,
+}
+
+impl CallEnd {
+    /// Marks `end` as the end of the call on this thread until the guard goes.
+    pub(crate) fn start(end: Instant) -> CallEnd {
+        let outer = CALL_END.get();
+        CALL_END.set(Some(outer.map_or(end, |o| o.min(end))));
+        CallEnd { outer }
+    }
+
+    /// The end of the bounded call running on this thread, if any.
+    pub(crate) fn current() -> Option<Instant> {
+        CALL_END.get()
+    }
+}
+
+impl Drop for CallEnd {
+    fn drop(&mut self) {
+        CALL_END.set(self.outer);
+    }
+}
+
 /// What is left until `deadline`, at least a millisecond: a socket timeout cannot be
 /// zero, and a call whose time is up still gets one short try.
 pub(crate) fn left_until(deadline: Instant) -> Duration {
@@ -169,21 +202,28 @@ pub(crate) trait IoTimeouts {
     }
 }
 
-macro_rules! io_timeouts {
-    ($($t:ty),*) => {$(
-        #[allow(clippy::disallowed_methods)]
-        impl IoTimeouts for $t {
-            fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-                self.set_read_timeout(d.map(socket_timeout))
-            }
-            fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
-                self.set_write_timeout(d.map(socket_timeout))
-            }
-        }
-    )*};
+#[allow(clippy::disallowed_methods)]
+impl IoTimeouts for redis::Connection {
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.set_read_timeout(d.map(socket_timeout))
+    }
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.set_write_timeout(d.map(socket_timeout))
+    }
 }
 
-io_timeouts!(redis::Connection, redis::cluster::ClusterConnection);
+// (every node connection type of the cluster client: the pool's is `node::NodeConn`)
+#[allow(clippy::disallowed_methods)]
+impl<C: redis::ConnectionLike + redis::cluster::Connect> IoTimeouts
+    for redis::cluster::ClusterConnection<C>
+{
+    fn read_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.set_read_timeout(d.map(socket_timeout))
+    }
+    fn write_within(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        self.set_write_timeout(d.map(socket_timeout))
+    }
+}
 
 /// [`IoTimeouts::read_within`] for a subscription (which writes through its
 /// connection, whose write timeout is set before it subscribes).

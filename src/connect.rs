@@ -25,6 +25,7 @@ use redis::io::tcp::TcpSettings;
 
 use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until, socket_timeout};
 use crate::error::{DB_REFUSED, Error, Result, TLS_HANDSHAKE_FAILED};
+use crate::node::setup_replies;
 use crate::threads::run_aside;
 
 /// Default port of a sentinel in `redis+sentinel://` URLs.
@@ -111,9 +112,7 @@ pub(crate) fn connect_within(
 ) -> redis::RedisResult<redis::Connection> {
     let timeout = timeout.max(MIN_TIMEOUT);
     let info = client.get_connection_info();
-    let s = info.redis_settings();
-    let auth = s.password().is_some() || s.protocol() != redis::ProtocolVersion::RESP2;
-    let replies = u32::from(auth) + u32::from(s.db() != 0);
+    let replies = setup_replies(info.redis_settings());
     let share = (timeout / replies.max(1)).max(MIN_TIMEOUT);
     let until = deadline_in(timeout);
     let tls = is_tls_addr(info.addr());

@@ -222,11 +222,12 @@
 // Three layers; each imports only from the layers below it.
 //
 // Base and protocol: the error type, the clock anchor, the counters and the
-// per-semaphore metrics (`metrics` feature), and the Lua scripts with one typed Rust
-// function per script call.
+// per-semaphore metrics (`metrics` feature), the connection to one cluster node, and
+// the Lua scripts with one typed Rust function per script call.
 mod clock;
 mod error;
 mod metrics;
+mod node;
 mod scripts;
 mod stats;
 // Background machinery: the connection layer (URL forms, TLS, connect errors), where

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::clock::{IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
+use crate::clock::{CallEnd, IoTimeouts, TIMEOUT_SLACK, deadline_in, left_until};
 use crate::connect::{
     NO_CONNECTION, bounded_handshake, connect_error_at, is_config_error, is_unreachable,
 };
 use crate::error::{Error, Result};
+use crate::node::{ClusterConn, NodeConn};
 use crate::threads::run_aside;
 use crate::topology::{ClusterSource, Connector, PrimaryConn};
 
@@ -46,7 +47,7 @@ pub(crate) enum RConn {
     /// may then name a node that is gone (a failed primary whose replica took over
     /// without a `MOVED` ever reaching us), so the pool replaces the whole connection
     /// and the next one reads the slot map afresh.
-    Cluster(Box<redis::cluster::ClusterConnection>, bool),
+    Cluster(Box<ClusterConn>, bool),
 }
 
 /// On a cluster, each attempt gets its share ([`per_attempt`]), so that a command with
@@ -276,10 +277,12 @@ impl Manager {
     fn open_cluster(&self, c: &ClusterSource, by: Option<Instant>) -> Result<RConn> {
         let sort = |e: redis::RedisError| connect_error_at(&c.addr, c.tls, 0, c.lone_user(), &e);
         let conn = match by {
-            None => c.client.get_connection(),
+            None => c.client.get_generic_connection::<NodeConn>(),
             // (its connects' TLS handshakes too: see `bounded_handshake`)
             Some(by) => (c.within)(left_until(by)).and_then(|short| {
-                bounded_handshake(c.tls, &c.addr, by, move || short.get_connection())
+                bounded_handshake(c.tls, &c.addr, by, move || {
+                    short.get_generic_connection::<NodeConn>()
+                })
             }),
         }
         .map_err(sort)?;
@@ -417,6 +420,8 @@ pub(crate) struct Conn {
     /// While [`within_conn`](Conn::within_conn) runs a call: when it must end, and the
     /// timeout in force on the socket.
     bound: Option<Bound>,
+    /// The operation timeout: what a request outside such a call may take.
+    op: Duration,
 }
 
 /// Where a [`Conn`] comes from.
@@ -497,7 +502,7 @@ impl Pool {
                         // a connection to a replaced primary is never handed out: r2d2
                         // discards it (`has_broken`) and the next one is tried
                         Ok(c) if c.is_stale() => drop(c),
-                        Ok(c) => return Ok(Conn::new(Checkout::Own(c))),
+                        Ok(c) => return Ok(Conn::new(Checkout::Own(c), m.op_timeout)),
                         Err(e) => {
                             let failure = m.failure_since(start);
                             match failure {
@@ -531,7 +536,7 @@ impl Pool {
                     }
                 };
                 c.io_within(Some(*op)).map_err(Error::Redis)?;
-                Ok(Conn::new(Checkout::User(c)))
+                Ok(Conn::new(Checkout::User(c), *op))
             }
         }
     }
@@ -614,15 +619,16 @@ impl IoTimeouts for Conn {
 }
 
 impl Conn {
-    fn new(checkout: Checkout) -> Conn {
+    fn new(checkout: Checkout, op: Duration) -> Conn {
         Conn {
             checkout,
             bound: None,
+            op,
         }
     }
 
     /// The cluster connection under this one, for commands routed by hand.
-    pub(crate) fn cluster(&mut self) -> Option<&mut redis::cluster::ClusterConnection> {
+    pub(crate) fn cluster(&mut self) -> Option<&mut ClusterConn> {
         match &mut self.checkout {
             Checkout::Own(c) => match &mut **c {
                 RConn::Cluster(c, _) => Some(c),
@@ -696,7 +702,11 @@ impl Conn {
             bound.set = budget;
         }
         self.bound = Some(bound);
-        let result = f(self);
+        let result = {
+            // (also for commands routed on the cluster connection by hand)
+            let _end = CallEnd::start(bound.end);
+            f(self)
+        };
         let set = self.bound.map_or(in_force, |b| b.set);
         self.bound = outer;
         if set != in_force
@@ -720,16 +730,22 @@ impl Conn {
         self.bound.map_or(op, |b| left_until(b.end).min(b.set))
     }
 
-    /// Before a request of a call [`within_conn`](Self::within_conn) runs: shortens the
-    /// timeouts to what is left of the call's budget, unless that is within the slack
-    /// of those in force.
-    fn tighten(&mut self) {
-        if let Some(b) = &mut self.bound {
-            let left = left_until(b.end);
-            if left + b.slack < b.set {
-                let _ = self.checkout.io_within(Some(left));
-                b.set = left;
+    /// Before a request: in a call [`within_conn`](Self::within_conn) runs, shortens
+    /// the timeouts to what is left of the call's budget, unless that is within the
+    /// slack of those in force; and marks when the request must end, the call's end or
+    /// one operation timeout from now, for the steps the cluster client takes inside it
+    /// (`node::NodeConn`).
+    fn tighten(&mut self) -> CallEnd {
+        match &mut self.bound {
+            Some(b) => {
+                let left = left_until(b.end);
+                if left + b.slack < b.set {
+                    let _ = self.checkout.io_within(Some(left));
+                    b.set = left;
+                }
+                CallEnd::start(b.end)
             }
+            None => CallEnd::start(deadline_in(self.op)),
         }
     }
 }
@@ -749,7 +765,7 @@ impl DerefMut for Conn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
-        self.tighten();
+        let _end = self.tighten();
         self.checkout.conn().req_packed_command(cmd)
     }
 
@@ -759,14 +775,14 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
-        self.tighten();
+        let _end = self.tighten();
         self.checkout.conn().req_packed_commands(cmd, offset, count)
     }
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         // (the inner connection's own: a cluster routes a `Cmd` without parsing its
         // packed bytes again)
-        self.tighten();
+        let _end = self.tighten();
         self.checkout.conn().req_command(cmd)
     }
 
@@ -779,7 +795,7 @@ impl ConnectionLike for Conn {
     }
 
     fn check_connection(&mut self) -> bool {
-        self.tighten();
+        let _end = self.tighten();
         self.checkout.conn().check_connection()
     }
 

@@ -1050,3 +1050,57 @@ fn a_new_client_s_first_call_on_a_node_works_while_another_node_hangs() {
     permit.release().unwrap();
     drop(paused);
 }
+
+/// Every call ends by the operation timeout while the node it needs hangs, its
+/// connections cut first (a node restarted, `CLIENT KILL`, an idle timeout). The
+/// cluster client reconnects a node by itself inside a call, each connect with its own
+/// connect timeout and each reply of a connection's set-up with all of it: a
+/// `try_acquire` with the default 2 s timeouts took 12.1 s and reported a 2 s timeout,
+/// and `status` as long. Each reconnect inside a call now ends by the call's end, and
+/// fails at once once it has passed.
+#[test]
+fn calls_needing_a_hung_node_end_by_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(2);
+    const SLACK: Duration = Duration::from_millis(300);
+    let cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .connect_timeout(Duration::from_secs(2))
+        .build(cluster.url())
+        .unwrap();
+    let name = "hangs";
+    let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
+    let sem = client.semaphore(name, 2).unwrap();
+    drop(sem.try_acquire().unwrap().expect("a permit"));
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut cluster.nodes[k].conn())
+        .unwrap();
+    assert!(killed > 0, "the client's links to node {k} were cut");
+    let paused = cluster.nodes[k].pause();
+    let timed = |what: &str, call: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        let failed = call();
+        let took = started.elapsed();
+        assert!(failed, "{what} succeeded against a hung node");
+        assert!(
+            took <= OP + SLACK,
+            "{what} took {took:?} (operation timeout {OP:?})"
+        );
+    };
+    timed("the first try_acquire", &|| sem.try_acquire().is_err());
+    timed("the second try_acquire", &|| sem.try_acquire().is_err());
+    timed("status", &|| sem.status().is_err());
+    timed("holders", &|| sem.holders().is_err());
+    drop(paused);
+    wait_until(
+        Duration::from_secs(10),
+        "a permit after the node answers",
+        || sem.try_acquire().is_ok_and(|p| p.is_some()),
+    );
+}

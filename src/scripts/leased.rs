@@ -7,7 +7,7 @@
 //! timeout, a wrong key type, a dropped connection), a reply of the wrong shape is
 //! [`Error::UnexpectedReply`](crate::Error) naming the script.
 
-use redis::cluster::ClusterConnection;
+use crate::node::ClusterConn;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{ConnectionLike, Value};
 
@@ -738,7 +738,7 @@ pub(crate) fn scan_names(
 /// [`scan_names`] on one node of a cluster (`SCAN` is not routed by key: each primary
 /// is scanned in turn).
 pub(crate) fn scan_names_at(
-    conn: &mut ClusterConnection,
+    conn: &mut ClusterConn,
     node: &(String, u16),
     cursor: u64,
     pattern: &str,
@@ -757,7 +757,7 @@ pub(crate) fn scan_names_at(
 }
 
 /// The primaries of a cluster (`CLUSTER SLOTS`: the first node of each slot range).
-pub(crate) fn cluster_primaries(conn: &mut ClusterConnection) -> Result<Vec<(String, u16)>> {
+pub(crate) fn cluster_primaries(conn: &mut ClusterConn) -> Result<Vec<(String, u16)>> {
     let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query(conn)
@@ -792,7 +792,7 @@ pub(crate) fn cluster_primaries(conn: &mut ClusterConnection) -> Result<Vec<(Str
 /// `WAIT` on a cluster, sent to the primary of `key`'s slot (plain `WAIT` would go to
 /// every primary); see [`wait_replicas`].
 pub(crate) fn wait_replicas_at(
-    conn: &mut ClusterConnection,
+    conn: &mut ClusterConn,
     key: &str,
     replicas: u32,
     timeout_ms: u64,
@@ -814,7 +814,7 @@ pub(crate) fn wait_replicas_at(
 /// timeout, while `WAIT` blocks for its own) and put back to `standing` after, the
 /// `WAIT` shortened to be answered within `window` ([`wait_ms_within`]).
 pub(crate) fn wait_replicas_at_within(
-    conn: &mut ClusterConnection,
+    conn: &mut ClusterConn,
     key: &str,
     replicas: u32,
     timeout_ms: u64,

@@ -481,10 +481,7 @@ pub(crate) fn connected_replicas(conn: &mut dyn ConnectionLike) -> Result<u32> {
 
 /// [`connected_replicas`] on a cluster: `INFO replication` on the primary of `key`'s
 /// slot.
-pub(crate) fn connected_replicas_at(
-    conn: &mut redis::cluster::ClusterConnection,
-    key: &str,
-) -> Result<u32> {
+pub(crate) fn connected_replicas_at(conn: &mut crate::node::ClusterConn, key: &str) -> Result<u32> {
     use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
     let mut cmd = redis::cmd("INFO");
     cmd.arg("replication");
