@@ -662,7 +662,7 @@ impl Conn {
 
     /// Runs `f`, all of it ending within `budget`: its first request with read and write
     /// timeouts of `budget` when that is shorter than the operation timeout `op` by
-    /// more than [`TIMEOUT_SLACK`], and each later one (a script loaded again after
+    /// more than [`TIMEOUT_SLACK`], and each later one (a script sent by its text after
     /// `NOSCRIPT`, a second command) with what is left of it, the timeouts restored to
     /// `op` before the connection goes back to the pool. A reply that comes after a
     /// short timeout is skipped by the connection, so its next user does not read it.

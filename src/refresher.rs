@@ -19,11 +19,12 @@
 //!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
 //!   that passes during a call is declared right after that call. So `lost()` fires at
 //!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
-//!   On a Redis Cluster, whose client reconnects a node by itself inside a call, each
-//!   step with its own connect timeout, every call runs on a thread of its own and the
-//!   thread waits for it no longer than that ([`call_by`]); at most one such call per
-//!   semaphore is on its way, so a hung node holds neither the losses nor the renewals
-//!   on the other nodes back, and costs at most one thread per semaphore on it.
+//!   On a Redis Cluster every call runs on a thread of its own ([`call_by`]): a node
+//!   that hangs then holds back neither the losses (the thread waits for no call past
+//!   the next deadline) nor the renewals on the other nodes (after one call that
+//!   outlasted its wait, the rest of the tick waits [`SHORT_WAIT`] each, calls about
+//!   semaphores that were slow go last, and late answers are applied when they come).
+//!   At most one call per semaphore, and calls on half the pool, are on their way.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops
@@ -56,7 +57,7 @@ const REFRESH_CHUNK: usize = 1000;
 /// The thread's body: sleeps until the next group is due or the schedule changes,
 /// and returns when every client handle is gone (the channel disconnects).
 pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
-    let on_way = OnTheirWay::default();
+    let asides = SharedAsides::default();
     loop {
         let next = shared.registry.lock().next_wake();
         let woke = match next {
@@ -66,57 +67,112 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         if let Err(RecvTimeoutError::Disconnected) = woke {
             return;
         }
-        tick(&shared, &on_way, &wake);
+        tick(&shared, &asides, &wake);
     }
 }
 
-/// The semaphores (by their holders key) with a call of this thread still on its way on
-/// a thread of its own, past the time the thread waited for it (on a cluster).
-type OnTheirWay = Arc<Mutex<HashSet<String>>>;
+/// How long a call of a tick on a cluster is waited for, after one call of the tick
+/// took longer or when its semaphore's last call did: a node that answers does so well
+/// within it, and an answer that comes later is applied then ([`renew`]), so
+/// that a node that hangs costs the tick this much per semaphore on it, not the
+/// operation timeout.
+const SHORT_WAIT: Duration = Duration::from_millis(50);
+
+/// The thread's calls that run on threads of their own (on a cluster), by the holders
+/// key of their semaphore.
+#[derive(Default)]
+struct Asides {
+    /// Calls on their way.
+    on_way: HashSet<String>,
+    /// Semaphores whose last call took longer than [`SHORT_WAIT`], answered or not.
+    slow: HashSet<String>,
+}
+
+/// [`Asides`], shared with the threads of the calls.
+type SharedAsides = Arc<Mutex<Asides>>;
+
+/// Takes a semaphore's key out of [`Asides::on_way`] when its call's thread ends, also
+/// when the call panics.
+struct OnWay(SharedAsides, String);
+
+impl Drop for OnWay {
+    fn drop(&mut self) {
+        self.0.lock().on_way.remove(&self.1);
+    }
+}
 
 /// Runs `call`, one call of this thread to Redis about the semaphore whose holders key
-/// is `key`, and waits for it until `by` at most.
+/// is `key`, and waits for it until `wait_until` at most.
 ///
 /// Off a cluster the call runs here: every step of it is bounded by the deadlines the
-/// library sets. On a cluster the cluster client reconnects a node by itself inside a
-/// call, each step of each of its attempts with the full connect timeout (a renewal
-/// held this thread for about 10 s against a node that hung), so the call runs on a
-/// thread of its own and is left at `by`: it goes on there, and does with its late
-/// answer what it does (a renewal applies it, see [`renew`]). While such a call is on
-/// its way, the next one about the same semaphore is not sent (it fails here at once,
-/// and is tried again as any failure), so a hung node costs at most one thread per
-/// semaphore on it.
+/// library sets, which the caller gives it. On a cluster it runs on a thread of its own
+/// and is left at `wait_until` (it then goes on there, and does with its late answer
+/// what it does: a renewal applies it, see [`renew`]), so that a node that hangs, or
+/// any step that outlasts the library's deadlines, does not hold the thread. While a
+/// call about a semaphore is on its way the next one is not sent, nor any while calls
+/// are on their way on half the pool (a quarter, for a semaphore whose last call was
+/// slow): such a call fails here at once, and is tried again as any failure. So a hung
+/// node costs at most one thread per semaphore on it, leaves the other callers of the
+/// pool half of it, and the renewals on the other nodes room.
 fn call_by<T: Send + 'static>(
     shared: &Arc<Shared>,
-    on_way: &OnTheirWay,
+    asides: &SharedAsides,
     key: &str,
-    by: Instant,
+    wait_until: Instant,
     call: impl FnOnce(&Shared) -> crate::Result<T> + Send + 'static,
 ) -> crate::Result<T> {
     if !shared.is_cluster() {
         return call(shared);
     }
-    if !on_way.lock().insert(key.to_owned()) {
-        return Err(late(format!(
-            "the last call about {key} is still on its way (a node of the cluster hangs?)"
-        )));
+    {
+        let mut a = asides.lock();
+        if a.on_way.contains(key) {
+            return Err(late(format!(
+                "the last call about {key} is still on its way (a node of the cluster hangs?)"
+            )));
+        }
+        // half the pool in all; half of that for the semaphores that were slow, so
+        // that those of a hung node leave room for the others
+        let mut most = (shared.pool.max_size() / 2).max(1) as usize;
+        if a.slow.contains(key) {
+            most = (most / 2).max(1);
+        }
+        if a.on_way.len() >= most {
+            return Err(late(format!(
+                "{} calls of the background thread are on their way (a node of the cluster \
+                 hangs?); {key} is tried again soon",
+                a.on_way.len()
+            )));
+        }
+        a.on_way.insert(key.to_owned());
     }
-    let (s, w, k) = (Arc::clone(shared), Arc::clone(on_way), key.to_owned());
-    let answer = run_aside("redsem-renew", by, move || {
-        let answer = call(&s);
-        w.lock().remove(&k);
-        answer
+    let s = Arc::clone(shared);
+    let on_way = OnWay(Arc::clone(asides), key.to_owned());
+    let started = Instant::now();
+    let answer = run_aside("redsem-renew", wait_until, move || {
+        let _on_way = on_way;
+        call(&s)
     });
     match answer {
-        Ok(Some(answer)) => answer,
-        Ok(None) => Err(late(format!(
-            "no answer about {key} in time (a node of the cluster hangs?); the call goes \
-             on aside"
-        ))),
-        Err(e) => {
-            on_way.lock().remove(key);
-            Err(late(format!("no thread for the call about {key}: {e}")))
+        Ok(Some(answer)) => {
+            // (a call that fails by its own deadline, a hung node's, is slow too)
+            let mut a = asides.lock();
+            if started.elapsed() > SHORT_WAIT {
+                a.slow.insert(key.to_owned());
+            } else {
+                a.slow.remove(key);
+            }
+            answer
         }
+        Ok(None) => {
+            asides.lock().slow.insert(key.to_owned());
+            Err(late(format!(
+                "no answer about {key} in time (a node of the cluster hangs?); the call goes \
+                 on aside"
+            )))
+        }
+        // (the closure, and the key's guard with it, went with the failed spawn)
+        Err(e) => Err(late(format!("no thread for the call about {key}: {e}"))),
     }
 }
 
@@ -139,9 +195,9 @@ fn stopping(wake: &Receiver<()>) -> bool {
 
 /// One round of work; it stops between calls once the last handle is gone, so that
 /// the drop which joins the thread waits for one call at most, not the whole round.
-fn tick(shared: &Arc<Shared>, on_way: &OnTheirWay, wake: &Receiver<()>) {
+fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     let now = Instant::now();
-    let (batches, expired, mut horizon) = {
+    let (mut batches, expired, mut horizon) = {
         let mut registry = shared.registry.lock();
         // First the permits already past their deadline, so none of them is renewed.
         let mut expired = registry.take_expired(now);
@@ -163,9 +219,10 @@ fn tick(shared: &Arc<Shared>, on_way: &OnTheirWay, wake: &Receiver<()>) {
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
+        let end = call_end(shared, by);
         let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
-        let result = call_by(shared, on_way, &c.keys.holders, by, move |s| {
-            s.pool.run_by(Some(by), s.op_timeout, |c2| {
+        let result = call_by(shared, asides, &c.keys.holders, by, move |s| {
+            s.pool.run_by(Some(end), s.op_timeout, |c2| {
                 if waiter {
                     // out of the queue first: nothing can be granted to it afterwards (a
                     // reply it cannot read, a grant another program's value put out of
@@ -194,6 +251,10 @@ fn tick(shared: &Arc<Shared>, on_way: &OnTheirWay, wake: &Receiver<()>) {
                     c.waiter,
                 );
             }
+            Err(e) if asides.lock().on_way.contains(&c.keys.holders) => log::debug!(
+                "redis-semaphore: the give-back of permit {} is still on its way: {e}",
+                c.id
+            ),
             Err(e) => log::warn!(
                 "redis-semaphore: could not give back permit {} after a failed acquire \
                  (its lease ends by itself): {e}",
@@ -201,15 +262,27 @@ fn tick(shared: &Arc<Shared>, on_way: &OnTheirWay, wake: &Receiver<()>) {
             ),
         }
     }
+    if shared.is_cluster() {
+        // the semaphores whose last call was slow last: a hung node's do not make those
+        // of the nodes that answer wait
+        let slow = &asides.lock().slow;
+        batches.sort_by_key(|b| slow.contains(&b.keys.holders));
+    }
+    let mut late_in_tick = false;
     for batch in batches {
         let batch = Arc::new(batch);
         if stopping(wake) {
             return;
         }
         settle_passed(shared, &mut horizon);
-        Counters::bump(&shared.stats.refresh_calls);
-        let wait = until_next(shared, horizon);
-        renew(shared, on_way, batch, wait);
+        let mut wait = until_next(shared, horizon);
+        if shared.is_cluster() && (late_in_tick || asides.lock().slow.contains(&batch.keys.holders))
+        {
+            wait = wait.min(SHORT_WAIT);
+        }
+        let key = batch.keys.holders.clone();
+        renew(shared, asides, batch, wait);
+        late_in_tick = late_in_tick || shared.is_cluster() && asides.lock().slow.contains(&key);
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
@@ -271,30 +344,55 @@ fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
 ///
 /// A late answer is safe to apply: a renewal's deadline counts from when it was sent,
 /// before the server renewed, and a permit declared lost meanwhile stays lost. A
-/// failure is applied once, by whichever side claims it first.
-fn renew(shared: &Arc<Shared>, on_way: &OnTheirWay, batch: Arc<Batch>, wait: Duration) {
+/// failure is applied once, by whichever side claims it first. The counters count the
+/// calls sent and those that failed, each when it ends.
+fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: Duration) {
     let sent = Instant::now();
     let by = sent + wait;
+    let end = call_end(shared, by);
     let failure_claimed = Arc::new(AtomicBool::new(false));
     let (b, claimed) = (Arc::clone(&batch), Arc::clone(&failure_claimed));
-    let done = call_by(shared, on_way, &batch.keys.holders, by, move |s| {
-        let answer = call_batch(s, &b, by);
+    let done = call_by(shared, asides, &batch.keys.holders, by, move |s| {
+        Counters::bump(&s.stats.refresh_calls);
+        let answer = call_batch(s, &b, end);
+        if answer.is_err() {
+            Counters::bump(&s.stats.refresh_failed);
+        }
         if answer.is_ok() || !claimed.swap(true, Ordering::SeqCst) {
-            apply(s, &b, sent, answer);
+            apply(s, &b, sent, answer, false);
         }
         Ok(())
     });
     if let Err(e) = done
         && !failure_claimed.swap(true, Ordering::SeqCst)
     {
-        apply(shared, &batch, sent, Err(e));
+        apply(shared, &batch, sent, Err(e), true);
+    }
+}
+
+/// When a call of this thread whose wait ends at `wait_until` must end itself: then,
+/// where it runs on this thread; one operation timeout from now on a cluster, where it
+/// runs on its own ([`call_by`]) and its late answer is still of use.
+fn call_end(shared: &Shared, wait_until: Instant) -> Instant {
+    if shared.is_cluster() {
+        wait_until.max(Instant::now() + shared.op_timeout)
+    } else {
+        wait_until
     }
 }
 
 /// Applies the answer to a renewal of `batch` sent at `sent`: the permits found gone
 /// (or whose deadline passed, when the call failed) are declared lost, the others
-/// renewed until `sent` plus their lease, and the group's schedule is settled.
-fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: crate::Result<Renewal>) {
+/// renewed until `sent` plus their lease, and the group's schedule is settled. An
+/// error is logged as a warning, or for a call not waited for to the end or not sent
+/// (`aside`, on a cluster: tried again soon, and said once a call fails) at debug level.
+fn apply(
+    shared: &Shared,
+    batch: &Batch,
+    sent: Instant,
+    answer: crate::Result<Renewal>,
+    aside: bool,
+) {
     let now = Instant::now();
     let (lost, failed) = match answer {
         Ok(Renewal::Reset) => {
@@ -305,6 +403,14 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: crate::Result<Re
             (lost.collect(), false)
         }
         Ok(Renewal::Lost(gone)) => (renewed_but(batch, &gone, sent, now), false),
+        Err(e) if aside => {
+            log::debug!(
+                "redis-semaphore: renewal of {} permits of {} not done now: {e}",
+                batch.permits.len(),
+                batch.key.name
+            );
+            (expired(batch, now), true)
+        }
         Err(e) => {
             log::warn!(
                 "redis-semaphore: renewal of {} permits of {} failed: {e}",
@@ -314,9 +420,6 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: crate::Result<Re
             (expired(batch, now), true)
         }
     };
-    if failed {
-        Counters::bump(&shared.stats.refresh_failed);
-    }
     for (reason, p) in &lost {
         lose(shared, p, *reason);
     }

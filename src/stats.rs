@@ -102,7 +102,8 @@ pub struct Stats {
     pub release_gone: u64,
     /// Refresh script calls made by the background thread (one per semaphore per tick).
     pub refresh_calls: u64,
-    /// Refresh calls that failed (Redis unreachable, bad reply).
+    /// Refresh calls that failed (Redis unreachable, bad reply). On a cluster, where
+    /// the thread need not wait for a call to the end, a call is counted when it ends.
     pub refresh_failed: u64,
     /// Permits declared lost.
     pub lost: u64,

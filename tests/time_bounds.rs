@@ -372,9 +372,10 @@ fn drops_on_a_stopped_server_end_by_the_operation_timeout_itself_not_the_kernel_
 }
 
 /// A release that needs more than one round trip (its script gone from the server's
-/// cache after a restart or `SCRIPT FLUSH`: `EVALSHA`, `NOSCRIPT`, `SCRIPT LOAD`,
-/// `EVALSHA`) gave each round trip the whole of what was left when the call began:
-/// with 600 ms per reply and a 1 s operation timeout, a drop took 1.8 s. Each request
+/// cache after a restart or `SCRIPT FLUSH`: then `EVALSHA`, `NOSCRIPT`, and `SCRIPT
+/// LOAD` and `EVALSHA` then, `EVAL` now) gave each round trip the whole of what was
+/// left when the call began: with 600 ms per reply and a 1 s operation timeout, a drop
+/// took 1.8 s. Each request
 /// now gets what is left of the call's budget. The release, cut short, is finished by
 /// the background thread once replies are quick again.
 #[test]
