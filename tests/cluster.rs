@@ -875,16 +875,7 @@ fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_th
     let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
     let sem = client.semaphore(name, 2).unwrap();
     let permit = sem.try_acquire().unwrap().expect("a permit");
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut cluster.nodes[k].conn())
-        .unwrap();
-    assert!(killed > 0, "the client's links to node {k} were cut");
-    let paused = cluster.nodes[k].pause();
+    let paused = cut_and_hang(&cluster, k);
     assert!(
         support::drop_ends_within(OP + SLACK, permit, || drop(paused)),
         "the drop did not end within {:?}",
@@ -951,16 +942,7 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
         .try_acquire()
         .unwrap()
         .expect("a permit on a node that answers");
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut cluster.nodes[k].conn())
-        .unwrap();
-    assert!(killed > 0, "the client's links to node {k} were cut");
-    let paused = cluster.nodes[k].pause();
+    let paused = cut_and_hang(cluster, k);
     let started = Instant::now();
     // while the hung node's permits run out: the one on the node that answers is
     // renewed on time throughout (every third of its lease)
@@ -983,6 +965,22 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
     let holders = ok_sem.holders().unwrap();
     assert_eq!(holders.len(), 1, "the server still has the renewed permit");
     ok.release().unwrap();
+}
+
+/// Cuts every client connection to node `k` (as a restart, `CLIENT KILL` or an idle
+/// timeout would), then stops it answering (SIGSTOP) until the guard goes: the cluster
+/// client must reconnect it, and the node accepts connections but says nothing.
+fn cut_and_hang(cluster: &RedisCluster, k: usize) -> support::Paused {
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut cluster.nodes[k].conn())
+        .unwrap();
+    assert!(killed > 0, "the client's links to node {k} were cut");
+    cluster.nodes[k].pause()
 }
 
 /// Sets every node so that no replica takes over a primary that stops answering, and
@@ -1082,16 +1080,7 @@ fn calls_needing_a_hung_node_end_by_the_operation_timeout() {
     let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
     let sem = client.semaphore(name, 2).unwrap();
     drop(sem.try_acquire().unwrap().expect("a permit"));
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut cluster.nodes[k].conn())
-        .unwrap();
-    assert!(killed > 0, "the client's links to node {k} were cut");
-    let paused = cluster.nodes[k].pause();
+    let paused = cut_and_hang(&cluster, k);
     let timed = |what: &str, call: &dyn Fn() -> bool| {
         let started = Instant::now();
         let failed = call();
