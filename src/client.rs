@@ -399,7 +399,7 @@ impl Client {
         let mut names = Vec::new();
         // SCAN is not routed by key on a cluster: each primary is scanned in turn
         let primaries = match conn.cluster() {
-            Some(cluster) => Some(leased::cluster_primaries(cluster)?),
+            Some(mut cluster) => Some(leased::cluster_primaries(&mut cluster)?),
             None => None,
         };
         for node in primaries
@@ -409,8 +409,8 @@ impl Client {
             let mut cursor: u64 = 0;
             loop {
                 let (next, found) = match (node, conn.cluster()) {
-                    (Some(node), Some(cluster)) => {
-                        leased::scan_names_at(cluster, node, cursor, pattern, kind)?
+                    (Some(node), Some(mut cluster)) => {
+                        leased::scan_names_at(&mut cluster, node, cursor, pattern, kind)?
                     }
                     _ => leased::scan_names(&mut conn, cursor, pattern, kind)?,
                 };

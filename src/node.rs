@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use redis::cluster::Connect;
 use redis::{ConnectionLike, IntoConnectionInfo, RedisResult, Value};
 
-use crate::clock::{CallEnd, IoTimeouts};
+use crate::clock::{CallEnd, IoTimeouts, socket_timeout};
 
 /// The least share of a connect's timeout: a socket timeout cannot be zero.
 const MIN_SHARE: Duration = Duration::from_millis(1);
@@ -71,7 +71,9 @@ impl Connect for NodeConn {
         // timeout divided among the replies left
         let info = info.into_connection_info()?;
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let share = timeout.map(|t| (t / setup_replies(&settings).max(1)).max(MIN_SHARE));
+        // (each as a socket timeout the kernel's late timer still ends within it)
+        let share =
+            timeout.map(|t| socket_timeout((t / setup_replies(&settings).max(1)).max(MIN_SHARE)));
         let info = info.set_redis_settings(settings);
         let conn = <redis::Connection as Connect>::connect(info, share)?;
         // (the cluster client's PING comes next; it sets its response timeout after)

@@ -627,11 +627,18 @@ impl Conn {
         }
     }
 
-    /// The cluster connection under this one, for commands routed by hand.
-    pub(crate) fn cluster(&mut self) -> Option<&mut ClusterConn> {
+    /// The cluster connection under this one, for commands routed by hand; while the
+    /// handle lives, the cluster client's reconnects end by the end of the call
+    /// [`within_conn`](Self::within_conn) runs, or one operation timeout from now
+    /// ([`CallEnd`], as for every request through this connection).
+    pub(crate) fn cluster(&mut self) -> Option<ClusterCall<'_>> {
+        let end = self.bound.map_or_else(|| deadline_in(self.op), |b| b.end);
         match &mut self.checkout {
             Checkout::Own(c) => match &mut **c {
-                RConn::Cluster(c, _) => Some(c),
+                RConn::Cluster(c, _) => Some(ClusterCall {
+                    conn: c,
+                    _end: CallEnd::start(end),
+                }),
                 RConn::Primary(_) => None,
             },
             Checkout::User(_) => None,
@@ -747,6 +754,25 @@ impl Conn {
             }
             None => CallEnd::start(deadline_in(self.op)),
         }
+    }
+}
+
+/// A pooled cluster connection, borrowed for commands routed by hand ([`Conn::cluster`]).
+pub(crate) struct ClusterCall<'a> {
+    conn: &'a mut ClusterConn,
+    _end: CallEnd,
+}
+
+impl Deref for ClusterCall<'_> {
+    type Target = ClusterConn;
+    fn deref(&self) -> &ClusterConn {
+        self.conn
+    }
+}
+
+impl DerefMut for ClusterCall<'_> {
+    fn deref_mut(&mut self) -> &mut ClusterConn {
+        self.conn
     }
 }
 

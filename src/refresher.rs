@@ -19,12 +19,12 @@
 //!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
 //!   that passes during a call is declared right after that call. So `lost()` fires at
 //!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
-//!   On a Redis Cluster every call runs on a thread of its own ([`call_by`]): a node
-//!   that hangs then holds back neither the losses (the thread waits for no call past
-//!   the next deadline) nor the renewals on the other nodes (after one call that
-//!   outlasted its wait, the rest of the tick waits [`SHORT_WAIT`] each, calls about
-//!   semaphores that were slow go last, and late answers are applied when they come).
-//!   At most one call per semaphore, and calls on half the pool, are on their way.
+//!   On a Redis Cluster every call runs on a thread of its own ([`call_by`]), waited
+//!   for [`SHORT_WAIT`] at most, and applies its answer itself when it comes: a node
+//!   that hangs then holds back neither the losses nor the renewals on the other
+//!   nodes (calls about semaphores that were slow go last, and have a quarter of the
+//!   pool). At most one call per semaphore, and calls on half the pool, are on their
+//!   way.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops
@@ -32,9 +32,8 @@
 //! - **Nothing slow under the lock.** The registry lock is held only to copy what is
 //!   due; script calls and loss notifications happen after it is released.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
@@ -71,12 +70,14 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
     }
 }
 
-/// How long a call of a tick on a cluster is waited for, after one call of the tick
-/// took longer or when its semaphore's last call did: a node that answers does so well
-/// within it, and an answer that comes later is applied then ([`renew`]), so
-/// that a node that hangs costs the tick this much per semaphore on it, not the
-/// operation timeout.
+/// How long a call on a cluster is waited for: a node that answers does so well within
+/// it, and an answer that comes later is applied then, on the call's own thread
+/// ([`renew`]). So a node that hangs costs a tick at most this much per semaphore on
+/// it, not the operation timeout.
 const SHORT_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a semaphore counts as slow after its last slow call.
+const SLOW_FOR: Duration = Duration::from_secs(30);
 
 /// The thread's calls that run on threads of their own (on a cluster), by the holders
 /// key of their semaphore.
@@ -84,8 +85,9 @@ const SHORT_WAIT: Duration = Duration::from_millis(50);
 struct Asides {
     /// Calls on their way.
     on_way: HashSet<String>,
-    /// Semaphores whose last call took longer than [`SHORT_WAIT`], answered or not.
-    slow: HashSet<String>,
+    /// Semaphores whose last call took longer than [`SHORT_WAIT`], and when it was
+    /// (forgotten after [`SLOW_FOR`], so that semaphores no longer held leave no trace).
+    slow: HashMap<String, Instant>,
 }
 
 /// [`Asides`], shared with the threads of the calls.
@@ -102,39 +104,36 @@ impl Drop for OnWay {
 }
 
 /// Runs `call`, one call of this thread to Redis about the semaphore whose holders key
-/// is `key`, and waits for it until `wait_until` at most.
+/// is `key`: `Ok(Some(..))` with its answer when it ended while this thread waited,
+/// `Ok(None)` when it was left running, or was not sent because the last call about
+/// the semaphore still runs (either does what it does with its own answer: see
+/// [`renew`]), and `Err` when it was not sent for want of room or of a thread.
 ///
 /// Off a cluster the call runs here: every step of it is bounded by the deadlines the
-/// library sets, which the caller gives it. On a cluster it runs on a thread of its own
-/// and is left at `wait_until` (it then goes on there, and does with its late answer
-/// what it does: a renewal applies it, see [`renew`]), so that a node that hangs, or
-/// any step that outlasts the library's deadlines, does not hold the thread. While a
-/// call about a semaphore is on its way the next one is not sent, nor any while calls
-/// are on their way on half the pool (a quarter, for a semaphore whose last call was
-/// slow): such a call fails here at once, and is tried again as any failure. So a hung
-/// node costs at most one thread per semaphore on it, leaves the other callers of the
-/// pool half of it, and the renewals on the other nodes room.
+/// library sets, which the caller gives it. On a cluster it runs on a thread of its own,
+/// waited for until `wait_until`, so that a node that hangs, or any step that outlasts
+/// the library's deadlines, does not hold this thread. At most one call per semaphore
+/// is on its way, and calls are on their way on at most half the pool (a quarter for
+/// semaphores whose last call was slow, so that those of a hung node leave room for
+/// the others): a hung node costs at most one thread per semaphore on it, and leaves
+/// the other callers of the pool half of it.
 fn call_by<T: Send + 'static>(
     shared: &Arc<Shared>,
     asides: &SharedAsides,
     key: &str,
     wait_until: Instant,
-    call: impl FnOnce(&Shared) -> crate::Result<T> + Send + 'static,
-) -> crate::Result<T> {
+    call: impl FnOnce(&Shared) -> T + Send + 'static,
+) -> crate::Result<Option<T>> {
     if !shared.is_cluster() {
-        return call(shared);
+        return Ok(Some(call(shared)));
     }
     {
         let mut a = asides.lock();
         if a.on_way.contains(key) {
-            return Err(late(format!(
-                "the last call about {key} is still on its way (a node of the cluster hangs?)"
-            )));
+            return Ok(None);
         }
-        // half the pool in all; half of that for the semaphores that were slow, so
-        // that those of a hung node leave room for the others
         let mut most = (shared.pool.max_size() / 2).max(1) as usize;
-        if a.slow.contains(key) {
+        if a.slow.contains_key(key) {
             most = (most / 2).max(1);
         }
         if a.on_way.len() >= most {
@@ -153,23 +152,15 @@ fn call_by<T: Send + 'static>(
         let _on_way = on_way;
         call(&s)
     });
+    let mut a = asides.lock();
     match answer {
-        Ok(Some(answer)) => {
-            // (a call that fails by its own deadline, a hung node's, is slow too)
-            let mut a = asides.lock();
-            if started.elapsed() > SHORT_WAIT {
-                a.slow.insert(key.to_owned());
-            } else {
-                a.slow.remove(key);
-            }
-            answer
+        Ok(Some(answer)) if started.elapsed() <= SHORT_WAIT => {
+            a.slow.remove(key);
+            Ok(Some(answer))
         }
-        Ok(None) => {
-            asides.lock().slow.insert(key.to_owned());
-            Err(late(format!(
-                "no answer about {key} in time (a node of the cluster hangs?); the call goes \
-                 on aside"
-            )))
+        Ok(answer) => {
+            a.slow.insert(key.to_owned(), Instant::now());
+            Ok(answer)
         }
         // (the closure, and the key's guard with it, went with the failed spawn)
         Err(e) => Err(late(format!("no thread for the call about {key}: {e}"))),
@@ -221,20 +212,33 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         let by = Instant::now() + until_next(shared, horizon);
         let end = call_end(shared, by);
         let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
-        let result = call_by(shared, asides, &c.keys.holders, by, move |s| {
-            s.pool.run_by(Some(end), s.op_timeout, |c2| {
-                if waiter {
-                    // out of the queue first: nothing can be granted to it afterwards (a
-                    // reply it cannot read, a grant another program's value put out of
-                    // range, say, still goes on to the release)
-                    match leased::cancel(&mut **c2, &keys, &id) {
-                        Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
-                        Err(e) => return Err(e),
+        let result = call_by(
+            shared,
+            asides,
+            &c.keys.holders,
+            wait_until(shared, by),
+            move |s| {
+                s.pool.run_by(Some(end), s.op_timeout, |c2| {
+                    if waiter {
+                        // out of the queue first: nothing can be granted to it afterwards (a
+                        // reply it cannot read, a grant another program's value put out of
+                        // range, say, still goes on to the release)
+                        match leased::cancel(&mut **c2, &keys, &id) {
+                            Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
-                }
-                leased::release(&mut **c2, &keys, &id, false)
-            })
-        });
+                    leased::release(&mut **c2, &keys, &id, false)
+                })
+            },
+        );
+        // (a clean-up left running is tried again too: a second release of a permit
+        // already given back changes nothing)
+        let result = match result {
+            Ok(Some(result)) => result,
+            Ok(None) => Err(late(format!("the give-back of {} is on its way", c.id))),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
             Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
@@ -265,24 +269,20 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     if shared.is_cluster() {
         // the semaphores whose last call was slow last: a hung node's do not make those
         // of the nodes that answer wait
-        let slow = &asides.lock().slow;
-        batches.sort_by_key(|b| slow.contains(&b.keys.holders));
+        let mut a = asides.lock();
+        let now = Instant::now();
+        a.slow
+            .retain(|_, at| now.saturating_duration_since(*at) < SLOW_FOR);
+        batches.sort_by_key(|b| a.slow.contains_key(&b.keys.holders));
     }
-    let mut late_in_tick = false;
     for batch in batches {
         let batch = Arc::new(batch);
         if stopping(wake) {
             return;
         }
         settle_passed(shared, &mut horizon);
-        let mut wait = until_next(shared, horizon);
-        if shared.is_cluster() && (late_in_tick || asides.lock().slow.contains(&batch.keys.holders))
-        {
-            wait = wait.min(SHORT_WAIT);
-        }
-        let key = batch.keys.holders.clone();
+        let wait = until_next(shared, horizon);
         renew(shared, asides, batch, wait);
-        late_in_tick = late_in_tick || shared.is_cluster() && asides.lock().slow.contains(&key);
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
@@ -338,54 +338,64 @@ fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
 }
 
 /// Renews one batch and applies the answer ([`apply`]), waiting on Redis at most `wait`
-/// (see [`call_by`]). A call this thread stopped waiting for counts as failed now, and
-/// its answer, when it comes, is applied then by the thread it runs on: a renewal that
-/// got through is not wasted (its deadline counts from when it was sent, as any).
-///
-/// A late answer is safe to apply: a renewal's deadline counts from when it was sent,
-/// before the server renewed, and a permit declared lost meanwhile stays lost. A
-/// failure is applied once, by whichever side claims it first. The counters count the
-/// calls sent and those that failed, each when it ends.
+/// (see [`call_by`]). On a cluster the call applies its own answer on its own thread,
+/// also one that comes after this thread stopped waiting: a renewal that got through
+/// is not wasted, and a failure is said and tried again soon once it happens. A late
+/// answer is safe to apply: a renewal's deadline counts from when it was sent, before
+/// the server renewed, and a permit declared lost meanwhile stays lost (the losses
+/// themselves are declared by their deadlines, [`settle_passed`], whatever the calls
+/// do). The counters count the calls sent and those that failed.
 fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: Duration) {
     let sent = Instant::now();
     let by = sent + wait;
     let end = call_end(shared, by);
-    let failure_claimed = Arc::new(AtomicBool::new(false));
-    let (b, claimed) = (Arc::clone(&batch), Arc::clone(&failure_claimed));
-    let done = call_by(shared, asides, &batch.keys.holders, by, move |s| {
-        Counters::bump(&s.stats.refresh_calls);
-        let answer = call_batch(s, &b, end);
-        if answer.is_err() {
-            Counters::bump(&s.stats.refresh_failed);
-        }
-        if answer.is_ok() || !claimed.swap(true, Ordering::SeqCst) {
+    let b = Arc::clone(&batch);
+    let done = call_by(
+        shared,
+        asides,
+        &batch.keys.holders,
+        wait_until(shared, by),
+        move |s| {
+            Counters::bump(&s.stats.refresh_calls);
+            let answer = call_batch(s, &b, end);
+            if answer.is_err() {
+                Counters::bump(&s.stats.refresh_failed);
+            }
             apply(s, &b, sent, answer, false);
-        }
-        Ok(())
-    });
-    if let Err(e) = done
-        && !failure_claimed.swap(true, Ordering::SeqCst)
-    {
+        },
+    );
+    if let Err(e) = done {
+        // not sent: tried again soon
         apply(shared, &batch, sent, Err(e), true);
     }
 }
 
-/// When a call of this thread whose wait ends at `wait_until` must end itself: then,
+/// When a call of this thread that must be waited for until `by` must end itself: then,
 /// where it runs on this thread; one operation timeout from now on a cluster, where it
 /// runs on its own ([`call_by`]) and its late answer is still of use.
-fn call_end(shared: &Shared, wait_until: Instant) -> Instant {
+fn call_end(shared: &Shared, by: Instant) -> Instant {
     if shared.is_cluster() {
-        wait_until.max(Instant::now() + shared.op_timeout)
+        by.max(Instant::now() + shared.op_timeout)
     } else {
-        wait_until
+        by
+    }
+}
+
+/// How long this thread waits for a call whose own time ends at `by`: that long, or on
+/// a cluster, where the call applies its late answer itself, [`SHORT_WAIT`] at most.
+fn wait_until(shared: &Shared, by: Instant) -> Instant {
+    if shared.is_cluster() {
+        by.min(Instant::now() + SHORT_WAIT)
+    } else {
+        by
     }
 }
 
 /// Applies the answer to a renewal of `batch` sent at `sent`: the permits found gone
 /// (or whose deadline passed, when the call failed) are declared lost, the others
 /// renewed until `sent` plus their lease, and the group's schedule is settled. An
-/// error is logged as a warning, or for a call not waited for to the end or not sent
-/// (`aside`, on a cluster: tried again soon, and said once a call fails) at debug level.
+/// error is logged as a warning, or for a call not sent (`aside`, on a cluster for want
+/// of room: tried again soon) at debug level.
 fn apply(
     shared: &Shared,
     batch: &Batch,

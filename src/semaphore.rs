@@ -1581,7 +1581,7 @@ impl Semaphore {
             }
             match conn.cluster() {
                 // on the primary of the semaphore's slot, not on every primary
-                Some(cluster) => {
+                Some(mut cluster) => {
                     // the cluster connection's read timeout is a share of the
                     // operation's (one per attempt): WAIT may block for its own,
                     // never past `end`
@@ -1589,7 +1589,12 @@ impl Semaphore {
                     let window = (Duration::from_millis(timeout_ms) + share).min(left());
                     let holders = &sem.keys.holders;
                     leased::wait_replicas_at_within(
-                        cluster, holders, wanted, timeout_ms, window, share,
+                        &mut cluster,
+                        holders,
+                        wanted,
+                        timeout_ms,
+                        window,
+                        share,
                     )
                 }
                 None => {

@@ -319,7 +319,8 @@ impl Common {
         let call_end = conn.end();
         let left = || call_end.map_or(op, left_until);
         let (acked, connected) = match conn.cluster() {
-            Some(cluster) => {
+            Some(mut cluster) => {
+                let cluster = &mut *cluster;
                 // commands routed by hand: each gets what is left of the call, each
                 // attempt its share (WAIT may block for its own), and the connection
                 // its operation timeout's share again after
