@@ -58,7 +58,13 @@ const REFRESH_CHUNK: usize = 1000;
 pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
     let asides = SharedAsides::default();
     loop {
-        let next = shared.registry.lock().next_wake();
+        let mut next = shared.registry.lock().next_wake();
+        if !asides.lock().on_way.is_empty() {
+            // a call on its way may settle its group sooner (a failure is tried again
+            // soon) after this thread went to sleep: look again meanwhile
+            let soon = Instant::now() + RETRY_AFTER_FAILURE;
+            next = Some(next.map_or(soon, |n| n.min(soon)));
+        }
         let woke = match next {
             Some(t) => wake.recv_deadline(t),
             None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -103,11 +109,20 @@ impl Drop for OnWay {
     }
 }
 
+/// What became of a call of this thread ([`call_by`]).
+enum Called<T> {
+    /// It ended while this thread waited.
+    Done(T),
+    /// It goes on, on its own thread, and does what it does with its own answer (see
+    /// [`renew`]).
+    LeftRunning,
+    /// It was not sent: a call about the semaphore is still on its way, or there was no
+    /// room or no thread for it.
+    NotSent(crate::Error),
+}
+
 /// Runs `call`, one call of this thread to Redis about the semaphore whose holders key
-/// is `key`: `Ok(Some(..))` with its answer when it ended while this thread waited,
-/// `Ok(None)` when it was left running, or was not sent because the last call about
-/// the semaphore still runs (either does what it does with its own answer: see
-/// [`renew`]), and `Err` when it was not sent for want of room or of a thread.
+/// is `key`, and says what became of it ([`Called`]).
 ///
 /// Off a cluster the call runs here: every step of it is bounded by the deadlines the
 /// library sets, which the caller gives it. On a cluster it runs on a thread of its own,
@@ -123,21 +138,23 @@ fn call_by<T: Send + 'static>(
     key: &str,
     wait_until: Instant,
     call: impl FnOnce(&Shared) -> T + Send + 'static,
-) -> crate::Result<Option<T>> {
+) -> Called<T> {
     if !shared.is_cluster() {
-        return Ok(Some(call(shared)));
+        return Called::Done(call(shared));
     }
     {
         let mut a = asides.lock();
         if a.on_way.contains(key) {
-            return Ok(None);
+            return Called::NotSent(late(format!(
+                "a call about {key} is still on its way (a node of the cluster hangs?)"
+            )));
         }
         let mut most = (shared.pool.max_size() / 2).max(1) as usize;
         if a.slow.contains_key(key) {
             most = (most / 2).max(1);
         }
         if a.on_way.len() >= most {
-            return Err(late(format!(
+            return Called::NotSent(late(format!(
                 "{} calls of the background thread are on their way (a node of the cluster \
                  hangs?); {key} is tried again soon",
                 a.on_way.len()
@@ -156,14 +173,14 @@ fn call_by<T: Send + 'static>(
     match answer {
         Ok(Some(answer)) if started.elapsed() <= SHORT_WAIT => {
             a.slow.remove(key);
-            Ok(Some(answer))
+            Called::Done(answer)
         }
         Ok(answer) => {
             a.slow.insert(key.to_owned(), Instant::now());
-            Ok(answer)
+            answer.map_or(Called::LeftRunning, Called::Done)
         }
         // (the closure, and the key's guard with it, went with the failed spawn)
-        Err(e) => Err(late(format!("no thread for the call about {key}: {e}"))),
+        Err(e) => Called::NotSent(late(format!("no thread for the call about {key}: {e}"))),
     }
 }
 
@@ -235,9 +252,9 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // (a clean-up left running is tried again too: a second release of a permit
         // already given back changes nothing)
         let result = match result {
-            Ok(Some(result)) => result,
-            Ok(None) => Err(late(format!("the give-back of {} is on its way", c.id))),
-            Err(e) => Err(e),
+            Called::Done(result) => result,
+            Called::LeftRunning => Err(late(format!("the give-back of {} goes on aside", c.id))),
+            Called::NotSent(e) => Err(e),
         };
         match result {
             Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
@@ -255,10 +272,6 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
                     c.waiter,
                 );
             }
-            Err(e) if asides.lock().on_way.contains(&c.keys.holders) => log::debug!(
-                "redis-semaphore: the give-back of permit {} is still on its way: {e}",
-                c.id
-            ),
             Err(e) => log::warn!(
                 "redis-semaphore: could not give back permit {} after a failed acquire \
                  (its lease ends by itself): {e}",
@@ -364,9 +377,12 @@ fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: D
             apply(s, &b, sent, answer, false);
         },
     );
-    if let Err(e) = done {
-        // not sent: tried again soon
-        apply(shared, &batch, sent, Err(e), true);
+    match done {
+        // it settled its group itself, or will when it ends
+        Called::Done(()) | Called::LeftRunning => {}
+        // (a call about the semaphore still runs, for another group, say, or for an
+        // older batch without this one's newest permits; or no room): tried again soon
+        Called::NotSent(e) => apply(shared, &batch, sent, Err(e), true),
     }
 }
 
