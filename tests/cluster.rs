@@ -1106,3 +1106,57 @@ fn calls_needing_a_hung_node_end_by_the_operation_timeout() {
         || sem.try_acquire().is_ok_and(|p| p.is_some()),
     );
 }
+
+/// Two groups of permits on one semaphore (two handles with different leases) renewed
+/// while the semaphore's node is busy for a moment: the first group's call is left
+/// running, and the second group's is not sent, since one call about a semaphore is on
+/// its way at a time. It was then tried again only a whole refresh period later, when
+/// its permits' lease had run out although the node answered again long before (review
+/// of 2026-11-27). It is now tried again soon.
+#[test]
+fn a_renewal_not_sent_while_another_group_s_call_runs_is_tried_again_soon() {
+    const LEASE_MS: u64 = 1_500;
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_millis(300))
+        .build(cluster.url())
+        .unwrap();
+    let name = "two-groups";
+    let k = cluster.primary_of(&format!("redsem:{{{name}}}:h"));
+    let handle = |lease_ms: u64| {
+        client
+            .semaphore_builder(name)
+            .limit(2)
+            .lease(Duration::from_millis(lease_ms))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (handle(LEASE_MS), handle(LEASE_MS + 1));
+    let pa = a
+        .try_acquire()
+        .unwrap()
+        .expect("a permit of the first group");
+    let pb = b
+        .try_acquire()
+        .unwrap()
+        .expect("a permit of the second group");
+    let acquired = Instant::now();
+    // the test is about time passing: the node is busy from shortly before both groups'
+    // first renewal (a third of the lease after the acquires) for most of a period
+    thread::sleep(Duration::from_millis(LEASE_MS / 3 - 100));
+    let busy = keep_busy(&cluster, k, Duration::from_millis(LEASE_MS / 3 + 200));
+    busy.join().unwrap();
+    while acquired.elapsed() < Duration::from_millis(LEASE_MS * 2) {
+        for (which, p) in [("first", &pa), ("second", &pb)] {
+            assert!(
+                !p.is_lost(),
+                "the {which} group's permit was lost {:?} after the acquires: {:?}",
+                acquired.elapsed(),
+                p.lost().try_recv()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.holders().unwrap().len(), 2, "both permits are still held");
+}
