@@ -882,11 +882,7 @@ fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_th
         OP + SLACK
     );
     // the client carries on once the node answers again
-    wait_until(
-        Duration::from_secs(10),
-        "a permit after the node answers",
-        || sem.try_acquire().is_ok_and(|p| p.is_some()),
-    );
+    a_permit_once_the_node_answers(&sem);
 }
 
 /// The background thread on a cluster one of whose nodes hangs after the client's
@@ -967,6 +963,15 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
     let holders = ok_sem.holders().unwrap();
     assert_eq!(holders.len(), 1, "the server still has the renewed permit");
     ok.release().unwrap();
+}
+
+/// Waits until `sem` grants a permit again, once its node answers (a hung node resumed).
+fn a_permit_once_the_node_answers(sem: &Semaphore) {
+    wait_until(
+        Duration::from_secs(10),
+        "a permit after the node answers",
+        || sem.try_acquire().is_ok_and(|p| p.is_some()),
+    );
 }
 
 /// Cuts every client connection to node `k` (as a restart, `CLIENT KILL` or an idle
@@ -1100,11 +1105,7 @@ fn calls_needing_a_hung_node_end_by_the_operation_timeout() {
     // (commands routed by hand: SCAN on each primary)
     timed("list_semaphores", &|| client.list_semaphores("*").is_err());
     drop(paused);
-    wait_until(
-        Duration::from_secs(10),
-        "a permit after the node answers",
-        || sem.try_acquire().is_ok_and(|p| p.is_some()),
-    );
+    a_permit_once_the_node_answers(&sem);
 }
 
 /// Two groups of permits on one semaphore (two handles with different leases) renewed
