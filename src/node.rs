@@ -46,7 +46,7 @@ fn connect_timeout_by(timeout: Option<Duration>, end: Option<Instant>) -> Option
         return Some(timeout);
     };
     let left = end.saturating_duration_since(Instant::now());
-    if left < Duration::from_millis(1) {
+    if left < MIN_SHARE {
         return None;
     }
     Some(Some(timeout.map_or(left, |t| t.min(left))))

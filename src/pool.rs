@@ -709,11 +709,9 @@ impl Conn {
             bound.set = budget;
         }
         self.bound = Some(bound);
-        let result = {
-            // (also for commands routed on the cluster connection by hand)
-            let _end = CallEnd::start(bound.end);
-            f(self)
-        };
+        // (each request, and each hand-routed cluster command, marks the call's end
+        // for the cluster client: `tighten`, `cluster`)
+        let result = f(self);
         let set = self.bound.map_or(in_force, |b| b.set);
         self.bound = outer;
         if set != in_force

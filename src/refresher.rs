@@ -227,28 +227,22 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // bounded as the renewals below: a hung server must not hold back the losses
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
-        let end = call_end(shared, by);
+        let (end, wait_until) = call_bounds(shared, by);
         let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
-        let result = call_by(
-            shared,
-            asides,
-            &c.keys.holders,
-            wait_until(shared, by),
-            move |s| {
-                s.pool.run_by(Some(end), s.op_timeout, |c2| {
-                    if waiter {
-                        // out of the queue first: nothing can be granted to it afterwards (a
-                        // reply it cannot read, a grant another program's value put out of
-                        // range, say, still goes on to the release)
-                        match leased::cancel(&mut **c2, &keys, &id) {
-                            Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
-                            Err(e) => return Err(e),
-                        }
+        let result = call_by(shared, asides, &c.keys.holders, wait_until, move |s| {
+            s.pool.run_by(Some(end), s.op_timeout, |c2| {
+                if waiter {
+                    // out of the queue first: nothing can be granted to it afterwards (a
+                    // reply it cannot read, a grant another program's value put out of
+                    // range, say, still goes on to the release)
+                    match leased::cancel(&mut **c2, &keys, &id) {
+                        Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
+                        Err(e) => return Err(e),
                     }
-                    leased::release(&mut **c2, &keys, &id, false)
-                })
-            },
-        );
+                }
+                leased::release(&mut **c2, &keys, &id, false)
+            })
+        });
         // (a clean-up left running is tried again too: a second release of a permit
         // already given back changes nothing)
         let result = match result {
@@ -361,22 +355,16 @@ fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
 fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: Duration) {
     let sent = Instant::now();
     let by = sent + wait;
-    let end = call_end(shared, by);
+    let (end, wait_until) = call_bounds(shared, by);
     let b = Arc::clone(&batch);
-    let done = call_by(
-        shared,
-        asides,
-        &batch.keys.holders,
-        wait_until(shared, by),
-        move |s| {
-            Counters::bump(&s.stats.refresh_calls);
-            let answer = call_batch(s, &b, end);
-            if answer.is_err() {
-                Counters::bump(&s.stats.refresh_failed);
-            }
-            apply(s, &b, sent, answer, false);
-        },
-    );
+    let done = call_by(shared, asides, &batch.keys.holders, wait_until, move |s| {
+        Counters::bump(&s.stats.refresh_calls);
+        let answer = call_batch(s, &b, end);
+        if answer.is_err() {
+            Counters::bump(&s.stats.refresh_failed);
+        }
+        apply(s, &b, sent, answer, false);
+    });
     match done {
         // it settled its group itself, or will when it ends
         Called::Done(()) | Called::LeftRunning => {}
@@ -386,24 +374,17 @@ fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: D
     }
 }
 
-/// When a call of this thread that must be waited for until `by` must end itself: then,
-/// where it runs on this thread; one operation timeout from now on a cluster, where it
-/// runs on its own ([`call_by`]) and its late answer is still of use.
-fn call_end(shared: &Shared, by: Instant) -> Instant {
+/// For a call of this thread that may take until `by`: when the call must end itself,
+/// and how long this thread waits for it. Both are `by` where the call runs on this
+/// thread; on a cluster, where it runs on its own ([`call_by`]) and applies its late
+/// answer itself, it may take one operation timeout from now, and is waited for
+/// [`SHORT_WAIT`] at most.
+fn call_bounds(shared: &Shared, by: Instant) -> (Instant, Instant) {
     if shared.is_cluster() {
-        by.max(Instant::now() + shared.op_timeout)
+        let now = Instant::now();
+        (by.max(now + shared.op_timeout), by.min(now + SHORT_WAIT))
     } else {
-        by
-    }
-}
-
-/// How long this thread waits for a call whose own time ends at `by`: that long, or on
-/// a cluster, where the call applies its late answer itself, [`SHORT_WAIT`] at most.
-fn wait_until(shared: &Shared, by: Instant) -> Instant {
-    if shared.is_cluster() {
-        by.min(Instant::now() + SHORT_WAIT)
-    } else {
-        by
+        (by, by)
     }
 }
 
@@ -429,16 +410,15 @@ fn apply(
             (lost.collect(), false)
         }
         Ok(Renewal::Lost(gone)) => (renewed_but(batch, &gone, sent, now), false),
-        Err(e) if aside => {
-            log::debug!(
-                "redis-semaphore: renewal of {} permits of {} not done now: {e}",
-                batch.permits.len(),
-                batch.key.name
-            );
-            (expired(batch, now), true)
-        }
         Err(e) => {
-            log::warn!(
+            // (a call not sent is tried again soon: said at debug level)
+            let level = if aside {
+                log::Level::Debug
+            } else {
+                log::Level::Warn
+            };
+            log::log!(
+                level,
                 "redis-semaphore: renewal of {} permits of {} failed: {e}",
                 batch.permits.len(),
                 batch.key.name
