@@ -58,13 +58,16 @@ const REFRESH_CHUNK: usize = 1000;
 pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
     let asides = SharedAsides::default();
     loop {
-        let mut next = shared.registry.lock().next_wake();
-        if !asides.lock().on_way.is_empty() {
-            // a call on its way may settle its group sooner (a failure is tried again
-            // soon) after this thread went to sleep: look again meanwhile
-            let soon = Instant::now() + RETRY_AFTER_FAILURE;
-            next = Some(next.map_or(soon, |n| n.min(soon)));
-        }
+        // a call on its way may settle its group sooner (a failure is tried again soon)
+        // after this thread went to sleep: look again meanwhile
+        let soon = (!asides.lock().on_way.is_empty()).then(|| Instant::now() + RETRY_AFTER_FAILURE);
+        let next = {
+            let mut registry = shared.registry.lock();
+            let next = registry.next_wake().into_iter().chain(soon).min();
+            // (a permit registered from here on wakes this thread only when due sooner)
+            registry.sleeping_until(next);
+            next
+        };
         let woke = match next {
             Some(t) => wake.recv_deadline(t),
             None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -72,6 +75,7 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         if let Err(RecvTimeoutError::Disconnected) = woke {
             return;
         }
+        shared.registry.lock().awake();
         tick(&shared, &asides, &wake);
     }
 }

@@ -214,6 +214,23 @@ pub(crate) struct Registry {
     /// The earliest deadline of the permits registered since the background thread
     /// last asked ([`take_fresh_deadline`](Registry::take_fresh_deadline)).
     fresh_deadline: Option<Instant>,
+    /// When the background thread looks at the registry next by itself.
+    looks: Looks,
+}
+
+/// When the background thread looks at the registry next without being woken: a
+/// registration wakes it only when its first renewal is due before then (so that a
+/// thread already due to wake in time is not woken per permit, a wake-up that would
+/// cost the acquiring thread its CPU on a busy machine).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Looks {
+    /// It is awake (or starting): it reads the schedule again before it sleeps.
+    #[default]
+    Soon,
+    /// It sleeps until then.
+    At(Instant),
+    /// It sleeps until woken.
+    Never,
 }
 
 /// A release owed for an acquire whose reply was lost: sent from `at` on (never
@@ -232,7 +249,8 @@ pub(crate) struct Cleanup {
 }
 
 impl Registry {
-    /// Adds a permit; returns whether the thread must look at its schedule again.
+    /// Adds a permit; returns whether the thread must be woken to look at its schedule
+    /// (it sleeps past the permit's first renewal, or its loss when not renewed).
     pub(crate) fn register(
         &mut self,
         key: GroupKey,
@@ -265,26 +283,38 @@ impl Registry {
         } else {
             state.valid_until()
         };
-        let mut nudge = false;
-        let group = self.groups.entry(key).or_insert_with(|| {
-            nudge = true;
-            Group {
-                keys: Arc::clone(keys),
-                period,
-                next_due: first_due,
-                permits: HashMap::new(),
-                renewer,
-            }
+        let group = self.groups.entry(key).or_insert_with(|| Group {
+            keys: Arc::clone(keys),
+            period,
+            next_due: first_due,
+            permits: HashMap::new(),
+            renewer,
         });
         if period < group.period {
             group.period = period;
         }
         if first_due < group.next_due {
             group.next_due = first_due;
-            nudge = true;
         }
         group.permits.insert(state.id.clone(), state);
-        nudge
+        // (first_due is at or before the permit's deadline: a loss is declared in time)
+        match self.looks {
+            Looks::Soon => false,
+            Looks::At(t) => first_due < t,
+            Looks::Never => true,
+        }
+    }
+
+    /// The background thread is about to sleep: when it wakes by itself (`None`: only
+    /// when woken), as it computed from [`next_wake`](Registry::next_wake) under the same
+    /// lock, so that a registration in between sees it.
+    pub(crate) fn sleeping_until(&mut self, until: Option<Instant>) {
+        self.looks = until.map_or(Looks::Never, Looks::At);
+    }
+
+    /// The background thread woke up: it reads the schedule again before it sleeps.
+    pub(crate) fn awake(&mut self) {
+        self.looks = Looks::Soon;
     }
 
     /// Claims permit `id` of semaphore `name` for an adoption; `false` when a permit of
@@ -490,6 +520,46 @@ mod tests {
             reg.earliest_deadline_after(now).map(|t| t > now),
             Some(true)
         );
+    }
+
+    #[test]
+    fn a_registration_wakes_the_thread_only_when_due_before_it_looks_by_itself() {
+        let key = |name: &str| GroupKey {
+            name: Arc::from(name),
+            lease_ms: 3000,
+            auto: true,
+        };
+        let period = Duration::from_secs(1);
+        let permit =
+            |id: &str, valid_for| PermitState::new(id.into(), Instant::now() + valid_for).0;
+        let mut reg = Registry::default();
+        let keys = Arc::new(Keys::new("s"));
+        // awake: it reads the schedule before it sleeps
+        assert!(!reg.register(key("s"), &keys, period, permit("a", Duration::from_secs(3))));
+        // asleep until after the first renewal of a new permit (due in a second): woken
+        reg.sleeping_until(Some(Instant::now() + Duration::from_secs(2)));
+        assert!(reg.register(key("t"), &keys, period, permit("b", Duration::from_secs(3))));
+        // asleep until before it (a waiter's heartbeat, say): not woken, and the
+        // schedule it reads then has the new permit's renewal
+        let looks_at = Instant::now() + Duration::from_millis(300);
+        reg.sleeping_until(Some(looks_at));
+        assert!(!reg.register(key("u"), &keys, period, permit("c", Duration::from_secs(3))));
+        assert!(
+            reg.next_wake()
+                .is_some_and(|t| t <= Instant::now() + period)
+        );
+        // a pushed grant lasting a heartbeat is renewed at half of it: woken if later
+        assert!(reg.register(
+            key("u"),
+            &keys,
+            period,
+            permit("d", Duration::from_millis(400))
+        ));
+        // asleep until woken: always woken
+        reg.sleeping_until(None);
+        assert!(reg.register(key("s"), &keys, period, permit("e", Duration::from_secs(3))));
+        reg.awake();
+        assert!(!reg.register(key("s"), &keys, period, permit("f", Duration::from_secs(3))));
     }
 
     #[test]
