@@ -644,3 +644,80 @@ fn a_timeout_names_the_operation_and_the_semaphore() {
         proxy.heal();
     }
 }
+
+/// Clients on one clock (here, one host): a millisecond-scored permit must not say it
+/// is valid after another client's purge may take its entry. Every client purges an
+/// entry scored `s` once its own clock reads `s + timeout` whole milliseconds; the
+/// score is the acquire time truncated to the millisecond, so the holder's lease must
+/// end by then, not up to a millisecond later. (Found in review: the lease was
+/// counted from the unrounded reading, so a second holder got the only permit while
+/// the first still had up to 1 ms of `lease_left()`.)
+#[test]
+fn a_millis_lease_ends_no_later_than_the_purge_by_a_client_on_the_same_clock() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut conn = server.conn();
+    // a timeout of a fraction of a millisecond more: the wire purges in whole ones
+    const TIMEOUT: Duration = Duration::from_micros(20_700);
+    for (variant, time_key) in [
+        (BookVariant::Basic, NAME.to_owned()),
+        (BookVariant::Fair, NAME.to_owned()),
+        (BookVariant::NodeFair, format!("{NAME}:time")),
+    ] {
+        let build = || {
+            book(&client, variant, 1)
+                .unit(TimeUnit::Millis)
+                .timeout(TIMEOUT)
+                .poll_interval(Duration::from_micros(50))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(), build());
+        // 1. the lease, as the permit reports it, against the time its entry can be
+        //    purged: the wall clock read before lease_left() gives a lower bound of
+        //    the lease's end on the wall clock
+        let mut worst_ms = f64::MIN;
+        for _ in 0..40 {
+            let p = a.try_acquire().unwrap().unwrap();
+            let score: i64 = redis::cmd("ZSCORE")
+                .arg(&time_key)
+                .arg(p.id())
+                .query(&mut conn)
+                .unwrap();
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            let left = p.lease_left();
+            let lease_end_ms = (wall + left).as_secs_f64() * 1000.0;
+            let purge_ms = (score + TIMEOUT.as_millis() as i64) as f64;
+            worst_ms = worst_ms.max(lease_end_ms - purge_ms);
+            p.release().unwrap();
+        }
+        // 2. what holders observe: B polls for the only permit while A holds it
+        let mut overlaps = 0;
+        for _ in 0..40 {
+            let pa = a.try_acquire().unwrap().unwrap();
+            // (Basic ranks entries of one millisecond by id: a try in the grant's own
+            // millisecond may steal it, as documented; start past it)
+            let score: i64 = redis::cmd("ZSCORE")
+                .arg(&time_key)
+                .arg(pa.id())
+                .query(&mut conn)
+                .unwrap();
+            support::wait_until(Duration::from_secs(1), "the next millisecond", || {
+                now_ms() > score
+            });
+            let pb = b.acquire_timeout(Duration::from_secs(1)).unwrap().unwrap();
+            if !pa.is_lost() && pa.lease_left() > Duration::ZERO {
+                overlaps += 1;
+            }
+            drop(pb);
+            drop(pa);
+        }
+        assert!(
+            worst_ms <= 0.0 && overlaps == 0,
+            "{variant:?}: a lease outlasted its entry by up to {worst_ms:.3} ms; \
+             {overlaps} of 40 times two holders of a limit of 1 both had lease left"
+        );
+    }
+}

@@ -762,3 +762,88 @@ fn watch_goes_on_when_the_watched_semaphore_goes_idle() {
         assert!(screen.contains("\"held\":0"), "{screen}");
     }
 }
+
+/// A holder id is shown escaped like every other text read from Redis: the scripts of
+/// this crate write only uuid ids, but another program with write access can put any
+/// member in the holders' zset, and `status` lists it.
+#[test]
+fn status_prints_a_foreign_holder_id_escaped() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("esc", 3).unwrap();
+    let held = sem.acquire().unwrap();
+    let mut conn = server.conn();
+    let record: String = redis::cmd("HGET")
+        .arg("redsem:{esc}:i")
+        .arg(held.id())
+        .query(&mut conn)
+        .unwrap();
+    let deadline: i64 = redis::cmd("ZSCORE")
+        .arg("redsem:{esc}:h")
+        .arg(held.id())
+        .query(&mut conn)
+        .unwrap();
+    let evil = "\u{1b}]0;owned\u{7}\u{1b}[2J";
+    let _: () = redis::cmd("ZADD")
+        .arg("redsem:{esc}:h")
+        .arg(deadline)
+        .arg(evil)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("redsem:{esc}:i")
+        .arg(evil)
+        .arg(&record)
+        .query(&mut conn)
+        .unwrap();
+    let out = cli(&server, &["status", "esc"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains('\u{1b}') && !err.contains('\u{1b}'),
+        "status printed a raw escape sequence: {text:?} {err:?}"
+    );
+}
+
+/// Output that cannot be written (a reader that went away: `watch NAME | head -1`; a
+/// full disk) is an error with exit status 2, as documented, not a panic (101).
+#[test]
+fn output_that_cannot_be_written_is_exit_status_2_not_a_panic() {
+    use std::process::Stdio;
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let _held = client.semaphore("piped", 2).unwrap().acquire().unwrap();
+    // the reader closes the pipe before the second screen is drawn (a second later)
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args(["--url", &server.url(), "watch", "piped", "--count", "2"])
+        .env_remove("REDIS_URL")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "watch into a closed pipe: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // a full disk
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+        .args(["--url", &server.url(), "status", "piped"])
+        .env_remove("REDIS_URL")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "status into /dev/full: {err}");
+    assert!(err.contains("cannot write the output"), "{err}");
+}

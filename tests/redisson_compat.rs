@@ -880,3 +880,213 @@ fn counter_checks_name_the_key_on_every_path_and_pass_other_refusals_on() {
         Ok(v) => panic!("a release on a replica: {v}"),
     }
 }
+
+// Found by a review (2026-11-27, fourth session): each failed before its mend.
+
+fn zcard(conn: &mut redis::Connection) -> i64 {
+    redis::cmd("ZCARD").arg(TIMEOUT_KEY).query(conn).unwrap()
+}
+
+fn stored(conn: &mut redis::Connection) -> String {
+    redis::cmd("GET").arg(NAME).query(conn).unwrap()
+}
+
+/// A counter of 16 to 19 digits (integer text INCRBY takes, but past the 15 digits the
+/// scripts promise to refuse) with an expired lease in the zset: the reclaim before a
+/// read or an acquire ran its INCRBY, its ZREM and its PUBLISH, and only then did the
+/// counter check refuse the value, so the script failed after its first write (the
+/// counter raised, the expired member gone, a wake-up announced) while the call
+/// returned `WrongType`. Nothing may be written when it fails.
+#[test]
+fn a_reclaim_on_a_counter_past_15_digits_fails_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let pes = client.redisson_permit_expirable_semaphore(NAME);
+    for (value, what) in [
+        ("1000000000000000000", "19 digits"),
+        ("9999999999999999", "16 digits, which +1 takes to 17"),
+    ] {
+        for call in ["available_permits", "try_acquire"] {
+            redis::cmd("SET")
+                .arg(NAME)
+                .arg(value)
+                .exec(&mut conn)
+                .unwrap();
+            redis::cmd("DEL").arg(TIMEOUT_KEY).exec(&mut conn).unwrap();
+            // an expired lease (deadline 1 ms after the epoch), id of 16 raw bytes
+            redis::cmd("ZADD")
+                .arg(TIMEOUT_KEY)
+                .arg(1)
+                .arg(&[7u8; 16][..])
+                .exec(&mut conn)
+                .unwrap();
+            let r = match call {
+                "available_permits" => pes.available_permits().map(drop),
+                _ => pes.try_acquire(None).map(drop),
+            };
+            assert!(
+                matches!(r, Err(Error::WrongType { .. })),
+                "{call} on {what}: {r:?}"
+            );
+            assert_eq!(
+                stored(&mut conn),
+                value,
+                "{call} on {what}: the counter was written"
+            );
+            assert_eq!(
+                zcard(&mut conn),
+                1,
+                "{call} on {what}: the expired lease was removed"
+            );
+        }
+    }
+}
+
+/// A counter of 16 digits passes the counter check (which means "at most 15 digits,
+/// exact as a Lua number") and add_permits computed the new value in Lua doubles:
+/// 9007199254740993 + 2 was stored (and returned) as 9007199254740994. It must store
+/// the exact sum or refuse the counter with nothing written.
+#[test]
+fn add_permits_on_a_16_digit_counter_stores_the_exact_sum_or_refuses() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    let value = "9007199254740993";
+    redis::cmd("SET")
+        .arg(NAME)
+        .arg(value)
+        .exec(&mut conn)
+        .unwrap();
+    match rs.add_permits(2) {
+        Ok(after) => {
+            assert_eq!(after, 9_007_199_254_740_995, "the sum returned");
+            assert_eq!(stored(&mut conn), "9007199254740995", "the sum stored");
+        }
+        Err(Error::WrongType { .. }) => assert_eq!(stored(&mut conn), value, "nothing written"),
+        Err(e) => panic!("add_permits: {e:?}"),
+    }
+}
+
+/// A permit-expirable acquire without lease whose reply came after the operation
+/// timeout: the script had run (the id is in the lease zset and the counter went down),
+/// the call failed with a timeout, and nothing ever gave the permit back, although the
+/// client made the id itself. Without a lease nothing reclaims it: the semaphore stays
+/// one permit short for good (here: no permit left at all). The leased semaphore gives
+/// back such a grant ("an acquire whose reply was lost ... is given back by the
+/// client's background thread"); the permit-expirable one knows its ids and can release
+/// them (release by id is safe at any time: an id nobody holds changes nothing).
+#[test]
+fn a_timed_out_permit_expirable_acquire_without_lease_is_given_back() {
+    const OP: Duration = Duration::from_millis(300);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut conn = server.conn();
+    let pes = client.redisson_permit_expirable_semaphore(NAME);
+    assert!(pes.try_set_permits(1).unwrap());
+    // the acquire and release scripts in the server's cache (no NOSCRIPT round trip)
+    pes.try_acquire(None)
+        .unwrap()
+        .expect("a permit")
+        .release()
+        .unwrap();
+    let zadds = |conn: &mut redis::Connection| {
+        support::command_calls(conn)
+            .get("zadd")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = zadds(&mut conn);
+    proxy.delay_replies(Duration::from_millis(800));
+    let r = pes.try_acquire(None);
+    proxy.delay_replies(Duration::ZERO);
+    match &r {
+        Err(e) => assert!(e.is_timeout(), "{e:?}"),
+        Ok(p) => panic!("expected a timeout, got {p:?}"),
+    }
+    // the script ran (its ZADD): the grant was made, under an id only the client knew
+    wait_until(Duration::from_secs(5), "the acquire script ran", || {
+        zadds(&mut conn) == before + 1
+    });
+    let direct = Client::open(server.url()).unwrap();
+    let other = direct.redisson_permit_expirable_semaphore(NAME);
+    wait_until(
+        Duration::from_secs(10),
+        "the timed-out grant is given back",
+        || zcard(&mut conn) == 0,
+    );
+    assert!(
+        other.try_acquire(None).unwrap().is_some(),
+        "the permit is free again"
+    );
+}
+
+fn zscore(conn: &mut redis::Connection, id: &[u8]) -> Option<i64> {
+    let s: Option<f64> = redis::cmd("ZSCORE")
+        .arg(TIMEOUT_KEY)
+        .arg(id)
+        .query(conn)
+        .unwrap();
+    s.map(|s| s as i64)
+}
+
+/// Auto-refreshed permit-expirable permits were grouped by name and lease only, and a
+/// group kept the renewer of the handle that made it, which holds that handle weakly.
+/// A handle made per call (`client.redisson_permit_expirable_semaphore(name)` makes no
+/// network call, so a helper may well make one each time) whose permit was released
+/// left its group behind until the group came due; the next handle's permit joined
+/// that group, and its renewals found the first handle gone and answered "nothing to
+/// renew": the refresher took that as renewed. The permit's lease ran out in Redis while
+/// the permit kept saying it was valid, and another client got the only permit: two
+/// holders of a one-permit semaphore (DESIGN "Under faults": never more valid holders
+/// than permits).
+#[test]
+fn an_auto_refreshed_permit_is_renewed_after_the_handle_that_made_its_group_is_gone() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let lease = Duration::from_millis(900);
+    let handle = || {
+        client
+            .redisson_permit_expirable_semaphore(NAME)
+            .with_auto_refresh(true)
+    };
+    assert!(handle().try_set_permits(1).unwrap());
+    // a handle of its own per call, as a helper would make it
+    handle()
+        .try_acquire(Some(lease))
+        .unwrap()
+        .expect("a permit")
+        .release()
+        .unwrap();
+    let permit = handle()
+        .try_acquire(Some(lease))
+        .unwrap()
+        .expect("a permit");
+    let id = decode(permit.id());
+    let first = zscore(&mut conn, &id).expect("held");
+    let other = Client::open(server.url()).unwrap();
+    let other = other.redisson_permit_expirable_semaphore(NAME);
+    // either its deadline in Redis moves on twice over (renewed), or it passes while
+    // the permit still says it is valid
+    support::wait_for(Duration::from_secs(10), "two renewals or a lapse", || {
+        match zscore(&mut conn, &id) {
+            Some(s) if s >= first + 2 * lease.as_millis() as i64 => Some(()),
+            Some(s) if support::now_ms() <= s + 20 => None,
+            lapsed => {
+                if permit.is_lost() || permit.lease_left().is_zero() {
+                    return Some(()); // known lost: no second valid holder
+                }
+                let second = other.try_acquire(Some(Duration::from_secs(60))).unwrap();
+                panic!(
+                    "the lease ended in Redis ({lapsed:?}, first deadline {first}) while the \
+                     permit says it is valid ({:?} left); another client got the only \
+                     permit: {:?}",
+                    permit.lease_left(),
+                    second.as_ref().map(|p| p.id().to_owned())
+                );
+            }
+        }
+    });
+    assert!(!permit.is_lost(), "renewed, not lost");
+}

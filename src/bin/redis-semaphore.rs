@@ -135,6 +135,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// `println!` on stdout, failing `run` (exit status 2, with the reason) when the
+/// output cannot be written: a closed pipe (`watch NAME | head -1`) or a full disk,
+/// where `println!` panics (exit status 101).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+            .map_err(|e| format!("cannot write the output: {e}"))?
+    }};
+}
+
+/// `print!` as [`outln!`] does `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($arg)*)
+            .map_err(|e| format!("cannot write the output: {e}"))?
+    }};
+}
+
 fn run(cli: &Cli) -> Result<ExitCode, String> {
     // the URL as every message shows it: without its password
     let url = redact_url(&cli.url);
@@ -176,9 +196,9 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         Command::Status { name } => {
             let (json, text) = report(&client, &open(name)?, name, &url, &reach, false)?;
             if cli.json {
-                println!("{json}");
+                outln!("{json}");
             } else {
-                print!("{text}");
+                out!("{text}");
             }
         }
         Command::List { pattern } => {
@@ -226,30 +246,34 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                         Err(e) => json!({"name": r.name, "kind": r.kind, "error": e}),
                     })
                     .collect();
-                println!("{}", Value::Array(list));
+                outln!("{}", Value::Array(list));
             } else if rows.is_empty() {
-                println!("no semaphores match {:?}", clean(pattern));
+                outln!("no semaphores match {:?}", clean(pattern));
             } else {
-                println!(
+                outln!(
                     "{:<40} {:<8} {:>6} {:>6} {:>6}",
-                    "NAME", "KIND", "HELD", "LIMIT", "QUEUED"
+                    "NAME",
+                    "KIND",
+                    "HELD",
+                    "LIMIT",
+                    "QUEUED"
                 );
                 for r in &rows {
                     let name = clean(&r.name);
                     match &r.read {
-                        Ok((held, limit, queued)) if r.kind == "leased" => println!(
+                        Ok((held, limit, queued)) if r.kind == "leased" => outln!(
                             "{name:<40} {:<8} {held:>6} {:>6} {queued:>6}",
                             r.kind,
                             limit.map_or_else(|| "?".into(), |l| l.to_string()),
                         ),
                         // a counting semaphore: its count, no limit
-                        Ok((count, _, queued)) => println!(
+                        Ok((count, _, queued)) => outln!(
                             "{name:<40} {:<8} {:>6} {:>6} {queued:>6}",
                             r.kind,
                             format!("={count}"),
                             "-",
                         ),
-                        Err(e) => println!("{name:<40} {:<8} error: {}", r.kind, clean(e)),
+                        Err(e) => outln!("{name:<40} {:<8} error: {}", r.kind, clean(e)),
                     }
                 }
             }
@@ -280,15 +304,15 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
             }
             sem.set_limit(*limit).map_err(reach)?;
             if cli.json {
-                println!("{}", json!({"name": name, "limit": limit}));
+                outln!("{}", json!({"name": name, "limit": limit}));
             } else {
-                println!("limit of {} set to {limit}", clean(name));
+                outln!("limit of {} set to {limit}", clean(name));
             }
         }
         Command::Release { name, id } => {
             let released = open(name)?.force_release(id).map_err(reach)?;
             if cli.json {
-                println!("{}", json!({"name": name, "id": id, "released": released}));
+                outln!("{}", json!({"name": name, "id": id, "released": released}));
             }
             if !released {
                 if !cli.json {
@@ -301,7 +325,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 return Ok(ExitCode::from(1));
             }
             if !cli.json {
-                println!("released {} from {}", clean(id), clean(name));
+                outln!("released {} from {}", clean(id), clean(name));
             }
         }
         Command::Watch { name, count } => {
@@ -313,15 +337,15 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
                 // keys) is shown empty
                 let (json, text) = report(&client, &sem, name, &url, &reach, shown > 0)?;
                 if cli.json {
-                    println!("{json}");
+                    outln!("{json}");
                 } else if std::io::stdout().is_terminal() {
                     // clear the screen, cursor home
-                    print!("\x1b[2J\x1b[H{text}");
-                    println!("\n(refreshing every second; Ctrl-C to quit)");
+                    out!("\x1b[2J\x1b[H{text}");
+                    outln!("\n(refreshing every second; Ctrl-C to quit)");
                 } else {
                     // a pipe or a file: no terminal codes, one report after another
-                    print!("{text}");
-                    println!();
+                    out!("{text}");
+                    outln!();
                 }
                 shown += 1;
                 if count.is_some_and(|c| shown >= c) {
@@ -460,7 +484,9 @@ fn status_text(name: &str, s: &Status, holders: &[Holder]) -> String {
         let slots: Vec<String> = h.slots.iter().map(u32::to_string).collect();
         out.push_str(&format!(
             "  {:<36}  {:>7}  {:>17}  {:<8}  {:>8.1}s  {:>9.1}s  {:<20}  {}\n",
-            h.id,
+            // only uuid ids come from this crate's scripts, but any program that can
+            // write the keys can add a member
+            clean(&h.id),
             h.permits,
             h.token,
             slots.join(","),

@@ -359,9 +359,10 @@ struct BookInner {
 struct Stamp {
     now: String,
     cutoff: String,
-    /// The monotonic instant of the reading: the entry's lease ends `timeout` after it
-    /// by this client's clock.
-    at: Instant,
+    /// When the entry's lease ends by this client's monotonic clock: when a client
+    /// whose clock agrees with ours may purge it (its score plus the timeout, in the
+    /// unit's resolution), never later.
+    ends: Instant,
 }
 
 /// A checked-out connection of a book semaphore on which every call (one command, or
@@ -494,11 +495,16 @@ impl ConnectionLike for BookConn {
 
 impl BookInner {
     fn stamp(&self) -> Stamp {
+        // the monotonic reading first: its wall time is at or before the score's
         let at = Instant::now();
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let (now, cutoff) = match self.unit {
+        // Other clients purge the entry once their clock reads its score plus the
+        // timeout (both as written on the wire), so the lease counts from the score,
+        // not from the unrounded reading: `early` is how much earlier than the reading
+        // the score (and the purge) may fall.
+        let (now, cutoff, early, timeout) = match self.unit {
             TimeUnit::Seconds => {
                 let now = since_epoch.as_secs_f64() + self.clock_offset_ms as f64 / 1000.0;
                 // Rust prints f64 in shortest round-trip form without an exponent,
@@ -506,15 +512,28 @@ impl BookInner {
                 (
                     format!("{now}"),
                     format!("{}", now - self.timeout.as_secs_f64()),
+                    // the f64 roundings of the score and of a purging client's cutoff
+                    // (half a unit in the last place each: 0.12 us until 2106)
+                    Duration::from_micros(1),
+                    self.timeout,
                 )
             }
             TimeUnit::Millis => {
-                let now = since_epoch.as_millis() as i64 + self.clock_offset_ms;
+                let ms = since_epoch.as_millis();
+                let now = ms as i64 + self.clock_offset_ms;
                 let timeout = self.timeout.as_millis() as i64;
-                (now.to_string(), (now - timeout).to_string())
+                (
+                    now.to_string(),
+                    (now - timeout).to_string(),
+                    // the score is the reading truncated to the millisecond
+                    since_epoch.saturating_sub(Duration::from_millis(ms as u64)),
+                    // and the timeout is purged with in whole milliseconds
+                    Duration::from_millis(timeout as u64),
+                )
             }
         };
-        Stamp { now, cutoff, at }
+        let ends = at.checked_sub(early).unwrap_or(at) + timeout;
+        Stamp { now, cutoff, ends }
     }
 
     /// A connection, waiting for one up to the checkout timeout.
@@ -759,7 +778,7 @@ impl Grantor for BookInner {
         let added = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
             .map_err(|e| self.err(e).during("refresh"))?;
         if !added {
-            permit.renewed(stamp.at + self.timeout);
+            permit.renewed(stamp.ends);
             return Ok(());
         }
         // Our ZADD put the id back although it was gone: take it out again, as the
@@ -901,7 +920,7 @@ impl BookSemaphore {
 
     fn permit(&self, id: String, token: u64, stamp: Stamp) -> Permit {
         Counters::bump(&self.inner.stats().acquired);
-        let (state, lost_rx) = PermitState::new(id, stamp.at + self.inner.timeout);
+        let (state, lost_rx) = PermitState::new(id, stamp.ends);
         Permit {
             grantor: Arc::clone(&self.inner) as Arc<dyn Grantor>,
             state,

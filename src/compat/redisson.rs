@@ -50,7 +50,8 @@
 //!   `updateLeaseTime`); these permits are renewed in the background only with
 //!   [`with_auto_refresh(true)`](RPermitExpirableSemaphore::with_auto_refresh) (the
 //!   client's background thread runs `updateLeaseTime`'s steps every third of the
-//!   lease, for all the permits of one semaphore and lease in one script call).
+//!   lease, for all the permits of one semaphore handle and lease in one script
+//!   call: permits of handles made apart are renewed by separate calls).
 //!   Otherwise call [`Permit::refresh`] (the same steps) or
 //!   [`update_lease_time`](RPermitExpirableSemaphore::update_lease_time) before the
 //!   lease runs out.
@@ -70,6 +71,13 @@
 //!   by a primary that fails before its replica copied it is lost, permits included;
 //!   with it, as in Redisson, the window narrows to writes that some but not all
 //!   replicas had (the wait fails only when *no* replica acknowledged).
+//! - **A lost reply.** An `RPermitExpirableSemaphore` acquire that fails after it may
+//!   have reached the server (a timeout, a dropped connection) gives back the ids it
+//!   made, at once and once more an operation timeout later, on a thread of its own
+//!   (Redisson leaves them taken: without a lease, for good). A request held up on its
+//!   way for longer than that still takes its permits, until their lease ends if any.
+//!   An `RSemaphore` acquire has no ids: a lost reply may have taken permits nobody
+//!   gives back, as in Redisson.
 //!
 //! # Wake-ups
 //!
@@ -585,6 +593,39 @@ fn give_back_by(end: Option<Instant>, give_back: impl FnOnce() -> bool + Send + 
     }
 }
 
+/// Gives back, on a thread of its own, the permits an acquire may have taken before it
+/// failed (its reply lost or late: the script may have run). The ids are the call's
+/// own, so releasing them is safe whatever happened (an id nobody holds changes
+/// nothing), and without a lease nothing else ever would. Released at once, and once
+/// more an operation timeout later, for a request that reached the server only after
+/// the first give-back (the acquire script has no cutoff of its own; a request held up
+/// longer than that still takes its permits, until their lease ends, if any).
+fn give_back_after_failure(inner: &Arc<PesInner>, ids: Vec<[u8; 16]>) {
+    let inner = Arc::clone(inner);
+    let again = inner.common.shared().op_timeout;
+    let spawned = crate::threads::run_aside("redsem-give-back", Instant::now(), move || {
+        for pass in 0..2 {
+            if pass == 1 {
+                // (a delay, not a wait for a condition: nothing tells when a request
+                // held up on its way arrives)
+                std::thread::sleep(again);
+            }
+            for id in &ids {
+                if let Err(e) = inner.release_raw_unsynced(&encode_id(id)) {
+                    log::warn!(
+                        "redis-semaphore: could not give back a permit of {} whose acquire \
+                         failed: {e}",
+                        inner.common.name
+                    );
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("redis-semaphore: cannot start a thread to give back permits: {e}");
+    }
+}
+
 /// The client's wall clock in epoch milliseconds: Redisson's time base.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -631,11 +672,7 @@ impl Client {
     /// ([`Error::InvalidArgument`], before any network call).
     pub fn redisson_permit_expirable_semaphore(&self, name: &str) -> RPermitExpirableSemaphore {
         RPermitExpirableSemaphore {
-            inner: Arc::new(PesInner {
-                common: Common::new(self, name),
-                accept_hex_ids: false,
-                auto_refresh: false,
-            }),
+            inner: Arc::new(PesInner::new(Common::new(self, name), false, false)),
         }
     }
 }
@@ -969,6 +1006,24 @@ struct PesInner {
     accept_hex_ids: bool,
     /// Whether the client's background thread renews the leases of its permits.
     auto_refresh: bool,
+    /// This handle's own refresher group ([`PesInner::new`]).
+    group_id: u64,
+}
+
+/// Gives each [`PesInner`] a refresher group of its own: a group's renewer holds its
+/// handle weakly, and a permit of another handle in that group would not be renewed
+/// once that handle is gone (while its own grant keeps its own handle alive).
+static NEXT_PES_GROUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl PesInner {
+    fn new(common: Common, accept_hex_ids: bool, auto_refresh: bool) -> PesInner {
+        PesInner {
+            common,
+            accept_hex_ids,
+            auto_refresh,
+            group_id: NEXT_PES_GROUP.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// One grant's view of the semaphore, for its [`Permit`]: the lease to renew with, and
@@ -993,9 +1048,13 @@ struct PesRenewer {
 
 impl Renew for PesRenewer {
     fn renew(&self, permits: &[Arc<PermitState>], wait: Duration) -> Result<Vec<String>> {
-        // gone: so are its permits (each holds it), nothing to renew
+        // gone: so are its permits (each holds it, and only its own permits are in its
+        // group); should one be passed anyway, nothing is known of it (not "renewed":
+        // it ends with its deadline)
         let Some(inner) = self.inner.upgrade() else {
-            return Ok(Vec::new());
+            return Err(Error::InvalidArgument(
+                "the handle of these permit-expirable permits is gone".into(),
+            ));
         };
         let publish = inner.publish();
         let ids = permits
@@ -1249,11 +1308,11 @@ impl RPermitExpirableSemaphore {
 
     fn with_common(&self, common: Common, accept_hex_ids: bool) -> Self {
         RPermitExpirableSemaphore {
-            inner: Arc::new(PesInner {
+            inner: Arc::new(PesInner::new(
                 common,
                 accept_hex_ids,
-                auto_refresh: self.inner.auto_refresh,
-            }),
+                self.inner.auto_refresh,
+            )),
         }
     }
 
@@ -1266,11 +1325,11 @@ impl RPermitExpirableSemaphore {
     /// another client) fires [`Permit::lost`].
     pub fn with_auto_refresh(self, on: bool) -> Self {
         RPermitExpirableSemaphore {
-            inner: Arc::new(PesInner {
-                common: self.inner.common.clone(),
-                accept_hex_ids: self.inner.accept_hex_ids,
-                auto_refresh: on,
-            }),
+            inner: Arc::new(PesInner::new(
+                self.inner.common.clone(),
+                self.inner.accept_hex_ids,
+                on,
+            )),
         }
     }
 
@@ -1356,14 +1415,29 @@ impl RPermitExpirableSemaphore {
                     all
                 })
             },
-        )?;
+        );
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                if !matches!(e, Error::InvalidArgument(_) | Error::WrongType { .. }) {
+                    give_back_after_failure(&self.inner, ids);
+                }
+                return Err(e);
+            }
+        };
         Ok(match answer {
             PesAcquire::Granted => {
                 let stats = &self.inner.common.shared().stats;
-                // renewed in the background: a group of its own per name and lease
+                // renewed in the background: a group of its own per handle and lease
+                // (its renewer holds the handle weakly: only this handle's permits,
+                // which hold it, may be in it); the `{` keeps it apart from a leased
+                // semaphore's group, whose name has none
                 let renewed = lease.filter(|_| self.inner.auto_refresh);
                 let group = renewed.map(|l| GroupKey {
-                    name: Arc::from(format!("redisson-pes:{}", self.inner.common.name)),
+                    name: Arc::from(format!(
+                        "redisson-pes:{} {{{}}}",
+                        self.inner.common.name, self.inner.group_id
+                    )),
                     lease_ms: l.as_millis() as u64,
                     auto: true,
                 });

@@ -239,7 +239,7 @@ pub(crate) fn rs_available(conn: &mut dyn ConnectionLike, keys: &RedissonKeys) -
 /// zero, not `-0`), of at most 15 digits.
 fn is_counter_text(s: &str) -> bool {
     let digits = s.strip_prefix('-').unwrap_or(s);
-    s.len() <= 16
+    digits.len() <= 15
         && !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())
         && (s == "0" || !digits.starts_with('0'))

@@ -23,8 +23,13 @@ end
 -- sign but '-', no leading zero, not '-0'), of at most 15 digits, so that it is exact
 -- as a Lua number (Redisson's counts are Java ints: far below that).
 local function counter_text(v)
-    return #v <= 16 and (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil)
+    local digits = #v
+    if string.sub(v, 1, 1) == '-' then digits = digits - 1 end
+    return digits <= 15 and (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil)
 end
+
+-- The largest counter magnitude counter_text() takes (15 digits).
+local COUNTER_MAX = 999999999999999
 
 -- The counter as a number, or false when the key is missing. A key of another type
 -- fails its GET with WRONGTYPE; a string that is not counter_text() fails the script
@@ -43,12 +48,21 @@ end
 -- counter holds text that is no integer, else the INCRBY's own error (WRONGTYPE for
 -- another type, READONLY on a replica, OOM, an overflow...). Called before any other
 -- write of the script.
+-- The counter is read and checked first (a value INCRBY takes but counter_text()
+-- refuses, 16 to 19 digits, would otherwise be raised, and the script fail at its next
+-- read of the counter, after this write), and a result past 15 digits is refused too.
 local function incr(n)
+    local stored = redis.pcall('GET', KEYS[1])
+    if type(stored) == 'string' then
+        if not counter_text(stored) then
+            return nil, redis.error_reply(counter_refused(stored))
+        end
+        local after = tonumber(stored) + tonumber(n)
+        if after > COUNTER_MAX or after < -COUNTER_MAX then
+            return nil, redis.error_reply(counter_refused(stored))
+        end
+    end
     local value = redis.pcall('INCRBY', KEYS[1], n)
     if type(value) ~= 'table' then return value end
-    local stored = redis.pcall('GET', KEYS[1])
-    if type(stored) == 'string' and not counter_text(stored) then
-        return nil, redis.error_reply(counter_refused(stored))
-    end
     return nil, value
 end

@@ -25,6 +25,9 @@ end
 local value = counter_value()
 if ARGV[3] == 'add' then
     local after = (value or 0) + arg
+    if after > COUNTER_MAX or after < -COUNTER_MAX then
+        return redis.error_reply(counter_refused(redis.call('GET', KEYS[1])))
+    end
     redis.call('SET', KEYS[1], string.format('%d', after))
     if arg > 0 then
         publish(KEYS[3], ARGV[4])
