@@ -26,6 +26,25 @@ pub(crate) fn stopped(stop: &Receiver<()>) -> bool {
     matches!(stop.try_recv(), Err(TryRecvError::Disconnected))
 }
 
+/// Gives back, on a thread of its own, what a call that failed after it may have
+/// reached the server may have taken: runs `give_back` at once (a reply lost or late:
+/// the call ran) and once more `again` later (a request held up on its way that reached
+/// the server after the first). `give_back` must be safe whatever the call did (it
+/// frees only what the call's own ids name); it logs its own failures. A request held
+/// up for longer still takes what it takes (until its expiry, if any).
+pub(crate) fn give_back_twice(again: Duration, give_back: impl Fn() + Send + 'static) {
+    let spawned = run_aside("redsem-give-back", Instant::now(), move || {
+        give_back();
+        // (a delay, not a wait for a condition: nothing tells when a request held up
+        // on its way arrives)
+        std::thread::sleep(again);
+        give_back();
+    });
+    if let Err(e) = spawned {
+        log::warn!("redis-semaphore: cannot start a thread to give back after a failed call: {e}");
+    }
+}
+
 /// Runs `f` on a thread named `name` and waits for its answer until `until`: `Ok(None)`
 /// when none came by then (`f` goes on, and its late answer is dropped: a connection
 /// in it goes back to its pool), `Err` when no thread could be started. For a call

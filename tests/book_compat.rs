@@ -721,3 +721,47 @@ fn a_millis_lease_ends_no_later_than_the_purge_by_a_client_on_the_same_clock() {
         );
     }
 }
+
+/// `FairWithLock`: a lock whose `SET` ran but whose reply the client never read (here:
+/// the request held up on its way past the operation timeout, so that it runs after
+/// the client gave up) is released by the client by its id, not left to block every
+/// client's acquire until the lock timeout (30 s here; the book's code leaves it so).
+#[test]
+fn a_lock_taken_by_a_set_whose_reply_was_lost_is_released_by_its_id() {
+    const OP: Duration = Duration::from_millis(300);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut conn = server.conn();
+    let sem = book(&client, BookVariant::FairWithLock, 2)
+        .lock_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let sets = |conn: &mut redis::Connection| {
+        support::command_calls(conn)
+            .get("set")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = sets(&mut conn);
+    proxy.delay_sent(b"NX", OP + OP / 2);
+    let r = sem.try_acquire();
+    assert!(
+        matches!(&r, Err(e) if e.is_timeout()),
+        "the lock's SET times out: {r:?}"
+    );
+    let lock = format!("lock:{NAME}");
+    support::wait_until(Duration::from_secs(5), "the held-up SET ran", || {
+        sets(&mut conn) > before
+    });
+    support::wait_until(
+        Duration::from_secs(5),
+        "the lock released by its id",
+        || {
+            !redis::cmd("EXISTS")
+                .arg(&lock)
+                .query::<bool>(&mut conn)
+                .unwrap()
+        },
+    );
+    proxy.delay_sent(b"NX", Duration::ZERO);
+    assert!(sem.try_acquire().unwrap().is_some(), "acquires go on");
+}

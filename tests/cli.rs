@@ -218,6 +218,21 @@ fn watch_refuses_a_count_of_zero() {
     assert!(o.stdout.is_empty(), "{o:?}");
 }
 
+/// `set-limit NAME 0` is a usage error (exit status 2) refused before anything
+/// connects; it printed a note that the limit "is stored for its first use" and then
+/// failed on the limit.
+#[test]
+fn set_limit_refuses_a_limit_of_zero_before_anything_else() {
+    let o = bare_cli(
+        &["--url", "redis://127.0.0.1:1/", "set-limit", "x", "0"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("LIMIT") && !err.contains("note"), "{err}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+}
+
 /// A database index the server refuses (`SELECT 99` against the default 16
 /// databases) made the CLI wait out its 3 s checkout timeout and say "cannot talk to
 /// Redis" without naming the index; it now fails at once, naming the address and the

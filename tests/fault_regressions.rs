@@ -1357,3 +1357,103 @@ fn a_renewal_sent_before_a_hand_over_never_cuts_the_adopter_s_lease_short() {
         again.lease_left()
     );
 }
+
+/// `Semaphore::set_limit` promises: "The stored limit is kept for at least a day after
+/// this call, and as long as the semaphore is in use." Once the retention (a day; here
+/// the script's retention argument, 2 s, stands for it) has passed, a semaphore
+/// still in use must keep its stored limit: a grant, a renewal, must carry it on.
+/// It did not: the keys' expiry then followed the leases only (the last deadline plus
+/// the padding, at most a second), so the first second in which nobody held a permit
+/// deleted the stored limit with the keys, and every client went back to its own
+/// limit: 5 holders where the operator had stored 2.
+#[test]
+fn a_stored_limit_outlives_its_retention_while_the_semaphore_is_in_use() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = redis_semaphore::Client::open(server.url()).unwrap();
+    let sem = client
+        .semaphore_builder("kept")
+        .limit(5)
+        .lease(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    // set_limit(2), as the client sends it but with a retention of 2 s for its day
+    let stored_at = server_ms(&mut conn);
+    let previous: i64 = call_on(&support::set_limit_script(), "kept")
+        .arg(2)
+        .arg(2000)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(previous, -1);
+    assert_eq!(sem.limit().unwrap(), 2);
+
+    // the retention passes while the semaphore is in use: a permit is held (and
+    // renewed by the keepalive) from before its end to after it
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    wait_past_server_ms(&mut conn, stored_at + 2000);
+    assert_eq!(
+        sem.limit().unwrap(),
+        2,
+        "stored limit while a permit is held"
+    );
+    p.release().unwrap();
+    let released_at = server_ms(&mut conn);
+
+    // ... and it goes on being used after a short pause without holders, far shorter
+    // than the retention: every lease it had (200 ms) and its padding (200 ms) over
+    let paused = Instant::now();
+    wait_past_server_ms(&mut conn, released_at + 500);
+    let status = sem.status().unwrap();
+    assert_eq!(
+        status.stored_limit,
+        Some(2),
+        "the stored limit was lost after a pause of {:?} without holders; status now: \
+         {status:?}",
+        paused.elapsed()
+    );
+    // what that costs: three holders of a semaphore whose stored limit is 2
+    let three: Vec<_> = (0..3).filter_map(|_| sem.try_acquire().unwrap()).collect();
+    assert_eq!(
+        three.len(),
+        2,
+        "held {} permits under a stored limit of 2",
+        three.len()
+    );
+}
+
+/// The operators' fields 'cl' and 'cdl' (the limits clients passed) edited by hand to
+/// text that is no number: the inspect script put a nil into its reply array, which
+/// Redis cuts short there ('cl') or which shifts the holders' list by one ('cdl'), so
+/// `status()` failed with "short reply" and `holders()` with a malformed list, an
+/// error that does not say what is wrong, for a field that is only shown to operators
+/// (the scripts ignore a stored 'limit' or 'ctr' that is no number, common.lua).
+#[test]
+fn a_client_limit_field_edited_by_hand_does_not_break_status_or_holders() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = redis_semaphore::Client::open(server.url()).unwrap();
+    let sem = client.semaphore("edited", 3).unwrap();
+    let _p = sem.try_acquire().unwrap().expect("a free permit");
+    let info = "redsem:{edited}:i";
+    let () = redis::cmd("HSET")
+        .arg(info)
+        .arg("cl")
+        .arg("abc")
+        .query(&mut conn)
+        .unwrap();
+    let status = sem.status();
+    assert!(status.is_ok(), "status with 'cl' = abc: {status:?}");
+    let () = redis::cmd("HSET")
+        .arg(info)
+        .arg("cl")
+        .arg("3")
+        .arg("cdl")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let holders = sem.holders();
+    assert!(
+        holders.as_ref().is_ok_and(|h| h.len() == 1),
+        "holders with 'cdl' = x: {holders:?}"
+    );
+}

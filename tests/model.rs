@@ -752,8 +752,8 @@ fn parse_holder(rec: &str) -> (u32, u64, Vec<u32>) {
     (num(f[0], "permits"), num(f[1], "token"), slots)
 }
 
-const STATE_FIELDS: [&str; 9] = [
-    "used", "ctr", "limit", "exp", "mind", "qn", "qseq", "cl", "cdl",
+const STATE_FIELDS: [&str; 10] = [
+    "used", "ctr", "limit", "exp", "mind", "qn", "qseq", "cl", "cdl", "lk",
 ];
 const TYPES: [&str; 4] = ["zset", "hash", "string", "zset"];
 

@@ -379,3 +379,30 @@ fn node_basic_is_the_books_basic_in_millis() {
     assert!(py.release(&py_again.id));
     assert_eq!(zcard(&mut conn, NAME), 0);
 }
+
+/// A `NodeFair` semaphore named `semaphore` would keep its count zset under
+/// `semaphore:count`, the Node port's global ticket counter (a string): refused when
+/// built, before any network call, instead of failing every call with WRONGTYPE.
+#[test]
+fn a_node_fair_semaphore_named_semaphore_is_refused_when_built() {
+    // a server nobody listens on: the build makes no network call
+    let client = Client::open("redis://127.0.0.1:1/").unwrap();
+    let built = client
+        .book_semaphore("semaphore", 2)
+        .variant(BookVariant::NodeFair)
+        .build();
+    match built {
+        Err(redis_semaphore::Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("semaphore:count"), "{msg}")
+        }
+        other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
+    }
+    // the book's own variants keep their keys apart from it
+    assert!(
+        client
+            .book_semaphore("semaphore", 2)
+            .variant(BookVariant::Fair)
+            .build()
+            .is_ok()
+    );
+}

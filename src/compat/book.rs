@@ -118,7 +118,7 @@ use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
 use crate::pool::Conn;
 use crate::registry::PermitState;
-use crate::scripts::book::{self, BookKeys};
+use crate::scripts::book::{self, BookKeys, NODE_GLOBAL_COUNTER};
 use crate::stats::Counters;
 use crate::topology::{is_read_only_error, is_read_only_reply};
 
@@ -286,6 +286,14 @@ impl BookSemaphoreBuilder {
             _ => BookKeys::new(&self.name),
         };
         Error::check_name(&self.name, false)?;
+        if keys.owner == NODE_GLOBAL_COUNTER {
+            // its count zset would be the Node port's global ticket counter, a string:
+            // every call would fail with WRONGTYPE
+            return invalid(
+                "a NodeFair semaphore cannot be named \"semaphore\": its key \
+                 \"semaphore:count\" is the Node port's global ticket counter",
+            );
+        }
         if self.limit == 0 {
             return invalid("limit must be at least 1");
         }
@@ -656,12 +664,56 @@ impl BookInner {
                  the acquire took longer than the lock timeout",
                 self.keys.lock
             ),
-            Err(e) => log::warn!(
-                "redis-semaphore: releasing book lock {}: {e}",
-                self.keys.lock
-            ),
+            Err(e) => {
+                log::warn!(
+                    "redis-semaphore: releasing book lock {}: {e}; tried again aside",
+                    self.keys.lock
+                );
+                self.release_lock_aside(lock_id);
+            }
         }
         outcome
+    }
+
+    /// Releases the lock `lock_id` names, if it is still ours, on a thread of its own
+    /// ([`give_back_twice`](crate::threads::give_back_twice), each time within one
+    /// operation timeout), when a call on the caller's connection failed with the lock
+    /// perhaps taken (a lost reply): else it would block every client's acquire until
+    /// `lock_timeout` (10 s by default; the book's code leaves it so). The release
+    /// compares the lock's value with the id first, so it never frees another's lock.
+    fn release_lock_aside(&self, lock_id: String) {
+        let client = self.client.clone();
+        let keys = self.keys.clone();
+        let op = client.inner.shared.op_timeout;
+        crate::threads::give_back_twice(op, move || {
+            let shared = &client.inner.shared;
+            let released = shared
+                .pool
+                .get(Some(op))
+                .map_err(crate::Error::from)
+                .and_then(|c| {
+                    let mut conn = BookConn {
+                        conn: c,
+                        op,
+                        deadline: Some(Instant::now() + op),
+                    };
+                    for _ in 0..16 {
+                        if book::lock_release_round(&mut conn, &keys, &lock_id)
+                            .map_err(crate::Error::Redis)?
+                            .is_some()
+                        {
+                            break;
+                        }
+                    }
+                    Ok(())
+                });
+            if let Err(e) = released {
+                log::warn!(
+                    "redis-semaphore: releasing book lock {} aside: {e}",
+                    keys.lock
+                );
+            }
+        });
     }
 
     /// The book's `acquire_lock_with_timeout`: `SETNX` + `EXPIRE` (sent here as one
@@ -675,8 +727,15 @@ impl BookInner {
         let end = Instant::now() + self.lock_wait;
         let end = until.map_or(end, |d| end.min(d));
         loop {
-            if book::lock_try(conn, &self.keys, &lock_id, lock_ms).map_err(|e| self.err(e))? {
-                return Ok(Some(lock_id));
+            match book::lock_try(conn, &self.keys, &lock_id, lock_ms) {
+                Ok(true) => return Ok(Some(lock_id)),
+                Ok(false) => {}
+                Err(e) => {
+                    // the SET may have run (its reply lost or late): the lock would
+                    // block every acquire until it expires (the book's code leaves it)
+                    self.release_lock_aside(lock_id);
+                    return Err(self.err(e));
+                }
             }
             book::lock_repair(conn, &self.keys, lock_ms).map_err(|e| self.err(e))?;
             if Instant::now() >= end {

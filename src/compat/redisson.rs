@@ -593,37 +593,24 @@ fn give_back_by(end: Option<Instant>, give_back: impl FnOnce() -> bool + Send + 
     }
 }
 
-/// Gives back, on a thread of its own, the permits an acquire may have taken before it
-/// failed (its reply lost or late: the script may have run). The ids are the call's
-/// own, so releasing them is safe whatever happened (an id nobody holds changes
-/// nothing), and without a lease nothing else ever would. Released at once, and once
-/// more an operation timeout later, for a request that reached the server only after
-/// the first give-back (the acquire script has no cutoff of its own; a request held up
-/// longer than that still takes its permits, until their lease ends, if any).
+/// Gives back the permits an acquire may have taken before it failed (its reply lost
+/// or late: the script may have run), as [`give_back_twice`](crate::threads::give_back_twice)
+/// does. The ids are the call's own, so releasing them is safe whatever happened (an
+/// id nobody holds changes nothing), and without a lease nothing else ever would.
 fn give_back_after_failure(inner: &Arc<PesInner>, ids: Vec<[u8; 16]>) {
     let inner = Arc::clone(inner);
     let again = inner.common.shared().op_timeout;
-    let spawned = crate::threads::run_aside("redsem-give-back", Instant::now(), move || {
-        for pass in 0..2 {
-            if pass == 1 {
-                // (a delay, not a wait for a condition: nothing tells when a request
-                // held up on its way arrives)
-                std::thread::sleep(again);
-            }
-            for id in &ids {
-                if let Err(e) = inner.release_raw_unsynced(&encode_id(id)) {
-                    log::warn!(
-                        "redis-semaphore: could not give back a permit of {} whose acquire \
-                         failed: {e}",
-                        inner.common.name
-                    );
-                }
+    crate::threads::give_back_twice(again, move || {
+        for id in &ids {
+            if let Err(e) = inner.release_raw_unsynced(&encode_id(id)) {
+                log::warn!(
+                    "redis-semaphore: could not give back a permit of {} whose acquire \
+                     failed: {e}",
+                    inner.common.name
+                );
             }
         }
     });
-    if let Err(e) = spawned {
-        log::warn!("redis-semaphore: cannot start a thread to give back permits: {e}");
-    }
 }
 
 /// The client's wall clock in epoch milliseconds: Redisson's time base.

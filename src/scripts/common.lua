@@ -10,6 +10,8 @@
 --                                      'ctr'   last fencing token granted
 --                                      'limit' limit stored by set_limit (absent: the
 --                                              caller's limit is used)
+--                                      'lk'    how long (ms) a stored limit is kept
+--                                              from each extension of 'exp' on
 --                                      'exp'   expiry time (server ms) of the keys
 --                                      'mind'  lower bound of the earliest deadline in h
 --                                      'qn'    number of queued waiters
@@ -188,9 +190,9 @@ end
 -- Writes the new state at once (with a TTL: the old 'exp' when still ahead, so that a
 -- stored limit keeps its retention, else one second) and returns it.
 local function repair(info_is_hash)
-    local kept = {false, false, false, false}
+    local kept = {false, false, false, false, false}
     if info_is_hash then
-        kept = redis.call('HMGET', I, 'ctr', 'limit', 'cl', 'exp')
+        kept = redis.call('HMGET', I, 'ctr', 'limit', 'cl', 'exp', 'lk')
     end
     redis.call('DEL', H, I, S, Q)
     local exp = tonumber(kept[4]) or 0
@@ -202,6 +204,7 @@ local function repair(info_is_hash)
         'qn', 0, 'qseq', 0)
     if kept[2] then redis.call('HSET', I, 'limit', kept[2]) end
     if kept[3] then redis.call('HSET', I, 'cl', kept[3]) end
+    if kept[5] then redis.call('HSET', I, 'lk', kept[5]) end
     local e = int(exp)
     for k = 1, 3 do redis.call('PEXPIREAT', KEYS[k], e) end
     return new_state({int(exp), '0', false, int(ctr), kept[2], '0', '0'})
@@ -351,6 +354,14 @@ end
 local function extend(st, deadline, pad)
     if st.exp >= deadline then return end
     st.exp = deadline + pad
+    if st.limit then
+        -- a stored limit is kept for its retention ('lk', set_limit.lua) from each
+        -- extension on, so it lasts as long as the semaphore is in use, not only as
+        -- long as some lease runs (a moment without holders would delete it); a read
+        -- of the hash, whose type check_keys proved: cannot fail
+        local keep = int_arg(field(st, 'lk'), 1, MAX_MS)
+        if keep and now + keep > st.exp then st.exp = now + keep end
+    end
     local e = int(st.exp)
     redis.call('PEXPIREAT', H, e)
     redis.call('PEXPIREAT', I, e)

@@ -110,6 +110,10 @@ local function fast_acquire(id, n, j, cutoff)
     end
     local _, lease, pad = fast_numbers(j, true)
     if not lease or not pad or not ARGV[j + 5] then return nil end
+    -- a grant that must move the keys' expiry of a semaphore with a stored limit
+    -- keeps the limit for its retention (extend, common.lua): the full logic does
+    -- it, about once a retention
+    if v[5] and (tonumber(v[1]) or 0) < now + lease then return nil end
     -- exactly `used` bits are set (K2) and used < limit, so the lowest clear bit is a
     -- slot below the limit (past the string's end when every bit in it is set)
     local b = redis.call('BITPOS', S, '0')

@@ -15,8 +15,9 @@
 -- K3, K4, K6); a semaphore with no keys is reported empty and no key is created.
 
 local st = load()
-local client_limit = tonumber(redis.call('HGET', I, 'cl') or '-1')
-local other_limit = tonumber(redis.call('HGET', I, 'cdl') or '-1')
+-- (text that is no limit, edited by hand, reads as absent: a nil would cut the reply)
+local client_limit = int_arg(redis.call('HGET', I, 'cl'), 1, MAX_LIMIT) or -1
+local other_limit = int_arg(redis.call('HGET', I, 'cdl'), 1, MAX_LIMIT) or -1
 purge(st)
 if st.qn > 0 then serve(st) end
 if st.exists then save(st) end

@@ -23,6 +23,8 @@ local previous = st.limit or -1
 init(st)
 st.limit = new_limit
 st.moved = true
+-- (kept for the retention from every later extension of the keys' expiry too: extend)
+put(st, 'lk', int(retention))
 extend(st, now + retention, 0)
 purge(st)
 serve(st)
