@@ -687,26 +687,22 @@ impl BookInner {
         let op = client.inner.shared.op_timeout;
         crate::threads::give_back_twice(op, move || {
             let shared = &client.inner.shared;
-            let released = shared
-                .pool
-                .get(Some(op))
-                .map_err(crate::Error::from)
-                .and_then(|c| {
-                    let mut conn = BookConn {
-                        conn: c,
-                        op,
-                        deadline: Some(Instant::now() + op),
-                    };
-                    for _ in 0..16 {
-                        if book::lock_release_round(&mut conn, &keys, &lock_id)
-                            .map_err(crate::Error::Redis)?
-                            .is_some()
-                        {
-                            break;
-                        }
+            let released = shared.pool.get(Some(op)).and_then(|c| {
+                let mut conn = BookConn {
+                    conn: c,
+                    op,
+                    deadline: Some(Instant::now() + op),
+                };
+                for _ in 0..16 {
+                    if book::lock_release_round(&mut conn, &keys, &lock_id)
+                        .map_err(crate::Error::Redis)?
+                        .is_some()
+                    {
+                        break;
                     }
-                    Ok(())
-                });
+                }
+                Ok(())
+            });
             if let Err(e) = released {
                 log::warn!(
                     "redis-semaphore: releasing book lock {} aside: {e}",
