@@ -55,7 +55,9 @@ pub enum Error {
     Call {
         /// The semaphore's name.
         name: String,
-        /// What failed: `acquire`, `release`, `refresh`, `adopt`, or `a call`.
+        /// What failed: the method's name (`acquire`, `release`, `refresh`, `adopt`,
+        /// `status`, `set_limit`, `holders`, `force_release`...), or `a call` where no
+        /// single operation is meant.
         operation: &'static str,
         /// The error `redis` gave.
         source: redis::RedisError,
@@ -100,7 +102,10 @@ pub enum Error {
 
     /// A key of the semaphore holds a value of another type than the protocol's: some
     /// other program writes under the semaphore's key names.
-    #[error("a key of semaphore {name:?} holds a value of the wrong type: {source}")]
+    #[error(
+        "a key of semaphore {name:?} holds a value of the wrong type: {}",
+        wrong_type_detail(source)
+    )]
     WrongType {
         /// The semaphore's name.
         name: String,
@@ -166,7 +171,7 @@ pub enum Error {
     Timeout {
         /// The semaphore's name.
         name: String,
-        /// What timed out: `acquire`, `release`, `refresh`, or `a call`.
+        /// What timed out: the method's name, as for [`Error::Call`], or `a call`.
         operation: &'static str,
         /// The time it was allowed (the operation timeout).
         allowed: std::time::Duration,
@@ -200,6 +205,19 @@ pub enum Error {
         /// Why it is gone, as far as the client can tell.
         reason: LostReason,
     },
+}
+
+/// What a WRONGTYPE error says, without what Redis adds to an error raised in a script
+/// (" script: <sha>, on @user_script:<line>.") and without the library's own prefix:
+/// the key and the type it holds, when a script of this crate found it.
+fn wrong_type_detail(e: &redis::RedisError) -> String {
+    let text = e.detail().map_or_else(|| e.to_string(), str::to_owned);
+    let text = match text.find(" script: ") {
+        Some(i) => &text[..i],
+        None => text.as_str(),
+    };
+    let text = text.strip_prefix("redis-semaphore: ").unwrap_or(text);
+    text.trim_end_matches('.').to_owned()
 }
 
 impl Error {

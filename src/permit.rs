@@ -160,6 +160,7 @@ impl Permit {
     /// let permit = sem.adopt(line.parse()?)?;
     /// # Ok::<(), redis_semaphore::Error>(())
     /// ```
+    #[must_use = "the grant stays taken, renewed by nobody, until its lease ends unless the parts are adopted"]
     pub fn into_parts(mut self) -> PermitParts {
         self.released = true;
         self.grantor.detach(&self.state);

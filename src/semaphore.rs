@@ -889,8 +889,8 @@ impl Semaphore {
                 reason,
             })
         };
-        match adoption {
-            Adoption::Renewed => {}
+        let held = match adoption {
+            Adoption::Renewed { held } => held,
             Adoption::NotHeld => return lost(LostReason::Released),
             // a semaphore's keys go by their TTL only once every lease in it ended,
             // this one's included; a server that lost its data is the rarer case
@@ -905,14 +905,18 @@ impl Semaphore {
                     parts.slots()
                 )));
             }
-        }
+        };
         let valid_until = lease_end(sent, sem.lease());
-        Ok(self.permit(
+        // max_hold counts from the grant, not from this adoption (the server's time
+        // since the grant, before the call was sent: never later than the grant)
+        let granted = held.map_or(sent, |h| sent.checked_sub(h).unwrap_or(sent));
+        Ok(self.permit_since(
             parts.id().to_owned(),
             parts.token(),
             parts.slots().to_vec(),
             parts.permits(),
             valid_until,
+            granted,
         ))
     }
 
@@ -922,7 +926,12 @@ impl Semaphore {
     ///
     /// Redis and pool errors; [`Error::WrongType`] when a key was overwritten.
     pub fn status(&self) -> Result<Status> {
-        let status = self.learn(status_of(&self.inspect(Inspect::Counts)?));
+        self.status_during("status")
+    }
+
+    /// [`status`](Semaphore::status), its errors naming `op`.
+    fn status_during(&self, op: &'static str) -> Result<Status> {
+        let status = self.learn(status_of(&self.inspect(Inspect::Counts, op)?));
         if status.stored_limit.is_none()
             && let (Some(a), Some(b)) = (status.client_limit, status.other_client_limit)
         {
@@ -946,20 +955,20 @@ impl Semaphore {
 
     /// How many acquires are queued, waiting, across all clients.
     pub fn queue_len(&self) -> Result<u32> {
-        Ok(self.counts()?.2)
+        Ok(self.counts("queue_len")?.2)
     }
 
     /// Permits free now: the limit minus the permits of unexpired holders (0 when a
     /// lowered limit is still exceeded).
     pub fn available(&self) -> Result<u32> {
-        let (limit, used, _) = self.counts()?;
+        let (limit, used, _) = self.counts("available")?;
         Ok(limit.saturating_sub(used))
     }
 
     /// The limit in force: the one stored by [`set_limit`](Semaphore::set_limit), else
     /// this handle's.
     pub fn limit(&self) -> Result<u32> {
-        Ok(self.counts()?.0)
+        Ok(self.counts("limit")?.0)
     }
 
     /// Stores `limit` in Redis, where it takes precedence over the limit every client
@@ -994,14 +1003,14 @@ impl Semaphore {
             limit,
             LIMIT_RETENTION.as_millis() as u64,
         )
-        .map_err(|e| self.inner.sorted(e))?;
+        .map_err(|e| self.inner.sorted(e).during("set_limit"))?;
         self.inner.stored_limit.store(limit, Ordering::Relaxed);
         Ok(())
     }
 
     /// Every unexpired holder, ordered by lease deadline (soonest first).
     pub fn holders(&self) -> Result<Vec<Holder>> {
-        Ok(self.status_and_holders()?.1)
+        Ok(self.status_and_holders_during("holders")?.1)
     }
 
     /// [`status`](Semaphore::status) and [`holders`](Semaphore::holders) read in one
@@ -1012,7 +1021,11 @@ impl Semaphore {
     ///
     /// As [`status`](Semaphore::status).
     pub fn status_and_holders(&self) -> Result<(Status, Vec<Holder>)> {
-        let inspected = self.inspect(Inspect::Holders)?;
+        self.status_and_holders_during("status_and_holders")
+    }
+
+    fn status_and_holders_during(&self, op: &'static str) -> Result<(Status, Vec<Holder>)> {
+        let inspected = self.inspect(Inspect::Holders, op)?;
         let status = self.learn(status_of(&inspected));
         let Some((now, list)) = inspected.holders else {
             return Err(bad("holders: none listed"));
@@ -1047,7 +1060,7 @@ impl Semaphore {
         let mut conn = self.conn()?;
         // keep the keys, so that the holder learns "released", not "keys gone"
         let status = leased::release(&mut conn, &self.inner.keys, id, true)
-            .map_err(|e| self.inner.sorted(e))?;
+            .map_err(|e| self.inner.sorted(e).during("force_release"))?;
         Ok(status != Released::NotHeld)
     }
 
@@ -1739,9 +1752,23 @@ impl Semaphore {
         n: u32,
         valid_until: Instant,
     ) -> Permit {
+        self.permit_since(id, token, slots, n, valid_until, Instant::now())
+    }
+
+    /// [`permit`](Self::permit) for a grant made at `granted` (an adopted one's
+    /// [`max_hold`](SemaphoreBuilder::max_hold) counts from its grant).
+    fn permit_since(
+        &self,
+        id: String,
+        token: u64,
+        slots: Vec<u32>,
+        n: u32,
+        valid_until: Instant,
+        granted: Instant,
+    ) -> Permit {
         let sem = &self.inner;
         let client = &sem.client.inner;
-        let hold_until = sem.max_hold.and_then(|d| Instant::now().checked_add(d));
+        let hold_until = sem.max_hold.and_then(|d| granted.checked_add(d));
         let (state, lost_rx) =
             PermitState::with_hold(id, valid_until, hold_until, sem.metrics.clone());
         let nudge = client.shared.registry.lock().register(
@@ -1826,14 +1853,14 @@ impl Semaphore {
         client.nudge();
     }
 
-    fn inspect(&self, what: Inspect) -> Result<Inspected> {
+    fn inspect(&self, what: Inspect, op: &'static str) -> Result<Inspected> {
         let mut conn = self.conn()?;
         leased::inspect(&mut conn, &self.inner.keys, self.inner.limit, what)
-            .map_err(|e| self.inner.sorted(e))
+            .map_err(|e| self.inner.sorted(e).during(op))
     }
 
-    fn counts(&self) -> Result<(u32, u32, u32)> {
-        let s = self.status()?;
+    fn counts(&self, op: &'static str) -> Result<(u32, u32, u32)> {
+        let s = self.status_during(op)?;
         Ok((s.limit, s.held, s.queued))
     }
 }

@@ -519,11 +519,24 @@ fn a_key_of_another_type_is_an_error_that_writes_nothing_until_it_is_deleted() {
         ];
         for (what, call) in tries {
             match call() {
-                Err(Error::WrongType { name: n, source }) => {
-                    assert_eq!(n, name, "{suffix} {what}");
+                Err(e @ Error::WrongType { .. }) => {
+                    let Error::WrongType { name: n, source } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(n, &name, "{suffix} {what}");
                     assert!(
                         source.to_string().contains(&key),
                         "{suffix} {what}: the error names the key: {source}"
+                    );
+                    // the message names the key, without the script's sha and line
+                    // that Redis appends, and ends without a full stop (STYLE)
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains(&key)
+                            && !msg.contains("script:")
+                            && !msg.contains("@user_script")
+                            && !msg.ends_with('.'),
+                        "{suffix} {what}: {msg}"
                     );
                 }
                 other => panic!("{suffix} {what}: {other:?}"),

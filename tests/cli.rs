@@ -218,19 +218,25 @@ fn watch_refuses_a_count_of_zero() {
     assert!(o.stdout.is_empty(), "{o:?}");
 }
 
-/// `set-limit NAME 0` is a usage error (exit status 2) refused before anything
-/// connects; it printed a note that the limit "is stored for its first use" and then
-/// failed on the limit.
+/// `set-limit NAME 0` (or above the library's `MAX_LIMIT`) is a usage error (exit
+/// status 2) refused before anything connects; 0 printed a note that the limit "is
+/// stored for its first use" and then failed on the limit.
 #[test]
 fn set_limit_refuses_a_limit_of_zero_before_anything_else() {
-    let o = bare_cli(
-        &["--url", "redis://127.0.0.1:1/", "set-limit", "x", "0"],
-        &[],
-    );
-    assert_eq!(o.status.code(), Some(2), "{o:?}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("LIMIT") && !err.contains("note"), "{err}");
-    assert!(o.stdout.is_empty(), "{o:?}");
+    for limit in ["0", "10001"] {
+        let o = bare_cli(
+            &["--url", "redis://127.0.0.1:1/", "set-limit", "x", limit],
+            &[],
+        );
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        // the range it names is the library's (1..=MAX_LIMIT)
+        assert!(
+            err.contains("LIMIT") && err.contains("10000") && !err.contains("note"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty(), "{o:?}");
+    }
 }
 
 /// A database index the server refuses (`SELECT 99` against the default 16

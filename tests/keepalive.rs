@@ -550,6 +550,48 @@ fn max_hold_stops_the_keepalive_and_lost_says_why() {
     );
 }
 
+/// `max_hold` counts from the grant ("renews it until `max_hold` after the grant"): a
+/// permit handed over (`into_parts`) and adopted by a handle with the same `max_hold`
+/// is not kept alive a whole `max_hold` more from the adoption. (It was: the hold
+/// restarted at every adoption, so a permit passed on could be kept for ever.)
+#[test]
+fn max_hold_counts_from_the_grant_across_an_adoption() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let build = || {
+        client
+            .semaphore_builder("handed-on")
+            .limit(1)
+            .lease(Duration::from_millis(300))
+            .max_hold(Duration::from_millis(1500))
+            .build()
+            .unwrap()
+    };
+    let (giver, taker) = (build(), build());
+    let granted = Instant::now();
+    let p = giver.acquire().unwrap();
+    // held (and renewed) for most of max_hold, then handed over
+    wait_until(Duration::from_secs(5), "a second of holding", || {
+        granted.elapsed() >= Duration::from_millis(1000)
+    });
+    assert!(!p.is_lost());
+    let adopted = taker.adopt(p.into_parts()).unwrap();
+    let adopted_at = Instant::now();
+    // lost once the lease after max_hold (from the grant) ends: by about 1.8 s after
+    // the grant, not 1.5 s + a lease after the adoption (about 2.8 s after the grant)
+    let reason = adopted
+        .lost()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("lost fires");
+    assert_eq!(reason, LostReason::MaxHold);
+    assert!(
+        adopted_at.elapsed() < Duration::from_millis(1300),
+        "kept alive {:?} after the adoption, {:?} after the grant",
+        adopted_at.elapsed(),
+        granted.elapsed()
+    );
+}
+
 #[test]
 fn a_manual_refresh_after_max_hold_is_refused() {
     let server = RedisServer::start();

@@ -104,7 +104,7 @@ enum Command {
         /// The semaphore's name.
         name: String,
         /// The new limit (at least 1).
-        #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=i64::from(redis_semaphore::MAX_LIMIT)))]
         limit: u32,
     },
     /// Release a holder's permit, whoever holds it.

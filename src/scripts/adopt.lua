@@ -4,7 +4,10 @@
 --
 -- ARGV: 1 lease ms, 2 pad ms, 3 id, 4 token, 5 slots (both as the holder record
 --       writes them: '17', '0,3')
--- Reply: {1}   held and live: renewed to now + lease
+-- Reply: {1, held}  held and live: renewed to now + lease; `held` is how long ago (server
+--              ms, at least 0) it was granted, from its record ({1} alone when the
+--              record's grant time does not parse: edited by hand), so that the
+--              adopter's max_hold counts from the grant, not from the adoption
 --        {0}   not held: released, force-released, or ended and purged before
 --        {-1}  the semaphore's keys are gone (every lease in it ended, or the
 --              server's data was lost)
@@ -29,11 +32,13 @@ local id = ARGV[3]
 if not valid_id(id) then return refuse('not a permit id') end
 local st = load(id)
 if not st.exists then return {-1} end
-local reply = 1
+local reply, held = 1, nil
 if not st.rec then
     reply = 0
 else
-    local token, slots = string.match(st.rec, '^%d+|(%d+)|([%d,]*)|')
+    local token, slots, at = string.match(st.rec, '^%d+|(%d+)|([%d,]*)|(%d+)|')
+    held = tonumber(at)
+    if held then held = math.max(now - held, 0) end
     if token ~= ARGV[4] or slots ~= ARGV[5] then
         reply = -3
     elseif not live(st, id) then
@@ -49,4 +54,5 @@ if reply == 1 then
     deadline_set(st, deadline, pad)
 end
 save(st)
+if reply == 1 and held then return {reply, int(held)} end
 return {reply}

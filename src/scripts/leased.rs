@@ -7,6 +7,8 @@
 //! timeout, a wrong key type, a dropped connection), a reply of the wrong shape is
 //! [`Error::UnexpectedReply`](crate::Error) naming the script.
 
+use std::time::Duration;
+
 use crate::node::ClusterConn;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{ConnectionLike, Value};
@@ -334,8 +336,9 @@ pub(crate) enum Renewal {
 /// What the adopt script found of a handed-over permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Adoption {
-    /// Held and live, with the token and slots given: renewed.
-    Renewed,
+    /// Held and live, with the token and slots given: renewed. With how long ago it
+    /// was granted (server time; `None`: its record does not say).
+    Renewed { held: Option<Duration> },
     /// Not held (released, force-released, or ended and purged before).
     NotHeld,
     /// The semaphore's keys are gone.
@@ -367,7 +370,10 @@ pub(crate) fn adopt(
         .invoke(conn)
         .map_err(Error::Redis)?;
     match reply.as_slice() {
-        [1] => Ok(Adoption::Renewed),
+        [1] => Ok(Adoption::Renewed { held: None }),
+        &[1, held] if held >= 0 => Ok(Adoption::Renewed {
+            held: Some(Duration::from_millis(held as u64)),
+        }),
         [0] => Ok(Adoption::NotHeld),
         [-1] => Ok(Adoption::KeysGone),
         [-2] => Ok(Adoption::Ended),
