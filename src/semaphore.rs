@@ -825,7 +825,9 @@ impl Semaphore {
     /// [`Permit::into_parts`](crate::Permit::into_parts): renews its lease now (with this
     /// handle's lease) and from then on as any permit of this handle, and gives it
     /// back when the returned `Permit` is dropped or released. Its id, fencing token
-    /// and slots are the original grant's.
+    /// and slots are the original grant's, and this handle's
+    /// [`max_hold`](SemaphoreBuilder::max_hold) counts from that grant (by the server's
+    /// clock), not from the adoption.
     ///
     /// The server checks the parts against the grant it holds: the same id, token and
     /// slots, its lease not yet ended. Hand each `PermitParts` to one process: the
