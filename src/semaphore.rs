@@ -1420,7 +1420,17 @@ impl Semaphore {
         let until = wait_end(deadline, op).map_or(soon, |end| soon.min(end));
         let reply = self.run_cancel(&waiter.id, until);
         waiter.finish();
-        match reply? {
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // out of the queue, and a grant that came given back, by the background
+                // thread (as a dropped waiter's failed cancel is): not left to lapse
+                // with the heartbeat
+                self.clean_up_waiter_after(&waiter.id, Instant::now());
+                return Err(e);
+            }
+        };
+        match reply {
             Some((token, valid_until, slots)) => {
                 let n = slots.len() as u32;
                 let p = self.permit(waiter.id.clone(), token, slots, n, valid_until);
