@@ -45,7 +45,9 @@
 //! - C5 A release whose deadline passes while another thread's call carries it stops
 //!   waiting for that call (it may still run: a release is safe either way, and the
 //!   permit then ends with its lease), so a release, and so `Drop`, never blocks past
-//!   its deadline. A try-acquire waits for the call's outcome instead: it must know
+//!   its deadline. It leaves marked (`Left`), so that a leader too late to send the
+//!   call that carries it (C4) drops it instead of queueing it again, where it would
+//!   be handed a lead nobody takes. A try-acquire waits for the call's outcome instead: it must know
 //!   whether it was granted (the script's cutoff ends that call's work by its own
 //!   deadline anyway).
 //! - C6 A call carries its releases before its tries (each group in queue order).
@@ -210,6 +212,9 @@ enum Outcome<R> {
     Done(Result<R>),
     /// The call did not reach Redis: run the operation alone.
     Alone,
+    /// A release whose caller left while a call carried it (C5): nobody waits for
+    /// it, so it is never handed the lead (C3).
+    Left,
 }
 
 impl<R> Slot<R> {
@@ -253,7 +258,8 @@ impl<R: Reply> Combiner<R> {
         let mut outcome = slot.outcome.lock();
         loop {
             match std::mem::replace(&mut *outcome, Outcome::Waiting) {
-                Outcome::Waiting => {
+                // (`Left` is set only by this thread as it returns)
+                Outcome::Waiting | Outcome::Left => {
                     if !slot.ready.wait_until(&mut outcome, deadline).timed_out()
                         || !matches!(*outcome, Outcome::Waiting)
                     {
@@ -273,7 +279,10 @@ impl<R: Reply> Combiner<R> {
                     drop(queue);
                     if matches!(*outcome, Outcome::Waiting) {
                         if may_leave_a_call {
-                            // C5: the call goes on without this caller
+                            // C5: the call goes on without this caller; marked while
+                            // its outcome is locked, so that a leader that hands the
+                            // call back (C4) drops it instead of queueing it again
+                            *outcome = Outcome::Left;
                             return Err(Failed::Abandoned(queued_at.elapsed()));
                         }
                         while matches!(*outcome, Outcome::Waiting) {
@@ -422,8 +431,12 @@ impl<R: Reply> Combiner<R> {
 
     /// Ends the turn of a leader that did not send its call: `others` go back to the
     /// head of the queue, in their order, and the turn passes on (C3).
-    fn hand_back(&self, others: Vec<Arc<Slot<R>>>) {
+    fn hand_back(&self, mut others: Vec<Arc<Slot<R>>>) {
         let mut queue = self.queue.lock();
+        // a release that left while this lead carried it (C5) has nobody to send it
+        // or to lead: it is not queued again (a caller leaves with its outcome
+        // locked, so it has either left by now or will find itself in the queue)
+        others.retain(|s| !matches!(*s.outcome.lock(), Outcome::Left));
         queue.splice(0..0, others);
         self.pass_turn(queue);
     }
@@ -884,6 +897,72 @@ mod tests {
         assert_eq!(c.leaders.load(Ordering::SeqCst), 0);
         assert_eq!(c.callers.load(Ordering::SeqCst), 0);
         assert!(c.queue.lock().is_empty());
+    }
+
+    /// C3/C5: a thread is handed the lead of a call carrying a release only once its
+    /// own deadline has passed (it was not scheduled in time), and the release's
+    /// deadline passes too before it runs: the release leaves (C5), the late leader
+    /// hands the call back (C4). The release must not be put back in the queue and
+    /// handed the lead with nobody left to take it: that call would never be given
+    /// back, and an operation carried with it would never be answered.
+    #[test]
+    fn a_release_that_left_its_call_is_never_handed_the_lead() {
+        // (each round takes either order of the two threads, at the scheduler's will;
+        // the bug showed in about every other round)
+        for round in 0..8 {
+            let c = Arc::new(Combiner::<Value>::default());
+            // every call is in flight; this thread stands for one of them, which ends
+            // below (`pass_turn` is what a finishing leader runs)
+            c.leaders.store(MAX_IN_FLIGHT, Ordering::SeqCst);
+            let start = Instant::now();
+            let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
+            let l = {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    c.run(acquire("L"), &never, start + Duration::from_millis(150))
+                })
+            };
+            wait_until("L to queue", || c.queue.lock().len() == 1);
+            let r = {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    c.run(release("R"), &never, start + Duration::from_millis(300))
+                })
+            };
+            wait_until("R to queue", || c.queue.lock().len() == 2);
+            {
+                let queue = c.queue.lock();
+                // the call ends after both deadlines: L is handed a call it is too
+                // late to send, carrying R
+                wait_until("both deadlines to pass", || {
+                    start.elapsed() > Duration::from_millis(320)
+                });
+                c.pass_turn(queue);
+            }
+            let lr = l.join().unwrap();
+            assert!(matches!(lr, Err(Failed::NotSent(_))), "{lr:?}");
+            let rr = r.join().unwrap();
+            assert!(
+                matches!(rr, Err(Failed::NotSent(_) | Failed::Abandoned(_))),
+                "{rr:?}"
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while c.leaders.load(Ordering::SeqCst) != MAX_IN_FLIGHT - 1 {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: the call L was handed is never given back: {} calls \
+                     in flight, queue {:?}",
+                    c.leaders.load(Ordering::SeqCst),
+                    c.queue
+                        .lock()
+                        .iter()
+                        .map(|s| id_of(&s.op).to_owned())
+                        .collect::<Vec<_>>()
+                );
+                std::thread::yield_now();
+            }
+            assert!(c.queue.lock().is_empty());
+        }
     }
 
     #[test]
