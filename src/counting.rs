@@ -535,6 +535,10 @@ impl CountingSemaphore {
             metrics.acquired();
             return Ok(true);
         }
+        // the first look found nothing free: a failed try, as the leased semaphore
+        // counts it (`Stats::try_failed`)
+        Counters::bump(&self.shared().stats.try_failed);
+        metrics.try_failed();
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(false);
         }

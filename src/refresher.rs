@@ -73,6 +73,7 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
             None => wake.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         if let Err(RecvTimeoutError::Disconnected) = woke {
+            give_back_owed(&shared);
             return;
         }
         shared.registry.lock().awake();
@@ -222,9 +223,14 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     for p in expired {
         lose(shared, &p, p.expiry_reason());
     }
-    let cleanups = shared.registry.lock().take_cleanups(now);
-    for c in cleanups {
+    let mut cleanups = shared.registry.lock().take_cleanups(now).into_iter();
+    while let Some(c) = cleanups.next() {
         if stopping(wake) {
+            // still owed: given back once the thread stops (`give_back_owed`)
+            let mut registry = shared.registry.lock();
+            for c in std::iter::once(c).chain(cleanups) {
+                registry.clean_up(&c.keys, &c.id, c.at, c.until, c.waiter);
+            }
             return;
         }
         settle_passed(shared, &mut horizon);
@@ -234,18 +240,7 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         let (end, wait_until) = call_bounds(shared, by);
         let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
         let result = call_by(shared, asides, &c.keys.holders, wait_until, move |s| {
-            s.pool.run_by(Some(end), s.op_timeout, |c2| {
-                if waiter {
-                    // out of the queue first: nothing can be granted to it afterwards (a
-                    // reply it cannot read, a grant another program's value put out of
-                    // range, say, still goes on to the release)
-                    match leased::cancel(&mut **c2, &keys, &id) {
-                        Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                leased::release(&mut **c2, &keys, &id, false)
-            })
+            send_clean_up(s, &keys, &id, waiter, end)
         });
         // (a clean-up left running is tried again too: a second release of a permit
         // already given back changes nothing)
@@ -297,6 +292,76 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
+}
+
+/// Sends one clean-up ([`Cleanup`](crate::registry::Cleanup)), all of it ending by `end`.
+fn send_clean_up(
+    s: &Shared,
+    keys: &Keys,
+    id: &str,
+    waiter: bool,
+    end: Instant,
+) -> crate::Result<leased::Released> {
+    s.pool.run_by(Some(end), s.op_timeout, |c2| {
+        if waiter {
+            // out of the queue first: nothing can be granted to it afterwards (a
+            // reply it cannot read, a grant another program's value put out of
+            // range, say, still goes on to the release)
+            match leased::cancel(&mut **c2, keys, id) {
+                Ok(_) | Err(crate::Error::UnexpectedReply { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        leased::release(&mut **c2, keys, id, false)
+    })
+}
+
+/// Once the last client handle is gone: the releases still owed (the grant of an
+/// acquire whose reply was lost, a waiter that left without its cancel) are sent on a
+/// thread of their own, each once its time has come, so that the drop that stops this
+/// thread does not wait for them, and they are not forgotten (a lost reply's grant
+/// would stay taken for its whole lease). Each is tried for a few operation timeouts
+/// at most (or until its lease has surely ended, if sooner).
+fn give_back_owed(shared: &Arc<Shared>) {
+    let owed = shared.registry.lock().take_all_cleanups();
+    if owed.is_empty() {
+        return;
+    }
+    let s = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("redsem-give-back".into())
+        .spawn(move || {
+            let op = s.op_timeout;
+            for c in owed {
+                let stop_at = c.until.min(c.at + 3 * op);
+                loop {
+                    // (a wait for the caller's give-up time, after which the acquire
+                    // cannot run any more: not a wait for a condition)
+                    std::thread::sleep(c.at.saturating_duration_since(Instant::now()));
+                    match send_clean_up(&s, &c.keys, &c.id, c.waiter, Instant::now() + op) {
+                        Ok(_) => break,
+                        Err(e) if Instant::now() + RETRY_AFTER_FAILURE < stop_at => {
+                            log::debug!(
+                                "redis-semaphore: clean-up of {} failed, again soon: {e}",
+                                c.id
+                            );
+                            std::thread::sleep(RETRY_AFTER_FAILURE);
+                        }
+                        Err(e) => {
+                            log::warn!(
+                                "redis-semaphore: could not give back permit {} after a \
+                                 failed acquire (its lease ends by itself): {e}",
+                                c.id
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("redis-semaphore: cannot start a thread to give back owed permits: {e}");
+    }
 }
 
 /// When the deadline `horizon` has passed (during the call before): declares the

@@ -395,6 +395,11 @@ impl Registry {
         due
     }
 
+    /// Takes every release owed, due or not (the thread is stopping).
+    pub(crate) fn take_all_cleanups(&mut self) -> Vec<Cleanup> {
+        std::mem::take(&mut self.cleanups)
+    }
+
     /// The client-side deadline of every permit still registered.
     pub(crate) fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
         self.groups

@@ -1164,12 +1164,19 @@ impl Semaphore {
         Counters::bump(&stats.waits);
         metrics.waits();
         let started = Instant::now();
+        // (a look that fails has counted its error already, in `attempt`)
         let result = self
             .wait_riding_through(n, deadline, cancel, &hub, id, outage_since)
             .and_then(|p| {
                 p.map(|p| {
                     self.full_lease(p, deadline)
                         .and_then(|p| self.confirm(p, end))
+                        .inspect_err(|e| {
+                            if is_redis_error(e) {
+                                Counters::bump(&stats.errors);
+                                metrics.errors();
+                            }
+                        })
                 })
                 .transpose()
             });
@@ -1183,10 +1190,7 @@ impl Semaphore {
                 Counters::bump(&stats.wait_gave_up);
                 metrics.wait_gave_up();
             }
-            Err(_) => {
-                Counters::bump(&stats.errors);
-                metrics.errors();
-            }
+            Err(_) => {}
         }
         result
     }
@@ -1427,6 +1431,10 @@ impl Semaphore {
                 // thread (as a dropped waiter's failed cancel is): not left to lapse
                 // with the heartbeat
                 self.clean_up_waiter_after(&waiter.id, Instant::now());
+                if is_redis_error(&e) {
+                    Counters::bump(&self.inner.client.inner.shared.stats.errors);
+                    self.inner.metrics.errors();
+                }
                 return Err(e);
             }
         };
@@ -1764,7 +1772,12 @@ impl Semaphore {
         n: u32,
         valid_until: Instant,
     ) -> Permit {
-        self.permit_since(id, token, slots, n, valid_until, Instant::now())
+        let p = self.permit_since(id, token, slots, n, valid_until, Instant::now());
+        // a grant (an adoption, which takes over a grant counted where it was made, is
+        // not counted again)
+        Counters::bump(&self.inner.client.inner.shared.stats.acquired);
+        self.inner.metrics.acquired();
+        p
     }
 
     /// [`permit`](Self::permit) for a grant made at `granted` (an adopted one's
@@ -1792,8 +1805,6 @@ impl Semaphore {
         if nudge {
             client.nudge();
         }
-        Counters::bump(&client.shared.stats.acquired);
-        sem.metrics.acquired();
         log::debug!(
             "redis-semaphore: {} granted {n} permit(s) to {}",
             sem.name,
@@ -1899,6 +1910,22 @@ pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 /// other) before it returns the error: a Sentinel or Cluster failover takes a few
 /// seconds.
 const RIDE_THROUGH: Duration = Duration::from_secs(30);
+
+/// Whether `e` is a Redis or pool error (what `Stats::errors` counts), not a refusal
+/// or an outcome of the semaphore's own (a limit, a lost permit, too few replicas).
+fn is_redis_error(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Redis(_)
+            | Error::Call { .. }
+            | Error::Pool(_)
+            | Error::Connect { .. }
+            | Error::Auth { .. }
+            | Error::Timeout { .. }
+            | Error::WrongType { .. }
+            | Error::UnexpectedReply { .. }
+    )
+}
 
 /// Whether `e` says the server could not be reached or is moving (a failover): a
 /// waiter may look again later. `NOREPLICAS` is one: a primary with

@@ -58,3 +58,113 @@ fn stats_count_acquires_failures_waits_releases_and_refreshes() {
     assert_eq!(client.stats().release_gone, 1);
     assert_eq!(client.stats().release_failed, 0);
 }
+
+// Found by a review (2026-11-27, fourth session): each failed before its mend.
+
+/// A permit handed over with `into_parts` and adopted is one grant: `Stats::acquired`
+/// ("Permit guards granted, by any acquire") counted it twice, once for the acquire
+/// and once for the adoption, while it is released once: `acquired - released`, the
+/// permits held, stays 1 for good after every hand-over (across a fleet too: the
+/// adopting process counts it acquired again).
+#[test]
+fn an_adopted_permit_is_not_counted_acquired_again() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("handed", 2).unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    let adopted = sem.adopt(parts).unwrap();
+    adopted.release().unwrap();
+    let s = client.stats();
+    assert_eq!(
+        (s.acquired, s.released),
+        (1, 1),
+        "one grant, acquired once and released once: {s:?}"
+    );
+}
+
+/// `Stats::try_failed` counts "try_acquire calls (and first looks of blocking
+/// acquires) that found no permit free", and a counting semaphore's `try_acquire`
+/// is counted there; its blocking acquire's first look, which found nothing, was not
+/// (the leased semaphore's is).
+#[test]
+fn a_counting_blocking_acquire_s_failed_first_look_counts_as_a_failed_try() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let cs = client.counting_semaphore("empty").unwrap();
+    assert!(cs.try_set_permits(0).unwrap());
+    assert!(!cs.try_acquire(1).unwrap());
+    assert_eq!(client.stats().try_failed, 1);
+    assert!(!cs.acquire_timeout(1, Duration::from_millis(50)).unwrap());
+    let s = client.stats();
+    assert_eq!((s.waits, s.wait_gave_up), (1, 1));
+    assert_eq!(s.try_failed, 2, "{s:?}");
+    // the leased semaphore counts its first look (tests/stats.rs)
+    let leased = client.semaphore("empty", 1).unwrap();
+    let _held = leased.acquire().unwrap();
+    assert!(
+        leased
+            .acquire_timeout(Duration::from_millis(50))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(client.stats().try_failed, 3);
+}
+
+/// `Stats::errors` counts "operations that failed with a Redis or pool error". A
+/// blocking acquire refused because the limit was lowered below its request while it
+/// waited (`Error::PermitsExceedLimit`, no Redis or pool error) was counted as one.
+#[test]
+fn a_wait_refused_by_a_lowered_limit_is_no_redis_error() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("lowered", 2).unwrap();
+    let held = sem.acquire().unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.acquire_many_timeout(2, Duration::from_secs(20)))
+    };
+    support::wait_until(Duration::from_secs(5), "queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+    sem.set_limit(1).unwrap();
+    let r = waiter.join().unwrap();
+    assert!(
+        matches!(r, Err(redis_semaphore::Error::PermitsExceedLimit { .. })),
+        "{r:?}"
+    );
+    drop(held);
+    assert_eq!(client.stats().errors, 0, "{:?}", client.stats());
+}
+
+/// A blocking acquire whose queued look fails with a Redis error (a key of the
+/// semaphore overwritten with another type) is one operation that failed: counted
+/// once in `Stats::errors`, not once by the look and once more by the wait.
+#[test]
+fn a_wait_that_fails_on_a_redis_error_counts_one_error() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("clobbered", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.acquire_timeout(Duration::from_secs(20)))
+    };
+    support::wait_until(Duration::from_secs(5), "queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+    let errors_before = client.stats().errors;
+    let _: () = redis::cmd("SET")
+        .arg("redsem:{clobbered}:q")
+        .arg("x")
+        .query(&mut server.conn())
+        .unwrap();
+    let r = waiter.join().unwrap();
+    assert!(r.is_err(), "{r:?}");
+    std::mem::forget(held);
+    assert_eq!(
+        client.stats().errors - errors_before,
+        1,
+        "{:?}",
+        client.stats()
+    );
+}

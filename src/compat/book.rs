@@ -682,11 +682,11 @@ impl BookInner {
     /// `lock_timeout` (10 s by default; the book's code leaves it so). The release
     /// compares the lock's value with the id first, so it never frees another's lock.
     fn release_lock_aside(&self, lock_id: String) {
-        let client = self.client.clone();
+        // the client's shared state, not a handle: its last drop still stops its threads
+        let shared = Arc::clone(&self.client.inner.shared);
         let keys = self.keys.clone();
-        let op = client.inner.shared.op_timeout;
+        let op = shared.op_timeout;
         crate::threads::give_back_twice(op, move || {
-            let shared = &client.inner.shared;
             let released = shared.pool.get(Some(op)).and_then(|c| {
                 let mut conn = BookConn {
                     conn: c,

@@ -596,17 +596,25 @@ fn give_back_by(end: Option<Instant>, give_back: impl FnOnce() -> bool + Send + 
 /// Gives back the permits an acquire may have taken before it failed (its reply lost
 /// or late: the script may have run), as [`give_back_twice`](crate::threads::give_back_twice)
 /// does. The ids are the call's own, so releasing them is safe whatever happened (an
-/// id nobody holds changes nothing), and without a lease nothing else ever would.
-fn give_back_after_failure(inner: &Arc<PesInner>, ids: Vec<[u8; 16]>) {
-    let inner = Arc::clone(inner);
-    let again = inner.common.shared().op_timeout;
+/// id nobody holds changes nothing), and without a lease nothing else ever would. It
+/// holds the client's shared state, not a handle: the client's last drop still stops
+/// its threads.
+fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
+    let shared = Arc::clone(&inner.common.client.inner.shared);
+    let keys = inner.common.keys.clone();
+    let name = inner.common.name.clone();
+    let publish = inner.publish();
+    let again = shared.op_timeout;
     crate::threads::give_back_twice(again, move || {
         for id in &ids {
-            if let Err(e) = inner.release_raw_unsynced(&encode_id(id)) {
+            let once = keys.once(shared.is_cluster(), shared.op_timeout);
+            let released = shared.pool.get(None).and_then(|mut c| {
+                calls::pes_release(&mut c, &keys, publish, now_ms(), id, None, once.as_ref())
+            });
+            if let Err(e) = released {
                 log::warn!(
-                    "redis-semaphore: could not give back a permit of {} whose acquire \
-                     failed: {e}",
-                    inner.common.name
+                    "redis-semaphore: could not give back a permit of {name} whose acquire \
+                     failed: {e}"
                 );
             }
         }
