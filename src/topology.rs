@@ -375,8 +375,9 @@ pub(crate) struct SentinelTarget {
     /// TLS toward the sentinels and the data nodes (`rediss+sentinel://`), with the
     /// builder's certificates.
     tls: Option<NodeTls>,
-    /// The primary last known (its generation is `generation`).
-    primary: parking_lot::Mutex<Option<(String, u16)>>,
+    /// The primary last known (its generation is `generation`), and how many times
+    /// it was set to another address (see [`observe_since`](Self::observe_since)).
+    primary: parking_lot::Mutex<(Option<(String, u16)>, u64)>,
     generation: AtomicU64,
 }
 
@@ -405,7 +406,7 @@ impl SentinelTarget {
             sentinel_auth,
             data,
             tls,
-            primary: parking_lot::Mutex::new(None),
+            primary: parking_lot::Mutex::new((None, 0)),
             generation: AtomicU64::new(0),
         }
     }
@@ -449,21 +450,44 @@ impl SentinelTarget {
     /// Records `addr` as the primary; a change of a known primary bumps the generation.
     fn observe(&self, addr: (String, u16)) -> u64 {
         let mut primary = self.primary.lock();
-        match primary.as_ref() {
+        Self::record(&mut primary, addr, &self.service, &self.generation);
+        self.generation()
+    }
+
+    /// [`observe`](Self::observe) for an answer asked for when the primary had been
+    /// set `learnt` times: when it was set again since (by the watcher, which heard a
+    /// switch, or by another connection's lookup) to another address than `addr`, the
+    /// answer may predate that, and recording it would undo a switch (every
+    /// connection to the new primary dropped, the old one used again until it is
+    /// demoted): nothing is recorded and `None` returned.
+    fn observe_since(&self, addr: (String, u16), learnt: u64) -> Option<u64> {
+        let mut primary = self.primary.lock();
+        if primary.1 != learnt && primary.0.as_ref() != Some(&addr) {
+            return None;
+        }
+        Self::record(&mut primary, addr, &self.service, &self.generation);
+        Some(self.generation())
+    }
+
+    fn record(
+        primary: &mut (Option<(String, u16)>, u64),
+        addr: (String, u16),
+        service: &str,
+        generation: &AtomicU64,
+    ) {
+        match primary.0.as_ref() {
             Some(known) if *known == addr => {}
             Some(_) => {
                 log::warn!(
-                    "redis-semaphore: the primary of sentinel service {:?} is now {}; \
+                    "redis-semaphore: the primary of sentinel service {service:?} is now {}; \
                      connections to the old one are dropped",
-                    self.service,
                     HostPort::of(&addr)
                 );
-                *primary = Some(addr);
-                self.generation.fetch_add(1, Ordering::AcqRel);
+                *primary = (Some(addr), primary.1 + 1);
+                generation.fetch_add(1, Ordering::AcqRel);
             }
-            None => *primary = Some(addr),
+            None => *primary = (Some(addr), primary.1 + 1),
         }
-        self.generation()
     }
 
     /// Marks the primary of `generation` as replaced, because a connection to it was
@@ -482,7 +506,7 @@ impl SentinelTarget {
             )
             .is_ok()
         {
-            let primary = self.primary.lock().clone();
+            let primary = self.primary.lock().0.clone();
             log::warn!(
                 "redis-semaphore: the primary of sentinel service {:?}{} refused a write \
                  (READONLY): it is a replica now; asking the sentinels again",
@@ -571,7 +595,7 @@ impl SentinelTarget {
         by: Option<Instant>,
     ) -> redis::RedisResult<(redis::Connection, u64)> {
         let generation = self.generation();
-        let known = self.primary.lock().clone();
+        let (known, learnt) = self.primary.lock().clone();
         let mut tried = Vec::new();
         let mut failed = None;
         let out_of_time = |tried: &[String]| {
@@ -614,10 +638,37 @@ impl SentinelTarget {
                     .ok_or_else(|| out_of_time(&tried))
                     .and_then(|t| self.open_primary(&addr, t))
                 {
-                    Ok(conn) => {
-                        let generation = self.observe(addr);
-                        return Ok((conn, generation));
-                    }
+                    Ok(conn) => match self.observe_since(addr.clone(), learnt) {
+                        Some(generation) => return Ok((conn, generation)),
+                        // the primary was learnt anew since this lookup began (a
+                        // switch): the answer may be from before it
+                        None => {
+                            drop(conn);
+                            // (the generation first: a switch in between leaves the
+                            // connection stale, never one to the old primary current)
+                            let generation = self.generation();
+                            let (now_known, _) = self.primary.lock().clone();
+                            tried.push(format!(
+                                "sentinel {} names {}, but {} was learnt meanwhile",
+                                HostPort::of(s),
+                                HostPort::of(&addr),
+                                now_known.as_ref().map_or("another".to_owned(), |n| {
+                                    HostPort::of(n).to_string()
+                                })
+                            ));
+                            if let (Some(node), Some(t)) = (now_known, step(timeout, by)) {
+                                match self.open_primary(&node, t) {
+                                    Ok(conn) => return Ok((conn, generation)),
+                                    Err(e) if is_refused_credentials(&e) => {
+                                        return Err(self.refused(&node, &e));
+                                    }
+                                    Err(e) => {
+                                        tried.push(format!("primary {}: {e}", HostPort::of(&node)))
+                                    }
+                                }
+                            }
+                        }
+                    },
                     // the primary refused the data nodes' credentials: asking the other
                     // sentinels cannot help, and the caller must not take it for an
                     // outage (nor wait out its checkout timeout)

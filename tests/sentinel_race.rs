@@ -1,0 +1,243 @@
+//! Sentinel: an answer a sentinel gave before a switch must not undo the switch (found
+//! by a review, 2026-11-27).
+//!
+//! A scripted sentinel (a few RESP commands on a loopback port, so that the order of
+//! its answers is the test's) in front of two real Redis servers, both answering
+//! `ROLE` with `master`: the old primary during a failover's window, and the new one.
+
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use redis_semaphore::Client;
+use support::{RedisServer, keys, wait_until};
+
+const SERVICE: &str = "svc";
+
+#[derive(Default)]
+struct State {
+    /// What `SENTINEL GET-MASTER-ADDR-BY-NAME` answers now.
+    answer: Option<u16>,
+    /// Hold the next query: it is answered with what `answer` was when it came, once
+    /// `release` is set.
+    hold_next: bool,
+    held: bool,
+    release: bool,
+    subscribers: Vec<TcpStream>,
+    asks: usize,
+}
+
+#[derive(Clone)]
+struct FakeSentinel {
+    port: u16,
+    state: Arc<(Mutex<State>, Condvar)>,
+}
+
+fn read_command(r: &mut BufReader<TcpStream>) -> Option<Vec<String>> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let n: usize = line.trim().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        let len: usize = line.trim().strip_prefix('$')?.parse().ok()?;
+        let mut buf = vec![0; len + 2];
+        r.read_exact(&mut buf).ok()?;
+        buf.truncate(len);
+        args.push(String::from_utf8(buf).ok()?);
+    }
+    Some(args)
+}
+
+fn bulk(s: &str) -> String {
+    format!("${}\r\n{s}\r\n", s.len())
+}
+
+fn addr_reply(port: Option<u16>) -> String {
+    match port {
+        Some(p) => format!("*2\r\n{}{}", bulk("127.0.0.1"), bulk(&p.to_string())),
+        None => "*-1\r\n".to_owned(),
+    }
+}
+
+impl FakeSentinel {
+    fn start() -> FakeSentinel {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let me = FakeSentinel {
+            port,
+            state: Arc::default(),
+        };
+        let server = me.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let server = server.clone();
+                thread::spawn(move || server.serve(conn));
+            }
+        });
+        me
+    }
+
+    fn serve(&self, conn: TcpStream) {
+        let mut out = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        let (lock, cv) = &*self.state;
+        while let Some(args) = read_command(&mut r) {
+            let cmd = args[0].to_ascii_uppercase();
+            let reply = match cmd.as_str() {
+                "SUBSCRIBE" => {
+                    lock.lock()
+                        .unwrap()
+                        .subscribers
+                        .push(out.try_clone().unwrap());
+                    format!("*3\r\n{}{}:1\r\n", bulk("subscribe"), bulk(&args[1]))
+                }
+                "PING"
+                    if lock
+                        .lock()
+                        .unwrap()
+                        .subscribers
+                        .iter()
+                        .any(|s| s.peer_addr().ok() == out.peer_addr().ok()) =>
+                {
+                    format!("*2\r\n{}{}", bulk("pong"), bulk(""))
+                }
+                "PING" => "+PONG\r\n".to_owned(),
+                "SENTINEL" if args.len() == 3 && args[2] == SERVICE => {
+                    let mut st = lock.lock().unwrap();
+                    st.asks += 1;
+                    let answer = st.answer;
+                    if st.hold_next {
+                        st.hold_next = false;
+                        st.held = true;
+                        cv.notify_all();
+                        while !st.release {
+                            st = cv.wait(st).unwrap();
+                        }
+                    }
+                    addr_reply(answer)
+                }
+                "SENTINEL" => "*-1\r\n".to_owned(),
+                _ => "-ERR unknown command\r\n".to_owned(),
+            };
+            if out.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn set_answer(&self, port: Option<u16>) {
+        self.state.0.lock().unwrap().answer = port;
+    }
+
+    fn asks(&self) -> usize {
+        self.state.0.lock().unwrap().asks
+    }
+
+    fn subscribed(&self) -> bool {
+        !self.state.0.lock().unwrap().subscribers.is_empty()
+    }
+
+    fn hold_next(&self) {
+        self.state.0.lock().unwrap().hold_next = true;
+    }
+
+    fn wait_held(&self) {
+        let (lock, cv) = &*self.state;
+        let mut st = lock.lock().unwrap();
+        while !st.held {
+            st = cv.wait_timeout(st, Duration::from_secs(10)).unwrap().0;
+        }
+    }
+
+    fn release(&self) {
+        let (lock, cv) = &*self.state;
+        lock.lock().unwrap().release = true;
+        cv.notify_all();
+    }
+
+    fn publish_switch(&self, old: u16, new: u16) {
+        let payload = format!("{SERVICE} 127.0.0.1 {old} 127.0.0.1 {new}");
+        let msg = format!(
+            "*3\r\n{}{}{}",
+            bulk("message"),
+            bulk("+switch-master"),
+            bulk(&payload)
+        );
+        for s in &mut self.state.0.lock().unwrap().subscribers {
+            let _ = s.write_all(msg.as_bytes());
+        }
+    }
+}
+
+/// A connection that asked the sentinels before a switch and got the old primary's
+/// address, and opened it after the client had learnt of the new primary (the switch
+/// announced, a lookup naming it), recorded the old one as the primary again: the
+/// generation moved on, every connection to the new primary was dropped, and the
+/// client went on writing to the old one. Another client that follows the sentinels
+/// is granted the same permit of a limit-1 semaphore on the new primary: two holders.
+#[test]
+fn an_answer_from_before_a_switch_does_not_send_the_client_back_to_the_old_primary() {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::open(url.as_str()).unwrap();
+    // the watcher subscribed and read the primary (not known yet: no answer)
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed() && sentinel.asks() >= 1
+    });
+
+    // before the switch: a connection asks, and is told the old primary
+    sentinel.set_answer(Some(old.port()));
+    sentinel.hold_next();
+    let early = {
+        let client = client.clone();
+        thread::spawn(move || client.ping())
+    };
+    sentinel.wait_held();
+
+    // the switch: announced, and every later lookup names the new primary
+    sentinel.set_answer(Some(new.port()));
+    sentinel.publish_switch(old.port(), new.port());
+    // the client knows the new primary now (a lookup of its own names it)
+    client.ping().unwrap();
+    let sem = client.semaphore("one", 1).unwrap();
+    let probe = sem.try_acquire().unwrap().expect("free");
+    assert!(
+        !keys(&mut new.conn(), "redsem:{one}:*").is_empty(),
+        "the client uses the new primary"
+    );
+    probe.release().unwrap();
+
+    // the early answer arrives
+    sentinel.release();
+    early.join().unwrap().unwrap();
+
+    // the client still writes to the new primary
+    let held = sem.try_acquire().unwrap().expect("free");
+    let on_old = keys(&mut old.conn(), "redsem:{one}:*");
+    let other = Client::open(url.as_str())
+        .unwrap()
+        .semaphore("one", 1)
+        .unwrap();
+    let second = other.try_acquire().unwrap();
+    assert!(
+        on_old.is_empty() && second.is_none(),
+        "the client went back to the old primary after the switch: its keys there: \
+         {on_old:?}; a client following the sentinels got a second permit of a limit-1 \
+         semaphore: {:?} (first: {})",
+        second.as_ref().map(|p| p.id().to_owned()),
+        held.id()
+    );
+}
