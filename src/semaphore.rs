@@ -6,7 +6,7 @@ use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
 use crate::clock::{
-    Anchor, Clock, IoTimeouts, deadline_in, lease_end, left_until, shrink, wait_end, wait_ms_within,
+    Anchor, Clock, deadline_in, lease_end, left_until, shrink, wait_end, wait_ms_within,
 };
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
 use crate::permit::{Grantor, Permit, PermitParts, is_permit_id};
-use crate::pool::Pool;
 use crate::refresher;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
@@ -129,28 +128,13 @@ impl SemInner {
     /// A release of `id` on a brand-new connection (not one of the pool's idle ones,
     /// which a `CLIENT KILL` or a restart may all have broken), ending by `deadline`.
     pub(crate) fn release_fresh(&self, id: &str, deadline: Instant) -> Result<Released> {
-        let shared = &self.client.inner.shared;
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left_until(deadline).is_zero() {
             return Err(late_reply(&self.name));
         }
-        match &shared.pool {
-            Pool::Own(_, manager) => {
-                let mut fresh =
-                    manager.open_within(left.min(shared.connect_timeout), Some(deadline))?;
-                fresh
-                    .io_within(Some(left_until(deadline)))
-                    .map_err(Error::Redis)?;
-                leased::release(&mut fresh, &self.keys, id, false)
-            }
-            Pool::User(..) => {
-                let mut pooled = shared.pool.get(Some(left))?;
-                let op = shared.op_timeout;
-                pooled.within(left_until(deadline), op, |c| {
-                    leased::release(c, &self.keys, id, false)
-                })
-            }
-        }
+        self.client
+            .inner
+            .shared
+            .on_fresh_connection(deadline, |c| leased::release(c, &self.keys, id, false))
     }
 
     fn exec_on_conn(
@@ -2270,7 +2254,7 @@ impl SemInner {
 /// Whether a failed command broke its connection (so another connection may work):
 /// also a `READONLY` reply, from a primary demoted in a failover (the script wrote
 /// nothing; the connection is dropped and a new one goes to the new primary).
-fn broken(e: &redis::RedisError) -> bool {
+pub(crate) fn broken(e: &redis::RedisError) -> bool {
     e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_io_error() && !e.is_timeout()

@@ -1457,3 +1457,32 @@ fn a_client_limit_field_edited_by_hand_does_not_break_status_or_holders() {
         "holders with 'cdl' = x: {holders:?}"
     );
 }
+
+/// adopt.lua's header: a holder record whose grant time does not parse (edited by
+/// hand) is adopted with the reply `{1}` alone (max_hold then counts from the
+/// adoption); it was refused as held "with another token or other slots" (review).
+#[test]
+fn a_record_whose_grant_time_does_not_parse_is_still_adopted() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("edited-time", 2).unwrap();
+    let parts = sem.acquire().unwrap().into_parts();
+    let info = "redsem:{edited-time}:i";
+    let rec: String = redis::cmd("HGET")
+        .arg(info)
+        .arg(parts.id())
+        .query(&mut conn)
+        .unwrap();
+    // n|token|slots|time|origin: the time edited to text that is no number
+    let f: Vec<&str> = rec.splitn(5, '|').collect();
+    let edited = format!("{}|{}|{}|x{}|{}", f[0], f[1], f[2], f[3], f[4]);
+    let () = redis::cmd("HSET")
+        .arg(info)
+        .arg(parts.id())
+        .arg(&edited)
+        .query(&mut conn)
+        .unwrap();
+    let adopted = sem.adopt(parts);
+    assert!(adopted.is_ok(), "record {edited:?}: {:?}", adopted.err());
+}

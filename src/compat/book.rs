@@ -793,12 +793,37 @@ impl Grantor for BookInner {
         // operation timeout (not the checkout timeout of acquires, nor an operation
         // timeout per reply of its transaction); else the entry ends with its timeout
         let deadline = Instant::now() + self.client.inner.shared.op_timeout;
-        let result = self
-            .conn_by(Some(deadline))
-            .and_then(|mut c| self.remove(&mut c, &permit.id))
-            .map_err(|e| e.during("release"));
+        // After a `CLIENT KILL` or a restart every idle pooled connection may be dead:
+        // a release that failed on a broken connection (the pool drops it) is sent
+        // again on the next one, by the same deadline (a `ZREM` by id is safe to run
+        // twice), else the entry would hold its place until the timeout.
+        let mut retried = false;
+        let mut result;
+        let mut tries = 0;
+        loop {
+            result = self
+                .conn_by(Some(deadline))
+                .and_then(|mut c| self.remove(&mut c, &permit.id))
+                .map_err(|e| e.during("release"));
+            tries += 1;
+            let broken = matches!(&result, Err(Error::Call { source, .. }) if crate::semaphore::broken(source));
+            if !broken || tries >= 16 || Instant::now() >= deadline {
+                break;
+            }
+            retried = true;
+        }
         match result {
             Ok(true) => {
+                Counters::bump(&self.stats().released);
+                Ok(())
+            }
+            // an earlier send, whose reply was lost with its connection, may have
+            // removed it: while the lease surely runs nothing else did
+            Ok(false)
+                if retried
+                    && permit.lost_reason().is_none()
+                    && Instant::now() < permit.valid_until() =>
+            {
                 Counters::bump(&self.stats().released);
                 Ok(())
             }

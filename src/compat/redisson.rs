@@ -606,10 +606,13 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
     let publish = inner.publish();
     let again = shared.op_timeout;
     crate::threads::give_back_twice(again, move || {
+        // each pass ends within one operation timeout, however many ids and however
+        // slow the server: the thread outlives the client by about two at most
+        let end = Instant::now() + again;
         for id in &ids {
             let once = keys.once(shared.is_cluster(), shared.op_timeout);
-            let released = shared.pool.get(None).and_then(|mut c| {
-                calls::pes_release(&mut c, &keys, publish, now_ms(), id, None, once.as_ref())
+            let released = shared.pool.run_by(Some(end), shared.op_timeout, |c| {
+                calls::pes_release(&mut **c, &keys, publish, now_ms(), id, None, once.as_ref())
             });
             if let Err(e) = released {
                 log::warn!(
@@ -1154,18 +1157,57 @@ impl PesInner {
 
     /// Releases `hex` (with the replica wait when it is on); all of it ends by
     /// `deadline` when one is given (a permit's release, see [`Common::run_write_by`]).
-    fn release_raw(&self, hex: &str, deadline: Option<Instant>) -> Result<PesReleased> {
+    /// `retried` is set when the first send failed on a broken connection and the
+    /// release was sent again on a brand-new one (then "not held" may be the first
+    /// send's own doing: its reply was lost with the connection).
+    fn release_raw(
+        &self,
+        hex: &str,
+        deadline: Option<Instant>,
+        retried: &mut bool,
+    ) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
         let now = now_ms();
         let once = self.common.once();
-        self.common.run_write_by(
+        let first = self.common.run_write_by(
             "release",
             deadline,
             |c, k| calls::pes_release(c, k, publish, now, &id, legacy, once.as_ref()),
             |_| false,
-        )
+        );
+        // After a `CLIENT KILL` or a restart every idle pooled connection may be dead,
+        // and a permit without a lease would then stay taken for good: a release that
+        // failed on a broken connection is sent once more on a brand-new one (a
+        // release by id is safe to run twice; on a cluster the same operation key
+        // makes a second run answer the first one's reply).
+        let broken =
+            matches!(&first, Err(Error::Call { source, .. }) if crate::semaphore::broken(source));
+        if !broken {
+            return first;
+        }
+        let shared = self.common.shared();
+        let op = shared.op_timeout;
+        let end = deadline.unwrap_or_else(|| Instant::now() + op);
+        let left = left_until(end);
+        if left.is_zero() {
+            return first;
+        }
+        log::debug!("redis-semaphore: release of {hex} again on a fresh connection");
+        *retried = true;
+        let again = shared.on_fresh_connection(end, |c| {
+            calls::pes_release(
+                c,
+                &self.common.keys,
+                publish,
+                now,
+                &id,
+                legacy,
+                once.as_ref(),
+            )
+        });
+        again.map_err(|e| self.common.named(e).during("release"))
     }
 }
 
@@ -1196,7 +1238,11 @@ impl Grantor for PesGrant {
         let stats = &shared.stats;
         let deadline = Instant::now() + shared.op_timeout;
         self.detach(permit);
-        match self.inner.release_raw(&permit.id, Some(deadline)) {
+        let mut retried = false;
+        match self
+            .inner
+            .release_raw(&permit.id, Some(deadline), &mut retried)
+        {
             Ok(PesReleased::Live) => {
                 Counters::bump(&stats.released);
                 Ok(())
@@ -1206,6 +1252,16 @@ impl Grantor for PesGrant {
                 Err(Error::LeaseExpired {
                     id: permit.id.clone(),
                 })
+            }
+            // the first send, whose reply was lost with its connection, may have
+            // released it: while the lease surely runs nothing else took it
+            Ok(PesReleased::NotHeld)
+                if retried
+                    && permit.lost_reason().is_none()
+                    && Instant::now() < permit.valid_until() =>
+            {
+                Counters::bump(&stats.released);
+                Ok(())
             }
             Ok(PesReleased::NotHeld) => {
                 Counters::bump(&stats.release_failed);
@@ -1620,7 +1676,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn release(&self, id: &str) -> Result<()> {
-        match self.inner.release_raw(id, None)? {
+        match self.inner.release_raw(id, None, &mut false)? {
             PesReleased::Live => Ok(()),
             PesReleased::Late => Err(Error::LeaseExpired { id: id.to_owned() }),
             PesReleased::NotHeld => Err(Error::PermitLost {
@@ -1639,7 +1695,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn try_release(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.release_raw(id, None)? == PesReleased::Live)
+        Ok(self.inner.release_raw(id, None, &mut false)? == PesReleased::Live)
     }
 
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming

@@ -36,8 +36,9 @@ local reply, held = 1, nil
 if not st.rec then
     reply = 0
 else
-    local token, slots, at = string.match(st.rec, '^%d+|(%d+)|([%d,]*)|(%d+)|')
-    held = tonumber(at)
+    local token, slots = string.match(st.rec, '^%d+|(%d+)|([%d,]*)|')
+    -- (the grant time apart: a record whose time does not parse is still adopted)
+    held = tonumber(string.match(st.rec, '^%d+|%d+|[%d,]*|(%d+)|'))
     if held then held = math.max(now - held, 0) end
     if token ~= ARGV[4] or slots ~= ARGV[5] then
         reply = -3

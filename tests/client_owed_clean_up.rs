@@ -1,0 +1,79 @@
+//! A release owed for a lost reply is still sent when the client is dropped (found by
+//! a review, 2026-11-27, fourth session).
+//!
+//! Apart from tests/client.rs, whose thread count must see no other test's client.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_semaphore::Client;
+use support::{RedisServer, wait_until};
+
+// Found by a review (2026-11-27, fourth session): each failed before its mend.
+
+/// An acquire whose connection dropped after the server ran its script (the grant is
+/// in Redis, the reply lost) owes a clean-up that the background thread sends once the
+/// caller's give-up time has passed (README, "Under faults": "given back by the
+/// client's background thread right after that moment"). When the application then
+/// drops the semaphore and the client (a clean shutdown after the error), the
+/// background thread stops and the clean-up is never sent: the permit stays taken for
+/// its whole lease (here 60 s).
+#[test]
+fn a_clean_up_owed_when_the_client_is_dropped_is_still_sent() {
+    lost_reply_then(true);
+}
+
+/// The same with the client kept: the clean-up is sent (the control).
+#[test]
+fn a_clean_up_owed_while_the_client_lives_is_sent() {
+    lost_reply_then(false);
+}
+
+fn lost_reply_then(drop_client: bool) {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .build(proxy.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("owed")
+        .limit(1)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // the clock anchor and the scripts in the server's cache: the acquire below is one
+    // round trip
+    sem.try_acquire()
+        .unwrap()
+        .expect("a permit")
+        .release()
+        .unwrap();
+    let direct = Client::open(server.url()).unwrap();
+    let observer = direct.semaphore("owed", 1).unwrap();
+    // replies held back: the acquire runs on the server, its reply does not come
+    proxy.delay_replies(Duration::from_secs(30));
+    let trier = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.try_acquire().map(|p| p.is_some()))
+    };
+    wait_until(Duration::from_secs(5), "the grant in Redis", || {
+        observer.available().unwrap() == 0
+    });
+    // the connection closes before the reply comes: a lost reply
+    proxy.reset();
+    let tried = trier.join().unwrap();
+    eprintln!("the try: {tried:?}");
+    assert!(tried.is_err(), "{tried:?}");
+    proxy.delay_replies(Duration::ZERO);
+    // the application shuts down after the error
+    let kept = (!drop_client).then_some((sem, client));
+    wait_until(
+        Duration::from_secs(10),
+        "the lost reply's grant given back (it holds a 60 s lease)",
+        || observer.available().unwrap() == 1,
+    );
+    drop(kept);
+}
