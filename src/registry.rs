@@ -545,7 +545,8 @@ mod tests {
         reg.sleeping_until(Some(Instant::now() + Duration::from_secs(2)));
         assert!(reg.register(key("t"), &keys, period, permit("b", Duration::from_secs(3))));
         // asleep until before it (a waiter's heartbeat, say): not woken, and the
-        // schedule it reads then has the new permit's renewal
+        // schedule it reads then has the new permit's renewal (its first renewal, a
+        // second from now, only moves further past the thread's wake-up as time goes)
         let looks_at = Instant::now() + Duration::from_millis(300);
         reg.sleeping_until(Some(looks_at));
         assert!(!reg.register(key("u"), &keys, period, permit("c", Duration::from_secs(3))));
@@ -553,13 +554,10 @@ mod tests {
             reg.next_wake()
                 .is_some_and(|t| t <= Instant::now() + period)
         );
-        // a pushed grant lasting a heartbeat is renewed at half of it: woken if later
-        assert!(reg.register(
-            key("u"),
-            &keys,
-            period,
-            permit("d", Duration::from_millis(400))
-        ));
+        // a pushed grant lasting a heartbeat is renewed at half of it: woken when the
+        // thread sleeps past that (half a second from now, against two seconds)
+        reg.sleeping_until(Some(Instant::now() + Duration::from_secs(2)));
+        assert!(reg.register(key("u"), &keys, period, permit("d", Duration::from_secs(1))));
         // asleep until woken: always woken
         reg.sleeping_until(None);
         assert!(reg.register(key("s"), &keys, period, permit("e", Duration::from_secs(3))));
