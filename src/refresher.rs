@@ -332,30 +332,50 @@ fn give_back_owed(shared: &Arc<Shared>) {
         .name("redsem-give-back".into())
         .spawn(move || {
             let op = s.op_timeout;
-            for c in owed {
-                let stop_at = c.until.min(c.at + 3 * op);
-                loop {
-                    // (a wait for the caller's give-up time, after which the acquire
-                    // cannot run any more: not a wait for a condition)
-                    std::thread::sleep(c.at.saturating_duration_since(Instant::now()));
-                    match send_clean_up(&s, &c.keys, &c.id, c.waiter, Instant::now() + op) {
-                        Ok(_) => break,
+            // In passes: every release still owed is sent once per pass, all the sends
+            // of a pass ending within one operation timeout (however many are owed and
+            // however slow the server), until each one's own end has passed. The
+            // thread outlives the client by a few operation timeouts at most, not one
+            // per release owed.
+            let mut owed = owed;
+            while !owed.is_empty() {
+                // (a wait for the first caller's give-up time, after which its acquire
+                // cannot run any more: not a wait for a condition)
+                if let Some(first) = owed.iter().map(|c| c.at).min() {
+                    std::thread::sleep(first.saturating_duration_since(Instant::now()));
+                }
+                let end = Instant::now() + op;
+                let mut again = Vec::new();
+                for c in owed {
+                    if Instant::now() < c.at {
+                        again.push(c);
+                        continue;
+                    }
+                    let stop_at = c.until.min(c.at + 3 * op);
+                    let result = if Instant::now() < end {
+                        send_clean_up(&s, &c.keys, &c.id, c.waiter, end)
+                    } else {
+                        Err(late(format!("no time left in this pass for {}", c.id)))
+                    };
+                    match result {
+                        Ok(_) => {}
                         Err(e) if Instant::now() + RETRY_AFTER_FAILURE < stop_at => {
                             log::debug!(
                                 "redis-semaphore: clean-up of {} failed, again soon: {e}",
                                 c.id
                             );
-                            std::thread::sleep(RETRY_AFTER_FAILURE);
+                            again.push(c);
                         }
-                        Err(e) => {
-                            log::warn!(
-                                "redis-semaphore: could not give back permit {} after a \
-                                 failed acquire (its lease ends by itself): {e}",
-                                c.id
-                            );
-                            break;
-                        }
+                        Err(e) => log::warn!(
+                            "redis-semaphore: could not give back permit {} after a failed \
+                             acquire (its lease ends by itself): {e}",
+                            c.id
+                        ),
                     }
+                }
+                owed = again;
+                if !owed.is_empty() {
+                    std::thread::sleep(RETRY_AFTER_FAILURE);
                 }
             }
         });

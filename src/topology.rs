@@ -845,9 +845,12 @@ fn watch_one(
     let mut ps = conn.as_pubsub();
     ps.subscribe(SWITCH_CHANNEL)?;
     pubsub_read_within(&ps, Some(POLL))?;
-    // a switch may have happened while nobody listened: read the primary again
+    // a switch may have happened while nobody listened: read the primary again (an
+    // answer from before a switch the client has learnt since, from another sentinel
+    // or a connection's lookup, is not recorded: it would undo the switch)
+    let learnt = target.primary.lock().1;
     if let Some(addr) = target.ask(sentinel, timeout)? {
-        target.observe(addr);
+        let _ = target.observe_since(addr, learnt);
     }
     log::debug!(
         "redis-semaphore: watching {SWITCH_CHANNEL} of service {:?} on {}",

@@ -105,3 +105,84 @@ fn a_book_release_on_a_killed_connection_is_retried_on_a_fresh_one() {
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(zcard(&mut admin, "bk"), 0);
 }
+
+// Found by a review of the session's changes (2026-11-27).
+
+/// A PES permit (no lease) released by id from elsewhere (an operator, Redisson's
+/// `release(id)`), another holder granted the freed permit; then the holder's idle
+/// pooled connection is killed and it releases: its first send never reached the
+/// server, the resend finds the id gone, and the caller is told it released fine,
+/// though its permit had been taken from it and handed to another.
+#[test]
+fn a_pes_permit_released_by_another_is_not_reported_released_after_a_kill() {
+    for kill in [false, true] {
+        let server = RedisServer::start();
+        let mut admin = server.conn();
+        let client = Client::open(server.url()).unwrap();
+        let pes = client.redisson_permit_expirable_semaphore("pf");
+        assert!(pes.try_set_permits(1).unwrap());
+        let permit = pes.try_acquire(None).unwrap().expect("a permit");
+        // an operator frees it, another holder takes the permit
+        let operator = Client::open(server.url()).unwrap();
+        let op_pes = operator.redisson_permit_expirable_semaphore("pf");
+        op_pes.release(permit.id()).unwrap();
+        let other = op_pes
+            .try_acquire(None)
+            .unwrap()
+            .expect("the other holder's permit");
+        if kill {
+            assert!(kill_clients(&mut admin) >= 1);
+        }
+        let r = permit.release();
+        eprintln!("kill={kill}: release of a permit taken from its holder: {r:?}");
+        assert!(r.is_err(), "kill={kill}: told released fine: {r:?}");
+        drop(other);
+    }
+}
+
+/// The same for a book permit whose entry another process removed (the book's
+/// `release_fair_semaphore(conn, name, id)` run elsewhere, or its purge by a client
+/// whose clock runs ahead), another holder then granted: after a CLIENT KILL of the
+/// idle pooled connections, its release is reported fine.
+#[test]
+fn a_book_permit_removed_by_another_is_not_reported_released_after_a_kill() {
+    use redis_semaphore::compat::book::BookVariant;
+    for kill in [false, true] {
+        let server = RedisServer::start();
+        let mut admin = server.conn();
+        let client = Client::open(server.url()).unwrap();
+        let build = |c: &Client| {
+            c.book_semaphore("bf", 1)
+                .variant(BookVariant::Fair)
+                .timeout(std::time::Duration::from_secs(60))
+                .build()
+                .unwrap()
+        };
+        let sem = build(&client);
+        let permit = sem.try_acquire().unwrap().expect("a permit");
+        // the book's release_fair_semaphore, run by another process
+        let removed: i64 = redis::pipe()
+            .cmd("ZREM")
+            .arg("bf")
+            .arg(permit.id())
+            .cmd("ZREM")
+            .arg("bf:owner")
+            .arg(permit.id())
+            .query::<(i64, i64)>(&mut admin)
+            .map(|(a, b)| a + b)
+            .unwrap();
+        assert_eq!(removed, 2);
+        let other_client = Client::open(server.url()).unwrap();
+        let other = build(&other_client)
+            .try_acquire()
+            .unwrap()
+            .expect("the other holder's");
+        if kill {
+            assert!(kill_clients(&mut admin) >= 1);
+        }
+        let r = permit.release();
+        eprintln!("kill={kill}: book release of an entry removed by another: {r:?}");
+        assert!(r.is_err(), "kill={kill}: told released fine: {r:?}");
+        drop(other);
+    }
+}

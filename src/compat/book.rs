@@ -796,8 +796,10 @@ impl Grantor for BookInner {
         // After a `CLIENT KILL` or a restart every idle pooled connection may be dead:
         // a release that failed on a broken connection (the pool drops it) is sent
         // again on the next one, by the same deadline (a `ZREM` by id is safe to run
-        // twice), else the entry would hold its place until the timeout.
-        let mut retried = false;
+        // twice), else the entry would hold its place until the timeout. Found gone by
+        // a resend, it is reported lost (the first send may have removed it, but
+        // another client may as well have, or purged it): the holder is told its work
+        // may have overlapped, never the reverse.
         let mut result;
         let mut tries = 0;
         loop {
@@ -810,20 +812,9 @@ impl Grantor for BookInner {
             if !broken || tries >= 16 || Instant::now() >= deadline {
                 break;
             }
-            retried = true;
         }
         match result {
             Ok(true) => {
-                Counters::bump(&self.stats().released);
-                Ok(())
-            }
-            // an earlier send, whose reply was lost with its connection, may have
-            // removed it: while the lease surely runs nothing else did
-            Ok(false)
-                if retried
-                    && permit.lost_reason().is_none()
-                    && Instant::now() < permit.valid_until() =>
-            {
                 Counters::bump(&self.stats().released);
                 Ok(())
             }

@@ -1157,15 +1157,11 @@ impl PesInner {
 
     /// Releases `hex` (with the replica wait when it is on); all of it ends by
     /// `deadline` when one is given (a permit's release, see [`Common::run_write_by`]).
-    /// `retried` is set when the first send failed on a broken connection and the
-    /// release was sent again on a brand-new one (then "not held" may be the first
-    /// send's own doing: its reply was lost with the connection).
-    fn release_raw(
-        &self,
-        hex: &str,
-        deadline: Option<Instant>,
-        retried: &mut bool,
-    ) -> Result<PesReleased> {
+    /// A release that failed on a broken connection is sent once more on a brand-new
+    /// one; "not held" from that resend is reported as such (the first send may have
+    /// run, but the permit may as well have been released by id or reclaimed by
+    /// another: the holder is told its work may have overlapped, never the reverse).
+    fn release_raw(&self, hex: &str, deadline: Option<Instant>) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
@@ -1195,7 +1191,6 @@ impl PesInner {
             return first;
         }
         log::debug!("redis-semaphore: release of {hex} again on a fresh connection");
-        *retried = true;
         let again = shared.on_fresh_connection(end, |c| {
             calls::pes_release(
                 c,
@@ -1238,11 +1233,7 @@ impl Grantor for PesGrant {
         let stats = &shared.stats;
         let deadline = Instant::now() + shared.op_timeout;
         self.detach(permit);
-        let mut retried = false;
-        match self
-            .inner
-            .release_raw(&permit.id, Some(deadline), &mut retried)
-        {
+        match self.inner.release_raw(&permit.id, Some(deadline)) {
             Ok(PesReleased::Live) => {
                 Counters::bump(&stats.released);
                 Ok(())
@@ -1252,16 +1243,6 @@ impl Grantor for PesGrant {
                 Err(Error::LeaseExpired {
                     id: permit.id.clone(),
                 })
-            }
-            // the first send, whose reply was lost with its connection, may have
-            // released it: while the lease surely runs nothing else took it
-            Ok(PesReleased::NotHeld)
-                if retried
-                    && permit.lost_reason().is_none()
-                    && Instant::now() < permit.valid_until() =>
-            {
-                Counters::bump(&stats.released);
-                Ok(())
             }
             Ok(PesReleased::NotHeld) => {
                 Counters::bump(&stats.release_failed);
@@ -1676,7 +1657,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn release(&self, id: &str) -> Result<()> {
-        match self.inner.release_raw(id, None, &mut false)? {
+        match self.inner.release_raw(id, None)? {
             PesReleased::Live => Ok(()),
             PesReleased::Late => Err(Error::LeaseExpired { id: id.to_owned() }),
             PesReleased::NotHeld => Err(Error::PermitLost {
@@ -1695,7 +1676,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn try_release(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.release_raw(id, None, &mut false)? == PesReleased::Live)
+        Ok(self.inner.release_raw(id, None)? == PesReleased::Live)
     }
 
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming
