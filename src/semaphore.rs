@@ -444,7 +444,8 @@ impl SemaphoreBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an empty name, a name containing `{` or `}`
-    /// (the library puts the name in a hash tag), a missing or zero limit, a lease
+    /// (the library puts the name in a hash tag) or ending in a line break (a permit's
+    /// [`PermitParts`] text ends with the name), a missing or zero limit, a lease
     /// under 1 ms (100 ms with automatic refresh), a refresh interval that is zero or
     /// not shorter than the lease, a
     /// [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
@@ -452,6 +453,12 @@ impl SemaphoreBuilder {
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         Error::check_name(&self.name, true)?;
+        if self.name.ends_with(['\n', '\r']) {
+            // the text form of a permit's parts (PermitParts) ends with the name, and
+            // its parser takes a trailing line break off: the name would come back
+            // without it
+            return invalid("semaphore name must not end in a line break");
+        }
         let limit = match self.limit {
             None => return invalid("a limit is required"),
             Some(0) => return invalid("limit must be at least 1"),

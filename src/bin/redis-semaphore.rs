@@ -130,7 +130,9 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("redis-semaphore: {e}");
+            // an error may quote what another program wrote in Redis (a holder's id,
+            // a value): no terminal escapes reach the terminal
+            eprintln!("redis-semaphore: {}", clean(&e));
             ExitCode::from(2)
         }
     }

@@ -95,7 +95,9 @@
 --   - records edited by hand: a holder record whose slot list names a slot SETBIT
 --     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
 --     full logic), and the next call repairs the disagreement; a waiter record that
---     does not parse drops its waiter (serve); a live holder record that does not
+--     does not parse, or holds a count, limit or time out of the ranges acquire
+--     checks (a count past MAX_LIMIT would grant that many slots in one call, K9),
+--     drops its waiter, and so does a queue member that is no permit id (serve); a live holder record that does not
 --     parse is answered as a grant without token or slots, which the client refuses
 --     as a malformed reply (grant_reply); a stored 'limit' or 'ctr' that is no
 --     integer in range is ignored (new_state, fast_state; 'nan' and 'inf' would
@@ -531,15 +533,24 @@ local function serve(st)
             st.dirty = true
             break
         end
-        local wrec = field(st, 'w:' .. head)
+        local wrec = valid_id(head) and field(st, 'w:' .. head)
         local n, wlimit, lease, pad, hb, chan
         if wrec then
             n, wlimit, lease, pad, hb, chan =
                 string.match(wrec, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|')
+            -- numbers in the ranges acquire.lua checks its arguments against: a count
+            -- or limit past MAX_LIMIT would grant that many slots in this one script
+            -- (K9), one that cannot be killed once it wrote
+            if chan and not (int_arg(n, 1, MAX_LIMIT) and int_arg(wlimit, 1, MAX_LIMIT)
+                and int_arg(lease, 1, MAX_MS) and int_arg(pad, 0, MAX_MS)
+                and int_arg(hb, 1, MAX_MS)) then
+                chan = nil
+            end
         end
         if not chan then
-            -- a queue entry without its record, or with one that does not parse (edited
-            -- by hand): dropped, and counted against K9
+            -- a queue entry that is no permit id, without its record, or with one that
+            -- does not parse or holds numbers out of range (edited by hand): dropped,
+            -- and counted against K9
             if st.budget <= 0 then break end
             st.budget = st.budget - 1
             dequeue(st, head)

@@ -567,7 +567,9 @@ pub(crate) fn inspect(
                     let id = text(&c[0])?;
                     let deadline_ms = server_time(
                         "inspect",
-                        &format!("the deadline of holder {id}"),
+                        // (Debug: the id is any member another program wrote, and an
+                        // error may be printed on a terminal)
+                        &format!("the deadline of holder {id:?}"),
                         int(&c[2])?,
                     )?;
                     Ok(HolderRecord {
@@ -735,7 +737,7 @@ pub(crate) fn scan_names(
     pattern: &str,
     kind: Kind,
 ) -> Result<(u64, Vec<String>)> {
-    let (next, keys): (u64, Vec<String>) = scan_cmd(cursor, pattern, kind)
+    let (next, keys): (u64, Vec<Vec<u8>>) = scan_cmd(cursor, pattern, kind)
         .query(conn)
         .map_err(Error::Redis)?;
     Ok((next, names_of(keys, kind)))
@@ -757,7 +759,7 @@ pub(crate) fn scan_names_at(
     let reply = conn
         .route_command(&scan_cmd(cursor, pattern, kind), routing)
         .map_err(Error::Redis)?;
-    let (next, keys): (u64, Vec<String>) =
+    let (next, keys): (u64, Vec<Vec<u8>>) =
         redis::from_redis_value(reply).map_err(|e| Error::reply("scan", e.to_string()))?;
     Ok((next, names_of(keys, kind)))
 }
@@ -834,9 +836,13 @@ pub(crate) fn wait_replicas_at_within(
 }
 
 /// The semaphore names of the keys a scan for `kind` found.
-fn names_of(keys: Vec<String>, kind: Kind) -> Vec<String> {
+/// A key whose name is not UTF-8 (another program's: the library's names are `&str`)
+/// names no semaphore this library can open, and is skipped, not an error that would
+/// hide every other semaphore.
+fn names_of(keys: Vec<Vec<u8>>, kind: Kind) -> Vec<String> {
     let tail = format!("}}:{}", kind.suffix());
     keys.iter()
+        .filter_map(|k| std::str::from_utf8(k).ok())
         .filter_map(|k| k.strip_prefix("redsem:{")?.strip_suffix(tail.as_str()))
         .map(str::to_owned)
         .collect()
