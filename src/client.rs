@@ -29,7 +29,10 @@ use redis::io::tcp::TcpSettings;
 ///
 /// `Client` is cheap to clone; clones share the pool and the thread. When the last
 /// handle is dropped, together with every [`Semaphore`](crate::Semaphore) and [`Permit`] made from it,
-/// the background thread is stopped and joined.
+/// the background thread is stopped and joined. Releases the client still owes (the
+/// grant of an acquire whose reply was lost, a waiter that left without its cancel)
+/// are then sent on a thread of their own, which the drop does not wait for, each once
+/// its caller's give-up time has passed and for at most three operation timeouts.
 ///
 /// # Examples
 ///

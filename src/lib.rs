@@ -162,7 +162,8 @@
 //! the next call that needs more makes it). Nor does the release of the last permit,
 //! which deletes the semaphore's keys whatever they hold. Anything else (keys missing
 //! or not agreeing, a queue to serve, an expired holder to purge, a repeated id,
-//! several permits at once) falls through to the full logic, which decides exactly as
+//! several permits at once, a grant that must move the keys' expiry of a semaphore
+//! with a stored limit: about once a day) falls through to the full logic, which decides exactly as
 //! it would alone.
 //!
 //! When several threads of one [`Client`] try-acquire or release on the same semaphore

@@ -18,8 +18,11 @@ use crate::threads::{DropBudget, drop_deadline, run_aside};
 /// background thread renews its lease (unless the semaphore was built with
 /// `auto_refresh(false)`). Permits of the wire-compatible
 /// [`compat::book`](crate::compat::book) and [`compat::redisson`](crate::compat::redisson)
-/// semaphores are never renewed in the background, and their [`token`](Permit::token)
-/// and [`slots`](Permit::slots) mean what those modules say.
+/// semaphores are not renewed in the background, except those of an
+/// `RPermitExpirableSemaphore` made
+/// [`with_auto_refresh(true)`](crate::compat::redisson::RPermitExpirableSemaphore::with_auto_refresh),
+/// and their [`token`](Permit::token) and [`slots`](Permit::slots) mean what those
+/// modules say.
 ///
 /// A `Permit` owns everything it needs (`Send + 'static`), so it can move into a
 /// thread that holds it for hours.
@@ -180,7 +183,9 @@ impl Permit {
     /// - [`Error::LeaseExpired`]: released, but the lease had ended before: the work
     ///   done under it may have overlapped another holder's.
     /// - [`Error::PermitLost`]: it was no longer held at all.
-    /// - Redis and pool errors; the lease then ends by itself.
+    /// - Redis and pool errors; the lease then ends by itself (a
+    ///   [`compat::redisson`](crate::compat::redisson) permit-expirable permit without
+    ///   a lease has none: it stays taken until released by its id).
     ///
     /// In every case the permit is no longer held afterwards.
     pub fn release(mut self) -> Result<()> {
@@ -333,9 +338,11 @@ impl std::fmt::Debug for Permit {
 /// A held grant on its way to another process: what [`Permit::into_parts`] returns and
 /// [`Semaphore::adopt`](crate::Semaphore::adopt) takes. It prints as one line,
 /// `redsem-permit:1:ID:TOKEN:PERMITS:SLOTS:NAME` (slots comma-separated; the name last,
-/// as it is), and parses back from it. A name that ends in a line break does not
-/// survive the text form (one line break after the text is dropped when it is read);
-/// [`Semaphore::adopt`](crate::Semaphore::adopt) then refuses the parts.
+/// as it is), and parses back from it. One line break after the text is dropped when
+/// it is read, so a name ending in a line break would not survive the text form: such
+/// names are refused when a semaphore is built
+/// ([`SemaphoreBuilder::build`](crate::SemaphoreBuilder::build)); a line break inside
+/// a name round-trips.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitParts {
     semaphore: String,

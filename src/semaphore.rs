@@ -26,7 +26,9 @@ use crate::threads::{DropBudget, drop_deadline};
 
 /// How often a waiter looks again while the wake-up listener is not subscribed.
 const NO_PUSH_POLL: Duration = Duration::from_millis(50);
-/// How long a limit stored by [`Semaphore::set_limit`] outlives the last use.
+/// How long a limit stored by [`Semaphore::set_limit`] is kept from that call and
+/// from each later move of the keys' expiry (so while the semaphore is in use, and
+/// after its last use until the keys' expiry then set).
 const LIMIT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// The largest limit a semaphore may have: every grant and release costs the server
 /// work per permit (a slot bit each), and one call must stay short whatever its
@@ -225,8 +227,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an empty name, a name with `{` or `}`, or a
-    /// limit of 0.
+    /// [`Error::InvalidArgument`] for an empty name, a name with `{` or `}` or ending
+    /// in a line break, or a limit of 0 or above [`MAX_LIMIT`].
     pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore> {
         self.semaphore_builder(name).limit(limit).build()
     }
@@ -818,7 +820,8 @@ impl Semaphore {
     /// back when the returned `Permit` is dropped or released. Its id, fencing token
     /// and slots are the original grant's, and this handle's
     /// [`max_hold`](SemaphoreBuilder::max_hold) counts from that grant (by the server's
-    /// clock), not from the adoption.
+    /// clock), not from the adoption (from the adoption only when the holder record's
+    /// grant time does not parse, say edited by hand).
     ///
     /// The server checks the parts against the grant it holds: the same id, token and
     /// slots, its lease not yet ended. Hand each `PermitParts` to one process: the
@@ -979,7 +982,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0; Redis and pool errors.
+    /// [`Error::InvalidArgument`] for 0 or a limit above [`MAX_LIMIT`]; Redis and pool
+    /// errors.
     pub fn set_limit(&self, limit: u32) -> Result<()> {
         if limit == 0 {
             return Err(Error::InvalidArgument("limit must be at least 1".into()));

@@ -103,7 +103,7 @@ enum Command {
     SetLimit {
         /// The semaphore's name.
         name: String,
-        /// The new limit (at least 1).
+        /// The new limit (1 to 10000, the library's MAX_LIMIT).
         #[arg(value_parser = clap::value_parser!(u32).range(1..=i64::from(redis_semaphore::MAX_LIMIT)))]
         limit: u32,
     },

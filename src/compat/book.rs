@@ -79,8 +79,11 @@
 //!
 //! A book permit is marked lost (and [`Permit::lost`] fires) when
 //! [`Permit::refresh`] finds its entry gone; nothing watches it in the background.
-//! [`Permit::lease_left`] counts down the timeout from the acquire, by this process's
-//! monotonic clock, and from the last successful refresh. [`Permit::release`] returns
+//! [`Permit::lease_left`] counts down the timeout from the score the acquire (or the
+//! last successful refresh) wrote, by this process's monotonic clock: with
+//! [`TimeUnit::Millis`] from the clock reading truncated to the millisecond, and by
+//! the timeout in whole milliseconds, so that it ends no later than another client on
+//! the same clock can purge the entry. [`Permit::release`] returns
 //! [`Error::PermitLost`] when the entry was already gone (the book's `False`).
 //!
 //! # Example
@@ -259,7 +262,8 @@ impl BookSemaphoreBuilder {
     /// 1 ms (or over a year), or, for `FairWithLock`, a zero lock wait or a lock
     /// timeout under 1 ms (or either over a year); a zero poll interval;
     /// [`BookVariant::NodeFair`] with [`TimeUnit::Seconds`] (the Node port scores in
-    /// milliseconds). On Redis Cluster (a `redis+cluster://` client), for every
+    /// milliseconds), or a `NodeFair` semaphore named `semaphore` (its count zset
+    /// `semaphore:count` would be the Node port's global ticket counter). On Redis Cluster (a `redis+cluster://` client), for every
     /// variant: the book's keys (`NAME`, `NAME:owner`, `NAME:counter`, `lock:NAME`) and
     /// the Node port's (`NAME:time`, `NAME:count` and the global `semaphore:count`) lie
     /// in different hash slots and the transactions span them, which a cluster refuses.
@@ -656,7 +660,8 @@ impl BookInner {
         };
         let outcome = self.acquire_fair(conn, id);
         // Python's `finally: release_lock(...)`. A failure to release does not take
-        // the permit back: the lock expires after `lock_timeout` by itself.
+        // the permit back; the lock is released by its id on a thread of its own
+        // (`release_lock_aside`), not left to expire after `lock_timeout`.
         match self.release_lock(conn, &lock_id) {
             Ok(true) => {}
             Ok(false) => log::warn!(
