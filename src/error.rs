@@ -208,16 +208,56 @@ pub enum Error {
 }
 
 /// What a WRONGTYPE error says, without what Redis adds to an error raised in a script
-/// (" script: <sha>, on @user_script:<line>.") and without the library's own prefix:
-/// the key and the type it holds, when a script of this crate found it.
+/// (Redis 7: " script: <sha>, on @user_script:<line>." after it; Redis 6.2: "Error
+/// running script (call to f_<sha>): @user_script:<line>: " before it) and without
+/// the library's own prefix: the key and the type it holds, when a script of this
+/// crate found it.
 fn wrong_type_detail(e: &redis::RedisError) -> String {
-    let text = e.detail().map_or_else(|| e.to_string(), str::to_owned);
-    let text = match text.find(" script: ") {
-        Some(i) => &text[..i],
-        None => text.as_str(),
-    };
+    let full = e.detail().map_or_else(|| e.to_string(), str::to_owned);
+    let mut text = full.as_str();
+    if let Some(i) = text.find("@user_script:") {
+        // Redis 6.2: the message follows the line number's ": "
+        let rest = &text[i + "@user_script:".len()..];
+        if let Some(j) = rest.find(": ") {
+            text = &rest[j + 2..];
+        }
+    }
+    if let Some(i) = text.find(" script: ") {
+        text = &text[..i];
+    }
+    let text = text.strip_prefix("WRONGTYPE ").unwrap_or(text);
     let text = text.strip_prefix("redis-semaphore: ").unwrap_or(text);
     text.trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod wrong_type_tests {
+    use super::wrong_type_detail;
+
+    fn err(detail: &str) -> redis::RedisError {
+        redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+            detail.to_owned(),
+        ))
+    }
+
+    #[test]
+    fn the_detail_is_the_key_and_its_type_on_redis_7_and_6_2() {
+        let want = "key redsem:{a}:h holds a string, not the zset of the semaphore";
+        for detail in [
+            "redis-semaphore: key redsem:{a}:h holds a string, not the zset of the semaphore script: d7e2, on @user_script:544.",
+            "Error running script (call to f_d7e2): @user_script:544: WRONGTYPE redis-semaphore: key redsem:{a}:h holds a string, not the zset of the semaphore",
+        ] {
+            assert_eq!(wrong_type_detail(&err(detail)), want, "{detail}");
+        }
+        assert_eq!(
+            wrong_type_detail(&err(
+                "Operation against a key holding the wrong kind of value"
+            )),
+            "Operation against a key holding the wrong kind of value"
+        );
+    }
 }
 
 impl Error {
