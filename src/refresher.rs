@@ -345,14 +345,18 @@ fn give_back_owed(shared: &Arc<Shared>) {
                     std::thread::sleep(first.saturating_duration_since(Instant::now()));
                 }
                 let end = Instant::now() + op;
-                let mut again = Vec::new();
+                // those a pass had no time for go first in the next one, those whose
+                // send failed last: one that hangs (a hung node of a cluster) does not
+                // take every pass's time from the others
+                let (mut untried, mut failed) = (Vec::new(), Vec::new());
                 for c in owed {
                     if Instant::now() < c.at {
-                        again.push(c);
+                        untried.push(c);
                         continue;
                     }
                     let stop_at = c.until.min(c.at + 3 * op);
-                    let result = if Instant::now() < end {
+                    let tried = Instant::now() < end;
+                    let result = if tried {
                         send_clean_up(&s, &c.keys, &c.id, c.waiter, end)
                     } else {
                         Err(late(format!("no time left in this pass for {}", c.id)))
@@ -364,7 +368,11 @@ fn give_back_owed(shared: &Arc<Shared>) {
                                 "redis-semaphore: clean-up of {} failed, again soon: {e}",
                                 c.id
                             );
-                            again.push(c);
+                            if tried {
+                                failed.push(c)
+                            } else {
+                                untried.push(c)
+                            }
                         }
                         Err(e) => log::warn!(
                             "redis-semaphore: could not give back permit {} after a failed \
@@ -373,7 +381,8 @@ fn give_back_owed(shared: &Arc<Shared>) {
                         ),
                     }
                 }
-                owed = again;
+                untried.append(&mut failed);
+                owed = untried;
                 if !owed.is_empty() {
                     std::thread::sleep(RETRY_AFTER_FAILURE);
                 }
