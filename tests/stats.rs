@@ -168,3 +168,28 @@ fn a_wait_that_fails_on_a_redis_error_counts_one_error() {
         client.stats()
     );
 }
+
+/// A Redisson permit-expirable permit released after another client released it by
+/// its id is gone (an expected outcome, `release_gone`), not a failed release; it was
+/// counted in `release_failed`, unlike the leased and book semaphores' releases.
+#[test]
+fn a_permit_expirable_permit_gone_before_its_release_counts_as_gone() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let pes = client.redisson_permit_expirable_semaphore("gone");
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes.try_acquire(None).unwrap().expect("a permit");
+    // another process releases it by its id (Redisson's release(id))
+    let other = Client::open(server.url()).unwrap();
+    other
+        .redisson_permit_expirable_semaphore("gone")
+        .release(permit.id())
+        .unwrap();
+    assert!(permit.release().is_err(), "already released by another");
+    let s = client.stats();
+    assert_eq!(
+        (s.release_gone, s.release_failed, s.errors),
+        (1, 0, 0),
+        "{s:?}"
+    );
+}

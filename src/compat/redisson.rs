@@ -1238,14 +1238,16 @@ impl Grantor for PesGrant {
                 Counters::bump(&stats.released);
                 Ok(())
             }
+            // (counted as `Stats` documents it, as the leased and book releases are:
+            // a permit already gone is an expected outcome, an error a failure)
             Ok(PesReleased::Late) => {
-                Counters::bump(&stats.released);
+                Counters::bump(&stats.release_gone);
                 Err(Error::LeaseExpired {
                     id: permit.id.clone(),
                 })
             }
             Ok(PesReleased::NotHeld) => {
-                Counters::bump(&stats.release_failed);
+                Counters::bump(&stats.release_gone);
                 Err(Error::PermitLost {
                     id: permit.id.clone(),
                     reason: permit.gone_reason(),
@@ -1253,6 +1255,7 @@ impl Grantor for PesGrant {
             }
             Err(e) => {
                 Counters::bump(&stats.release_failed);
+                Counters::bump(&stats.errors);
                 Err(e)
             }
         }
