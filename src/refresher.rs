@@ -227,10 +227,10 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     while let Some(c) = cleanups.next() {
         if stopping(wake) {
             // still owed: given back once the thread stops (`give_back_owed`)
-            let mut registry = shared.registry.lock();
-            for c in std::iter::once(c).chain(cleanups) {
-                registry.clean_up(&c.keys, &c.id, c.at, c.until, c.waiter);
-            }
+            shared
+                .registry
+                .lock()
+                .put_back(std::iter::once(c).chain(cleanups));
             return;
         }
         settle_passed(shared, &mut horizon);

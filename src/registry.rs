@@ -400,6 +400,11 @@ impl Registry {
         std::mem::take(&mut self.cleanups)
     }
 
+    /// Owes again releases taken by [`take_cleanups`](Self::take_cleanups) and not sent.
+    pub(crate) fn put_back(&mut self, cleanups: impl IntoIterator<Item = Cleanup>) {
+        self.cleanups.extend(cleanups);
+    }
+
     /// The client-side deadline of every permit still registered.
     pub(crate) fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
         self.groups

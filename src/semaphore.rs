@@ -1166,12 +1166,7 @@ impl Semaphore {
                 p.map(|p| {
                     self.full_lease(p, deadline)
                         .and_then(|p| self.confirm(p, end))
-                        .inspect_err(|e| {
-                            if is_redis_error(e) {
-                                Counters::bump(&stats.errors);
-                                metrics.errors();
-                            }
-                        })
+                        .inspect_err(|e| self.count_redis_error(e))
                 })
                 .transpose()
             });
@@ -1426,10 +1421,7 @@ impl Semaphore {
                 // thread (as a dropped waiter's failed cancel is): not left to lapse
                 // with the heartbeat
                 self.clean_up_waiter_after(&waiter.id, Instant::now());
-                if is_redis_error(&e) {
-                    Counters::bump(&self.inner.client.inner.shared.stats.errors);
-                    self.inner.metrics.errors();
-                }
+                self.count_redis_error(&e);
                 return Err(e);
             }
         };
@@ -1757,6 +1749,15 @@ impl Semaphore {
                 .instant_before(deadline_ms)
                 .min(lease_end(received, Duration::from_millis(hb_ms))),
         )
+    }
+
+    /// Counts `e` in [`Stats::errors`](crate::Stats::errors) (and the metrics) when it is
+    /// a Redis or pool error.
+    fn count_redis_error(&self, e: &Error) {
+        if is_redis_error(e) {
+            Counters::bump(&self.inner.client.inner.shared.stats.errors);
+            self.inner.metrics.errors();
+        }
     }
 
     fn permit(

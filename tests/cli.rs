@@ -784,6 +784,40 @@ fn watch_goes_on_when_the_watched_semaphore_goes_idle() {
     }
 }
 
+/// A holder member another program adds to the holders' zset (with a record and a
+/// score out of the range of server times) whose name holds terminal escapes: the
+/// error `status` fails with names it, and printed it raw (found by a review).
+#[test]
+fn a_status_error_does_not_echo_a_crafted_holder_id() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("esc", 2).unwrap();
+    let _held = sem.acquire().unwrap();
+    let mut conn = server.conn();
+    let evil = "\x1b]0;pwned\x07\x1b[2J";
+    redis::cmd("ZADD")
+        .arg("redsem:{esc}:h")
+        .arg("0")
+        .arg(evil)
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{esc}:i")
+        .arg(evil)
+        .arg("1|1||1|1|h|")
+        .exec(&mut conn)
+        .unwrap();
+    let out = cli(&server, &["status", "esc"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // the error path: the holder's deadline is out of the range of server times
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("out of the range"), "{err}");
+    assert!(
+        !err.contains('\x1b') && !out.stdout.contains(&0x1b),
+        "raw escape in the CLI's output: {err:?}"
+    );
+}
+
 /// A holder id is shown escaped like every other text read from Redis: the scripts of
 /// this crate write only uuid ids, but another program with write access can put any
 /// member in the holders' zset, and `status` lists it.

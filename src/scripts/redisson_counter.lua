@@ -31,6 +31,11 @@ end
 -- The largest counter magnitude counter_text() takes (15 digits).
 local COUNTER_MAX = 999999999999999
 
+-- Whether a new counter value `v` (a Lua number) is one counter_text() takes.
+local function counter_fits(v)
+    return v <= COUNTER_MAX and v >= -COUNTER_MAX
+end
+
 -- The counter as a number, or false when the key is missing. A key of another type
 -- fails its GET with WRONGTYPE; a string that is not counter_text() fails the script
 -- the same way, with a string error (level 0: no position; Redis 6.2 cannot raise a
@@ -58,7 +63,7 @@ local function incr(n)
             return nil, redis.error_reply(counter_refused(stored))
         end
         local after = tonumber(stored) + tonumber(n)
-        if after > COUNTER_MAX or after < -COUNTER_MAX then
+        if not counter_fits(after) then
             return nil, redis.error_reply(counter_refused(stored))
         end
     end

@@ -25,7 +25,7 @@ end
 local value = counter_value()
 if ARGV[3] == 'add' then
     local after = (value or 0) + arg
-    if after > COUNTER_MAX or after < -COUNTER_MAX then
+    if not counter_fits(after) then
         return redis.error_reply(counter_refused(redis.call('GET', KEYS[1])))
     end
     redis.call('SET', KEYS[1], string.format('%d', after))

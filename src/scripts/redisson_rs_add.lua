@@ -15,7 +15,7 @@ local done, bad = once_done(2)
 if bad then return bad end
 if done then return tonumber(done) end
 local after = (counter_value() or 0) + tonumber(ARGV[2])
-if after > COUNTER_MAX or after < -COUNTER_MAX then
+if not counter_fits(after) then
     return redis.error_reply(counter_refused(redis.call('GET', KEYS[1])))
 end
 redis.call('SET', KEYS[1], string.format('%d', after))
