@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 
 use crate::clock::lease_end;
 use crate::error::LostReason;
-use crate::registry::{Batch, PermitState, RETRY_AFTER_FAILURE};
+use crate::registry::{Batch, Cleanup, GiveBack, PermitState, RETRY_AFTER_FAILURE};
 use crate::scripts::Keys;
 use crate::scripts::leased;
 pub(crate) use crate::scripts::leased::Renewal;
@@ -238,9 +238,14 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // due before the next deadline (a clean-up that runs out is tried again)
         let by = Instant::now() + until_next(shared, horizon);
         let (end, wait_until) = call_bounds(shared, by);
-        let (keys, id, waiter) = (Arc::clone(&c.keys), c.id.clone(), c.waiter);
+        let (keys, id, waiter, custom) = (
+            Arc::clone(&c.keys),
+            c.id.clone(),
+            c.waiter,
+            c.custom.clone(),
+        );
         let result = call_by(shared, asides, &c.keys.holders, wait_until, move |s| {
-            send_clean_up(s, &keys, &id, waiter, end)
+            send_clean_up(s, &keys, &id, waiter, custom.as_deref(), end)
         });
         // (a clean-up left running is tried again too: a second release of a permit
         // already given back changes nothing)
@@ -256,14 +261,11 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
                     "redis-semaphore: clean-up of {} failed, again soon: {e}",
                     c.id
                 );
-                let mut registry = shared.registry.lock();
-                registry.clean_up(
-                    &c.keys,
-                    &c.id,
-                    Instant::now() + RETRY_AFTER_FAILURE,
-                    c.until,
-                    c.waiter,
-                );
+                // (the entry itself goes back: a compat give-back keeps its own call)
+                shared.registry.lock().put_back(std::iter::once(Cleanup {
+                    at: Instant::now() + RETRY_AFTER_FAILURE,
+                    ..c
+                }));
             }
             Err(e) => log::warn!(
                 "redis-semaphore: could not give back permit {} after a failed acquire \
@@ -294,14 +296,19 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     settle_passed(shared, &mut horizon);
 }
 
-/// Sends one clean-up ([`Cleanup`](crate::registry::Cleanup)), all of it ending by `end`.
+/// Sends one clean-up ([`Cleanup`]), all of it ending by `end`: a compat layout's
+/// give-back (`custom`), else the leased semaphore's release of `id`.
 fn send_clean_up(
     s: &Shared,
     keys: &Keys,
     id: &str,
     waiter: bool,
+    custom: Option<&dyn GiveBack>,
     end: Instant,
-) -> crate::Result<leased::Released> {
+) -> crate::Result<()> {
+    if let Some(what) = custom {
+        return what.give_back(s, end);
+    }
     s.pool.run_by(Some(end), s.op_timeout, |c2| {
         if waiter {
             // out of the queue first: nothing can be granted to it afterwards (a
@@ -312,7 +319,7 @@ fn send_clean_up(
                 Err(e) => return Err(e),
             }
         }
-        leased::release(&mut **c2, keys, id, false)
+        leased::release(&mut **c2, keys, id, false).map(|_| ())
     })
 }
 
@@ -357,7 +364,7 @@ fn give_back_owed(shared: &Arc<Shared>) {
                     let stop_at = c.until.min(c.at + 3 * op);
                     let tried = Instant::now() < end;
                     let result = if tried {
-                        send_clean_up(&s, &c.keys, &c.id, c.waiter, end)
+                        send_clean_up(&s, &c.keys, &c.id, c.waiter, c.custom.as_deref(), end)
                     } else {
                         Err(late(format!("no time left in this pass for {}", c.id)))
                     };

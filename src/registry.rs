@@ -171,6 +171,18 @@ pub(crate) trait Renew: Send + Sync {
     fn renew(&self, permits: &[Arc<PermitState>], wait: Duration) -> crate::Result<Vec<String>>;
 }
 
+/// Gives back what a call of another layout than the leased semaphore's took (a compat
+/// type's give-back that failed), for the refresher's clean-ups ([`Cleanup::custom`]).
+/// A give-back handed to the refresher is sent again until it succeeds or its end
+/// passes (and once more at the client's drop), so it must be safe to run any number
+/// of times: by the call's own ids, or with an operation key (`once.lua`) that makes a
+/// repeated run change nothing.
+pub(crate) trait GiveBack: Send + Sync + std::fmt::Debug {
+    /// Sends the give-back once on a pooled connection of `shared`, all of it (the
+    /// checkout included) ending by `end`.
+    fn give_back(&self, shared: &crate::shared::Shared, end: Instant) -> crate::Result<()>;
+}
+
 struct Group {
     keys: Arc<Keys>,
     period: Duration,
@@ -246,6 +258,10 @@ pub(crate) struct Cleanup {
     pub(crate) at: Instant,
     pub(crate) until: Instant,
     pub(crate) waiter: bool,
+    /// `None`: the leased semaphore's release of `id` on `keys`; else the give-back of
+    /// a compat layout ([`GiveBack`]), `id` then only naming it in logs and `keys`
+    /// only telling the refresher's calls apart.
+    pub(crate) custom: Option<Arc<dyn GiveBack>>,
 }
 
 impl Registry {
@@ -383,6 +399,26 @@ impl Registry {
             at,
             until,
             waiter,
+            custom: None,
+        });
+    }
+
+    /// Owes the give-back `what` of a compat layout (named `id` in logs), sent from
+    /// now on and tried until `until` ([`GiveBack`]).
+    pub(crate) fn clean_up_with(
+        &mut self,
+        keys: &Arc<Keys>,
+        id: String,
+        until: Instant,
+        what: Arc<dyn GiveBack>,
+    ) {
+        self.cleanups.push(Cleanup {
+            keys: Arc::clone(keys),
+            id,
+            at: Instant::now(),
+            until,
+            waiter: false,
+            custom: Some(what),
         });
     }
 

@@ -405,8 +405,9 @@ impl SemaphoreBuilder {
     /// grant) and sends `WAIT replicas timeout` on the same connection. When fewer
     /// replicas answer in time, the permit is released and the call fails with
     /// [`Error::ReplicasNotAcked`]; a try-acquire or a timed acquire does not wait
-    /// again. It costs two round trips and up to `timeout` per grant (see
-    /// `BENCHMARKS.md`). A `timeout` close to the client's operation timeout is
+    /// again. A release that fails (or does not end within the operation timeout) is
+    /// sent again by the client's background thread until the lease has surely ended.
+    /// It costs two round trips and up to `timeout` per grant (see `BENCHMARKS.md`). A `timeout` close to the client's operation timeout is
     /// shortened so that the server's answer (which may come up to 100 ms after its
     /// own timeout) still comes within the operation timeout.
     ///
@@ -1624,18 +1625,15 @@ impl Semaphore {
             }
             .map_err(|e| sem.sorted(e))
         });
+        // The grant is given back, within one operation timeout (and by the wait's
+        // bound): a give-back that fails is owed to the background thread (a release
+        // by the grant's own id, safe to send again until its lease has surely ended),
+        // not left to hold the permits for the rest of the lease.
+        let give_back_end = end.unwrap_or_else(|| Instant::now() + op);
         match acked {
             Ok(acked) if acked >= wanted => Ok(permit),
             Ok(acked) => {
-                if let Some(end) = end {
-                    self.give_back_by(permit, end);
-                } else if let Err(e) = permit.release() {
-                    log::warn!(
-                        "redis-semaphore: could not give back a permit of {} that too few \
-                         replicas acknowledged: {e}",
-                        sem.name
-                    );
-                }
+                self.give_back_by(permit, give_back_end);
                 Err(Error::ReplicasNotAcked {
                     name: sem.name.clone(),
                     acked,
@@ -1643,11 +1641,7 @@ impl Semaphore {
                 })
             }
             Err(e) => {
-                match end {
-                    Some(end) => self.give_back_by(permit, end),
-                    // dropping the permit gives it back (best effort, bounded)
-                    None => drop(permit),
-                }
+                self.give_back_by(permit, give_back_end);
                 Err(e)
             }
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis_semaphore::compat::redisson::{RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error};
-use support::{RedisServer, primary_and_replica};
+use support::{Proxy, RedisServer, command_calls, primary_and_replica, wait_until};
 
 const WAIT: Duration = Duration::from_millis(500);
 
@@ -157,4 +157,145 @@ fn without_replicas_it_costs_a_wait_0_and_bad_timeouts_are_refused() {
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     }
+}
+
+/// The SHA1 of a Redisson script as the library sends it (src/scripts/redisson.rs):
+/// what `EVALSHA` carries, for a proxy to act on that call alone.
+macro_rules! redisson_sha {
+    ($($part:literal),*) => {
+        redis::Script::new(concat!(
+            include_str!("../src/scripts/redisson_publish.lua"),
+            include_str!("../src/scripts/redisson_counter.lua"),
+            $(include_str!(concat!("../src/scripts/", $part)),)*
+        ))
+        .get_hash()
+        .to_owned()
+    };
+}
+
+/// A primary with a replica, and a client reaching the primary through a proxy, its
+/// operation timeout 1 s (the replica wait is 200 ms).
+fn proxied_primary() -> (RedisServer, RedisServer, Proxy, Client) {
+    let (primary, replica) = primary_and_replica();
+    let proxy = Proxy::start(primary.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(proxy.url())
+        .unwrap();
+    (primary, replica, proxy, client)
+}
+
+/// Fifth session: the give-back of permits no replica acknowledged, when it fails (here
+/// its request vanishes on the way to the primary), used to be forgotten: the caller
+/// got `NoSyncedReplicas` and the permits stayed taken, an `RSemaphore`'s for good, an
+/// expirable permit without a lease until released by an id nobody has. It is now owed
+/// to the client's background thread, which gives them back once the primary answers.
+#[test]
+fn a_failed_give_back_of_unacknowledged_permits_is_sent_again_in_the_background() {
+    let (primary, replica, proxy, client) = proxied_primary();
+    // the expirable semaphore's client through a proxy of its own (the cut of one
+    // leaves the other's pooled connections whole)
+    let pes_proxy = Proxy::start(primary.port());
+    let pes_client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(pes_proxy.url())
+        .unwrap();
+    let wait = Duration::from_millis(200);
+    let rs = client
+        .redisson_semaphore("rs")
+        .with_replica_wait(wait)
+        .unwrap();
+    let pes = pes_client
+        .redisson_permit_expirable_semaphore("pes")
+        .with_replica_wait(wait)
+        .unwrap();
+    assert!(rs.try_set_permits(2).unwrap());
+    assert!(pes.try_set_permits(2).unwrap());
+    let rs_release = redisson_sha!("once.lua", "redisson_rs_release.lua");
+    let pes_release = redisson_sha!(
+        "redisson_pes_common.lua",
+        "once.lua",
+        "redisson_pes_release.lua"
+    );
+    {
+        let _stalled = replica.pause();
+        // the give-back's request, the first that carries the release script, vanishes
+        proxy.cut_when_sent(rs_release.as_bytes());
+        match rs.try_acquire(1) {
+            Err(Error::NoSyncedReplicas { operation, .. }) => assert_eq!(operation, "acquire"),
+            other => panic!("expected NoSyncedReplicas, got {other:?}"),
+        }
+        assert_eq!(counter(&primary, "rs"), Some(1), "the give-back was cut");
+        proxy.heal();
+
+        pes_proxy.cut_when_sent(pes_release.as_bytes());
+        match pes.try_acquire(None) {
+            Err(Error::NoSyncedReplicas { operation, .. }) => assert_eq!(operation, "acquire"),
+            other => panic!("expected NoSyncedReplicas, got {other:?}"),
+        }
+        assert_eq!(leases(&primary, "pes"), 1, "the give-back was cut");
+        pes_proxy.heal();
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the RSemaphore permit is given back in the background",
+        || counter(&primary, "rs") == Some(2),
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the expirable permit is given back in the background",
+        || leases(&primary, "pes") == 0 && counter(&primary, "pes") == Some(2),
+    );
+    // given back once, not more
+    drop((client, pes_client));
+    assert_eq!(counter(&primary, "rs"), Some(2));
+    assert_eq!(counter(&primary, "pes"), Some(2));
+}
+
+/// Fifth session: an `RSemaphore` give-back has no id, and a send of it whose reply is
+/// lost may have run: sent again as such, each run would add the permits once more
+/// (more permits than the limit later). Here every send reaches the primary only after
+/// the client gave up on it (held 1.5 s on the way, the operation timeout is 1 s), so
+/// every send runs: the counter must come back to where it was and go no higher.
+#[test]
+fn an_rsemaphore_give_back_sent_again_after_a_lost_reply_is_applied_once() {
+    let (primary, replica, proxy, client) = proxied_primary();
+    let rs = client
+        .redisson_semaphore("rs")
+        .with_replica_wait(Duration::from_millis(200))
+        .unwrap();
+    assert!(rs.try_set_permits(2).unwrap());
+    // both scripts loaded, so that every call below is one EVALSHA
+    assert!(rs.try_acquire(1).unwrap());
+    assert_eq!(rs.release(1).unwrap(), 2);
+    let rs_release = redisson_sha!("once.lua", "redisson_rs_release.lua");
+    let evalsha = || {
+        command_calls(&mut primary.conn())
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = evalsha();
+    {
+        let _stalled = replica.pause();
+        proxy.delay_sent(rs_release.as_bytes(), Duration::from_millis(1500));
+        match rs.try_acquire(1) {
+            Err(Error::NoSyncedReplicas { .. }) => {}
+            other => panic!("expected NoSyncedReplicas, got {other:?}"),
+        }
+        // the acquire and three runs of the give-back (the first and two resent)
+        wait_until(
+            Duration::from_secs(20),
+            "the give-back runs three times",
+            || evalsha() >= before + 4,
+        );
+        assert_eq!(
+            counter(&primary, "rs"),
+            Some(2),
+            "a resent give-back that had run already was applied again"
+        );
+        proxy.delay_sent(rs_release.as_bytes(), Duration::ZERO);
+    }
+    drop(client);
+    assert_eq!(counter(&primary, "rs"), Some(2));
 }

@@ -70,7 +70,18 @@
 //!   [`RPermitExpirableSemaphore::with_replica_wait`]). Without it, a write acknowledged
 //!   by a primary that fails before its replica copied it is lost, permits included;
 //!   with it, as in Redisson, the window narrows to writes that some but not all
-//!   replicas had (the wait fails only when *no* replica acknowledged).
+//!   replicas had (the wait fails only when *no* replica acknowledged). An acquire
+//!   that no replica acknowledged gives its permits back; when that give-back fails
+//!   (a dropped connection, a timeout), it is owed to the client's background thread,
+//!   sent again until it succeeds (until the lease has surely ended, at most ten
+//!   minutes) and once more when the client is dropped, as the crate's own releases
+//!   owed after a lost reply are. An expirable permit's give-back is by its id, safe
+//!   to send again. An `RSemaphore`'s has no id, and a send whose reply was lost may
+//!   have run: each of its sends carries one operation key of this library
+//!   (`{NAME}:redsem-op:<uuid>`, written on every deployment for this give-back, kept
+//!   about ten minutes), so it is applied once whatever the number of sends; after
+//!   that time it is not sent again, and permits whose give-back never got through
+//!   stay taken (fewer holders than the limit, never more).
 //! - **A lost reply.** An `RPermitExpirableSemaphore` acquire that fails after it may
 //!   have reached the server (a timeout, a dropped connection) gives back the ids it
 //!   made, at once and once more an operation timeout later, on a thread of its own
@@ -130,7 +141,7 @@ use crate::clock::{
 use crate::error::{Error, LostReason, Result};
 use crate::listener::{open_subscriber, quit_pubsub};
 use crate::permit::{Grantor, Permit};
-use crate::registry::{GroupKey, PermitState, Renew};
+use crate::registry::{GiveBack, GroupKey, PermitState, Renew};
 use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
@@ -148,6 +159,11 @@ const NO_PUSH_POLL: Duration = Duration::from_millis(50);
 const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// The most permits one call takes (each is an id in the script's arguments).
 const MAX_MANY: u32 = 10_000;
+/// How long a give-back of permits that no replica acknowledged, and that failed, is
+/// sent again in the background when nothing else ends them (an `RSemaphore`'s, an
+/// `RPermitExpirableSemaphore` permit's without a lease): an outage or a failover
+/// shorter than this does not lose them for good.
+const OWED_FOR: Duration = Duration::from_secs(600);
 
 /// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
 /// semaphore must use one that its waiters subscribe to.
@@ -377,6 +393,20 @@ impl Common {
 
     fn shared(&self) -> &Shared {
         &self.client.inner.shared
+    }
+
+    /// Owes the give-back `what` (named `id` in logs) to the client's background
+    /// thread: sent again from now on until it succeeds or `until` passes, and once
+    /// more at the client's drop, as the releases owed after a lost reply are.
+    fn owe_give_back(&self, id: String, until: Instant, what: Arc<dyn GiveBack>) {
+        let client = &self.client.inner;
+        let keys = Arc::new(Keys::new(&self.name));
+        client
+            .shared
+            .registry
+            .lock()
+            .clean_up_with(&keys, id, until, what);
+        client.nudge();
     }
 
     /// On Redis Cluster, a fresh operation key for one call that changes a count
@@ -624,6 +654,82 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
     });
 }
 
+/// An `RSemaphore` give-back of `permits` that no replica acknowledged, owed to the
+/// background thread after its first send failed ([`Common::owe_give_back`]).
+///
+/// A failed send may have run (its reply lost or late), and a second "release n"
+/// would then put n permits too many in the counter: more holders than the limit
+/// later. So every send of it, the first included, carries the same operation key
+/// (`once.lua`, on every deployment, kept for the whole time it is sent again and a
+/// margin): whichever run comes first gives the permits back, and every other run
+/// finds the key and changes nothing. No send leaves after `send_by` (the key's
+/// retention runs [`OWED_FOR`] and a margin from the first send): one whose reply was
+/// lost for good leaves the permits taken (fewer holders than the limit, never more).
+#[derive(Debug)]
+struct OwedRsGiveBack {
+    keys: RedissonKeys,
+    publish: &'static str,
+    permits: u32,
+    once: Once,
+    send_by: Instant,
+}
+
+impl GiveBack for OwedRsGiveBack {
+    fn give_back(&self, shared: &Shared, end: Instant) -> Result<()> {
+        if Instant::now() >= self.send_by {
+            return Err(Error::InvalidArgument(format!(
+                "the give-back of {} permit(s) of {:?} is past the time its operation key \
+                 makes it safe to send again",
+                self.permits, self.keys.counter
+            )));
+        }
+        shared
+            .pool
+            .run_by(Some(end), shared.op_timeout, |c| {
+                calls::rs_release(
+                    &mut **c,
+                    &self.keys,
+                    self.publish,
+                    self.permits,
+                    false,
+                    Some(&self.once),
+                )
+            })
+            .map(|_| ())
+    }
+}
+
+/// An `RPermitExpirableSemaphore` give-back of permit `id` that no replica
+/// acknowledged, owed to the background thread after its first send failed. A release
+/// by the acquire's own id is safe to send any number of times: once the id is gone,
+/// a run finds nothing and changes nothing.
+#[derive(Debug)]
+struct OwedPesGiveBack {
+    keys: RedissonKeys,
+    publish: &'static str,
+    id: [u8; 16],
+}
+
+impl GiveBack for OwedPesGiveBack {
+    fn give_back(&self, shared: &Shared, end: Instant) -> Result<()> {
+        let once = self.keys.once(shared.is_cluster(), shared.op_timeout);
+        shared
+            .pool
+            .run_by(Some(end), shared.op_timeout, |c| {
+                calls::pes_release(
+                    &mut **c,
+                    &self.keys,
+                    self.publish,
+                    now_ms(),
+                    &self.id,
+                    None,
+                    once.as_ref(),
+                )
+            })
+            .map(|_| ())
+    }
+}
+
 /// The client's wall clock in epoch milliseconds: Redisson's time base.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -709,7 +815,8 @@ impl RSemaphore {
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
     /// the permits it took back and fails with [`Error::ReplicasNotAcked`] (with
     /// [`Error::NoSyncedReplicas`] when an `acquire_timeout`'s give-back has not ended by
-    /// its bound: it goes on in the background); any other
+    /// its bound, or when it failed: it goes on in the background, see "Failover" in
+    /// the [module docs](self)); any other
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
@@ -838,21 +945,38 @@ impl RSemaphore {
             |c, k| calls::rs_try_acquire(c, k, permits, once.as_ref()),
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back (by the
-                // wait's bound, when there is one)
+                // wait's bound, when there is one). Nothing ends ownerless permits but
+                // this give-back: one that fails is owed to the background thread,
+                // every send with one operation key, so that a send whose reply was
+                // lost but that ran is not repeated (see `OwedRsGiveBack`).
+                if !*got {
+                    return false;
+                }
                 let common = self.common.clone();
-                *got && give_back_by(give_back, move || {
-                    common
-                        .run(|c, k| {
-                            calls::rs_release(c, k, publish, permits, false, common.once().as_ref())
-                        })
-                        .inspect_err(|e| {
-                            log::warn!(
-                                "redis-semaphore: could not give back {permits} permit(s) of {} \
-                                 that no replica acknowledged: {e}",
-                                common.name
-                            )
-                        })
-                        .is_ok()
+                let once = common.keys.once_kept(OWED_FOR, common.shared().op_timeout);
+                let send_by = deadline_in(OWED_FOR);
+                give_back_by(give_back, move || {
+                    let first = common
+                        .run(|c, k| calls::rs_release(c, k, publish, permits, false, Some(&once)));
+                    let Err(e) = first else { return true };
+                    log::warn!(
+                        "redis-semaphore: could not give back {permits} permit(s) of {} that no \
+                         replica acknowledged ({e}); sent again in the background",
+                        common.name
+                    );
+                    let owed = OwedRsGiveBack {
+                        keys: common.keys.clone(),
+                        publish,
+                        permits,
+                        once,
+                        send_by,
+                    };
+                    common.owe_give_back(
+                        format!("{permits} RSemaphore permit(s) of {:?}", common.name),
+                        send_by,
+                        Arc::new(owed),
+                    );
+                    false
                 })
             },
         )?;
@@ -1316,7 +1440,8 @@ impl RPermitExpirableSemaphore {
     /// acknowledged in time (Redisson's `NoSyncedSlavesException`), an acquire gives
     /// the permits it took back and fails with [`Error::ReplicasNotAcked`] (with
     /// [`Error::NoSyncedReplicas`] when an `acquire_timeout`'s give-back has not ended by
-    /// its bound: it goes on in the background); any other
+    /// its bound, or when it failed: it goes on in the background, see "Failover" in
+    /// the [module docs](self)); any other
     /// write (and a try that took nothing) fails with [`Error::NoSyncedReplicas`] and
     /// stands on the primary. A primary
     /// without replicas costs one `WAIT 0` per write. Redisson's default timeout is
@@ -1437,15 +1562,26 @@ impl RPermitExpirableSemaphore {
                 give_back_by(give_back, move || {
                     let mut all = true;
                     for id in &ids {
-                        let released =
-                            inner.release_raw_unsynced(&encode_id(id)).inspect_err(|e| {
-                                log::warn!(
-                                    "redis-semaphore: could not give back a permit of {} that \
-                                     no replica acknowledged: {e}",
-                                    inner.common.name
-                                )
-                            });
-                        all &= released.is_ok();
+                        let Err(e) = inner.release_raw_unsynced(&encode_id(id)) else {
+                            continue;
+                        };
+                        all = false;
+                        log::warn!(
+                            "redis-semaphore: could not give back a permit of {} that no \
+                             replica acknowledged ({e}); sent again in the background",
+                            inner.common.name
+                        );
+                        // a release by its own id: safe to send again until the lease
+                        // (if any) has surely ended
+                        let owed = OwedPesGiveBack {
+                            keys: inner.common.keys.clone(),
+                            publish: inner.publish(),
+                            id: *id,
+                        };
+                        let until = deadline_in(lease.unwrap_or(OWED_FOR).min(OWED_FOR));
+                        inner
+                            .common
+                            .owe_give_back(encode_id(id), until, Arc::new(owed));
                     }
                     all
                 })

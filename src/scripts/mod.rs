@@ -114,15 +114,21 @@ impl Once {
     /// call is sent within one operation timeout (at most 2^32 - 1 ms, 49 days, which
     /// the scripts take). `None` on one server, where nothing resends.
     fn on_cluster(cluster: bool, prefix: &str, op_timeout: Duration) -> Option<Once> {
-        cluster.then(|| {
-            let retention = op_timeout
-                .saturating_mul(2)
-                .saturating_add(Duration::from_secs(10));
-            Once {
-                key: format!("{prefix}{}", uuid::Uuid::new_v4()),
-                retention_ms: retention.as_millis().min(u128::from(u32::MAX)) as u64,
-            }
-        })
+        cluster.then(|| Once::kept_for(prefix, Duration::ZERO, op_timeout))
+    }
+
+    /// A fresh operation key under `prefix` on every deployment, for a call that is
+    /// sent again by this library for up to `resent_for` after its first send (a
+    /// give-back owed to the background thread): kept that long, twice the operation
+    /// timeout and ten seconds more (at most 2^32 - 1 ms in all).
+    fn kept_for(prefix: &str, resent_for: Duration, op_timeout: Duration) -> Once {
+        let retention = resent_for
+            .saturating_add(op_timeout.saturating_mul(2))
+            .saturating_add(Duration::from_secs(10));
+        Once {
+            key: format!("{prefix}{}", uuid::Uuid::new_v4()),
+            retention_ms: retention.as_millis().min(u128::from(u32::MAX)) as u64,
+        }
     }
 }
 

@@ -103,6 +103,16 @@ impl RedissonKeys {
         Once::on_cluster(cluster, &self.op_prefix, op_timeout)
     }
 
+    /// A fresh operation key for one call, on every deployment, for a call this
+    /// library sends again for up to `resent_for` (see `Once::kept_for`).
+    pub(crate) fn once_kept(
+        &self,
+        resent_for: std::time::Duration,
+        op_timeout: std::time::Duration,
+    ) -> Once {
+        Once::kept_for(&self.op_prefix, resent_for, op_timeout)
+    }
+
     /// The counter and the channel (the `RSemaphore` scripts and try-set).
     fn rs<'a>(&self, script: &'a Script) -> Invocation<'a> {
         let mut inv = script.prepare_invoke();
