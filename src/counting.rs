@@ -70,9 +70,10 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 ///
 /// **An acquire that fails with a timeout is in doubt.** The script may have run and
 /// taken the permits although the reply was lost ([`Error::is_timeout`]); without an
-/// owner the library cannot tell, and it does not give them back. A timed-out call
-/// took effect once or not at all, also on Redis Cluster, whose client resends a
-/// command whose reply is late: there each call that changes the count carries an
+/// owner the library cannot tell, and it does not give them back. So is a release or
+/// an `add_permits` that fails with a timeout: repeating it may give twice. A
+/// timed-out call took effect once or not at all, also on Redis Cluster, whose client
+/// resends a command whose reply is late: there each call that changes the count carries an
 /// operation key (`redsem:{name}:op:<uuid>`, kept for twice the operation timeout
 /// and ten seconds more), and a resent run of it changes nothing.
 ///
@@ -143,6 +144,9 @@ struct Waiter<'a> {
     id: String,
     wake: Receiver<Wake>,
     armed: bool,
+    /// The wait's bound (its deadline and one operation timeout), which the drop's
+    /// cancel keeps too; `None` for a wait without a deadline.
+    end: Option<Instant>,
 }
 
 impl Waiter<'_> {
@@ -157,10 +161,23 @@ impl Waiter<'_> {
 }
 
 impl Drop for Waiter<'_> {
+    /// Leaves the queue, the cancel ending within one operation timeout and by the
+    /// wait's bound: a wait that ends on an error (a look in flight at the deadline
+    /// that failed, say) keeps its bound. With no time left, the queue entry lapses
+    /// with its heartbeat (about 2 s), as after an outage.
     fn drop(&mut self) {
         if self.armed {
             self.finish();
-            let end = deadline_in(self.sem.shared().op_timeout);
+            let soon = deadline_in(self.sem.shared().op_timeout);
+            let end = self.end.map_or(soon, |end| end.min(soon));
+            if end <= Instant::now() {
+                log::debug!(
+                    "redis-semaphore: no time left to leave the queue of counting semaphore \
+                     {}; the entry lapses with its heartbeat",
+                    self.sem.name()
+                );
+                return;
+            }
             if let Err(e) = self.sem.cancel(&self.id, Some(end)) {
                 log::warn!(
                     "redis-semaphore: could not leave the queue of counting semaphore {}: {e}",
@@ -310,7 +327,8 @@ impl CountingSemaphore {
     /// (one operation timeout): the look in flight at the deadline, or the one that
     /// leaves the queue. A look that fails because the server does not answer ends the
     /// wait with its error at once; its queue entry then lapses with its heartbeat
-    /// (about 2 s).
+    /// (about 2 s). A look that fails with another error leaves the queue within the
+    /// same bound (or, with no time left, lets its entry lapse the same way).
     ///
     /// # Errors
     ///
@@ -330,6 +348,12 @@ impl CountingSemaphore {
     ///
     /// [`Error::InvalidArgument`] for 0; [`Error::CountOutOfRange`] past
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
+    ///
+    /// A timeout ([`Error::is_timeout`]) leaves the release in doubt, as an acquire's:
+    /// the script may have run and raised the count although the reply was lost. Do not
+    /// call it again on a timeout (although [`Error::is_retryable`] says a later call
+    /// may succeed): a release repeated after one that took effect gives twice, and
+    /// lets more acquires through than there are permits.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
         self.run_once("release", None, |c, k, once| {
@@ -554,6 +578,7 @@ impl CountingSemaphore {
             id,
             wake,
             armed: true,
+            end,
         };
         let stats = &client.shared.stats;
         Counters::bump(&stats.waits);

@@ -41,8 +41,8 @@ pub enum Error {
     ///
     /// A timed-out command may still have run on the server; the library then gives
     /// back whatever it may have been granted to a [`Permit`](crate::Permit). (A
-    /// [`CountingSemaphore`](crate::CountingSemaphore) acquire has no owner to check:
-    /// a timeout leaves it in doubt, as its docs say.)
+    /// [`CountingSemaphore`](crate::CountingSemaphore) acquire or release has no owner
+    /// to check: a timeout leaves it in doubt, as its docs say.)
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
@@ -164,7 +164,9 @@ pub enum Error {
     /// A command got no reply within the time allowed (the client's operation timeout,
     /// or what was left of the call's deadline). The command may still have run on
     /// the server: an acquire that timed out gives back whatever it may have been
-    /// granted, a release is safe to repeat.
+    /// granted, a release of a [`Permit`](crate::Permit) is safe to repeat. Not so for
+    /// the ownerless [`CountingSemaphore`](crate::CountingSemaphore): there a timed-out
+    /// acquire or release is in doubt, and a release repeated may give twice.
     #[error(
         "{operation} on semaphore {name:?} got no reply from redis within {allowed:?}: {source}"
     )]

@@ -183,6 +183,61 @@ fn a_counting_acquire_timeout_behind_a_busy_connection_ends_within_its_timeout_a
     });
 }
 
+/// A counting `acquire_timeout` is bounded by its timeout and one operation timeout
+/// also when a queued look in flight at the deadline fails with an error the server
+/// answered (not an outage): the waiter's drop left the queue with a cancel given a
+/// fresh operation timeout, not what was left of the wait's bound. Every script call
+/// here reaches the server 2.3 s late (a slow server): the look sent before the 0.6 s
+/// deadline failed at about 2.4 s (the count had become a hash), and the cancel after
+/// it answered at about 4.7 s, against a bound of 3.6 s.
+#[test]
+fn a_counting_acquire_timeout_whose_last_look_fails_leaves_the_queue_within_its_bound() {
+    const OP: Duration = Duration::from_secs(3);
+    const TIMEOUT: Duration = Duration::from_millis(600);
+    const SLOW: Duration = Duration::from_millis(2300);
+    let (server, proxy, client) = proxied(OP);
+    let direct = Client::open(server.url()).unwrap();
+    let watch = direct.counting_semaphore("cs-late-error").unwrap();
+    let cs = client.counting_semaphore("cs-late-error").unwrap();
+    assert!(watch.try_set_permits(0).unwrap());
+    // a first wait that gives up loads the scripts (the cancel's too: one request each
+    // below) and starts the client's listener
+    assert!(!cs.acquire_timeout(1, Duration::from_millis(10)).unwrap());
+    let start = Instant::now();
+    let waiter = thread::spawn(move || timed(|| cs.acquire_timeout(1, TIMEOUT)));
+    wait_until(Duration::from_secs(5), "the waiter queues", || {
+        watch.queue_len().unwrap() == 1
+    });
+    assert!(
+        start.elapsed() + Duration::from_millis(300) < TIMEOUT,
+        "the scenario needs the waiter's next look to start before its deadline"
+    );
+    // from now on every script call through the proxy reaches the server 2.3 s late
+    // (after the deadline, within the operation timeout), and finds the count of
+    // another type: its error is an answer, not an outage
+    proxy.delay_sent(b"EVALSHA", SLOW);
+    let mut admin = server.conn();
+    redis::cmd("DEL")
+        .arg("redsem:{cs-late-error}:count")
+        .exec(&mut admin)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redsem:{cs-late-error}:count")
+        .arg("f")
+        .arg("v")
+        .exec(&mut admin)
+        .unwrap();
+    let (r, took) = waiter.join().unwrap();
+    assert!(
+        took <= TIMEOUT + OP + SLACK,
+        "acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout {OP:?}): {r:?}"
+    );
+    assert!(
+        matches!(r, Err(Error::WrongType { .. })) || r.as_ref().is_err_and(Error::is_timeout),
+        "{r:?}"
+    );
+}
+
 /// The Redisson waits promise their timeout plus at most one operation timeout; their
 /// tries waited for a connection as long as the checkout timeout allows, and then an
 /// operation timeout for the call. Every try of a wait, the wait for its connection
