@@ -56,11 +56,11 @@
 //! A queued waiter has a heartbeat of at most a second (never more than the lease),
 //! renewed by the client's background thread with one call per semaphore (which also
 //! purges the expired and serves the head, as any call does): a waiter whose process
-//! dies leaves the queue within about a second, and a permit pushed to it lasts only
-//! that long until its client renews it, so it comes back as soon. The next few
-//! waiters, and on an unfair semaphore every waiter, also look again when the head's
-//! heartbeat would end, so a dead head is replaced, and a permit the head cannot use
-//! is taken, within about a second.
+//! dies leaves the queue within about a second, and a permit pushed to it lasts no
+//! longer than that heartbeat until its client renews it, so it comes back as soon.
+//! The next few waiters, and on an unfair semaphore every waiter, also look again
+//! when the head's heartbeat would end, so a dead head is replaced, and a permit the
+//! head cannot use is taken, within about a second.
 //!
 //! # Leases and refresh
 //!

@@ -1714,8 +1714,9 @@ impl Semaphore {
     ///
     /// Nothing vouches for a message (any program that may `PUBLISH` can send one on
     /// the waiter's channel, which the queue's records name), so the server's own
-    /// rule bounds it: a pushed grant lasts one heartbeat (`heartbeat_ms`, at most the
-    /// lease and a second) from the server's time when it was made, which came before
+    /// rule bounds it: a pushed grant lasts at most one heartbeat (`heartbeat_ms`, at
+    /// most the lease and a second; less when the waiter's own heartbeat on the server
+    /// ended sooner) from the server's time when it was made, which came before
     /// the message arrived. A deadline past the latest server time the anchor allows
     /// at `received` and one heartbeat is not the server's; any other is believed for
     /// at most one heartbeat from `received`, never longer, however it was forged. (A

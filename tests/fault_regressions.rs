@@ -1486,3 +1486,78 @@ fn a_record_whose_grant_time_does_not_parse_is_still_adopted() {
     let adopted = sem.adopt(parts);
     assert!(adopted.is_ok(), "record {edited:?}: {:?}", adopted.err());
 }
+
+/// Fifth session (2026-11-27): a grant served to a waiter lasted a whole heartbeat from
+/// the moment it was served, however little was left of the waiter's own heartbeat. A
+/// waiter whose process died (or a wait that gave up its id without a cancel, in an
+/// outage) was served by a release just before its heartbeat ended, and the permit it
+/// never took stayed captured for a second more: up to two heartbeats in all, where
+/// DESIGN.md allows a dead waiter about one. A served grant now ends no later than the
+/// served waiter's heartbeat (a waiter's own look, which proves it alive, still gets a
+/// whole heartbeat), so the waiter behind gets the permit when that heartbeat ends.
+#[test]
+fn a_grant_served_to_a_dead_waiter_ends_with_its_heartbeat() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "deadhead";
+    let lease = Duration::from_secs(60);
+    let sem = client(&server)
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let held = sem.try_acquire().unwrap().unwrap();
+    let dead = uuid(7);
+    // a waiter with a heartbeat of a second, which nobody renews
+    queue_dead_waiter(&mut conn, name, &dead, 1, lease.as_millis() as u64);
+    let heartbeat_end: i64 = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(format!("w:{dead}"))
+        .query(&mut conn)
+        .unwrap();
+    // a live waiter of another client queues behind it
+    let live = client(&server)
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let behind = std::thread::spawn(move || live.acquire_timeout(Duration::from_secs(10)));
+    wait_until(Duration::from_secs(5), "the live waiter to queue", || {
+        sem.queue_len().unwrap() == 2
+    });
+    // the release comes while the dead waiter's heartbeat still runs: it is served
+    wait_until(
+        Duration::from_secs(5),
+        "the dead waiter's last moments",
+        || server_ms(&mut conn) >= heartbeat_end - 300,
+    );
+    held.release().unwrap();
+    let granted_until: Option<i64> = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(&dead)
+        .query(&mut conn)
+        .unwrap();
+    let granted_until = granted_until.expect("the dead waiter at the head was served");
+    assert!(
+        granted_until <= heartbeat_end,
+        "the grant to a dead waiter lasts until {granted_until}, {} ms past its heartbeat",
+        granted_until - heartbeat_end
+    );
+    // the live waiter gets the permit when the dead waiter's heartbeat ends (it is told
+    // to look then), not a heartbeat later
+    let p = behind
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("the live waiter's permit");
+    let got_at = server_ms(&mut conn);
+    assert!(
+        got_at < heartbeat_end + 500,
+        "the live waiter got the permit {} ms after the dead waiter's heartbeat ended",
+        got_at - heartbeat_end
+    );
+    drop(p);
+    assert_ttls(&mut conn, name);
+}

@@ -407,7 +407,9 @@ impl Model {
     }
 
     /// serve(): grants to the head of the queue while it fits; drops a head above the
-    /// limit. Returns the ids served.
+    /// limit, and one that fits but whose heartbeat has ended (a purge that ran
+    /// before serve() already dropped it: only an acquire above the limit serves
+    /// without purging). Returns the ids served.
     fn serve(&mut self) -> Vec<String> {
         let mut served = Vec::new();
         while let Some(head) = self.queue.front().cloned() {
@@ -417,6 +419,9 @@ impl Model {
                 self.queue.pop_front();
             } else if self.used() + head.permits > limit {
                 break;
+            } else if head.expired {
+                self.seen("dead head dropped, not served");
+                self.queue.pop_front();
             } else {
                 self.seen("waiter served");
                 self.queue.pop_front();
@@ -1894,8 +1899,10 @@ fn a_head_above_a_lowered_limit_is_dropped_and_the_next_served() {
     );
 }
 
-/// A waiter whose heartbeat ended is purged; one whose heartbeat ended but is served
-/// by an acquire above the limit (which serves without purging) gets the permit.
+/// A waiter whose heartbeat ended is purged; one whose heartbeat ended at the head
+/// of the queue when an acquire above the limit serves it (which serves without
+/// purging) is dropped, not served: its grant would outlive its heartbeat (fifth
+/// session, `a_grant_served_to_a_dead_waiter_ends_with_its_heartbeat`).
 #[test]
 fn ended_waiters_are_purged_or_served_as_the_scripts_say() {
     run_fixed(
@@ -1928,6 +1935,52 @@ fn ended_waiters_are_purged_or_served_as_the_scripts_say() {
         &[
             "purge of a waiter",
             "acquire above the limit",
+            "waiter served",
+        ],
+    );
+}
+
+/// Fifth session: an acquire above the limit takes its caller out of the queue and
+/// serves the rest without a purge; a head whose heartbeat has ended is dropped there
+/// (it was served a grant that outlived it), and the live waiter behind it is served.
+#[test]
+fn a_dead_head_is_dropped_not_served_by_an_acquire_above_the_limit() {
+    run_fixed(
+        2,
+        true,
+        &[
+            Op::Direct {
+                who: 0,
+                n: 1,
+                wait: false,
+            },
+            Op::Direct {
+                who: 1,
+                n: 2,
+                wait: true,
+            },
+            Op::Direct {
+                who: 2,
+                n: 1,
+                wait: true,
+            },
+            Op::Direct {
+                who: 3,
+                n: 1,
+                wait: true,
+            },
+            Op::ExpireWaiter(1),
+            Op::Direct {
+                who: 1,
+                n: 3,
+                wait: true,
+            },
+            Op::Inspect,
+        ],
+        &[
+            "queued",
+            "acquire above the limit",
+            "dead head dropped, not served",
             "waiter served",
         ],
     );

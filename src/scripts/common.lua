@@ -521,10 +521,14 @@ end
 -- must still wait, that head is told when to look again ("H id retry_ms"), so that a
 -- lease that ends without a release wakes it at that moment; when the call's budget
 -- (K9) ran out first, it is told to look at once ("H id 0"). A served waiter's permit
--- first lasts only its heartbeat (at most its lease): if its process died while it
--- waited, the permit comes back that soon; its client renews it to a full lease.
--- Returns the granted ids as a set.
-local function serve(st)
+-- first lasts only its heartbeat (at most its lease), and never past the heartbeat
+-- deadline the waiter has in h: if its process died while it waited, the permit comes
+-- back when its heartbeat would have ended, as its queue entry would have; its client
+-- renews it to a full lease. A head whose heartbeat has ended (left by the purge's
+-- budget) is dropped, not served. `caller`: the id of the acquire running this serve
+-- (nil for other scripts), which is alive (it is calling now): its own grant lasts a
+-- whole heartbeat from now. Returns the granted ids as a set.
+local function serve(st, caller)
     local served = {}
     while st.qn > 0 and not damaged do
         local head = redis.call('ZRANGE', Q, 0, 0)[1]
@@ -574,12 +578,26 @@ local function serve(st)
                 break
             else
                 st.budget = st.budget - 1
-                local first = math.min(tonumber(lease), tonumber(hb))
-                local reply = grant(st, head, n, now + first, tonumber(pad), origin)
-                dequeue(st, head)
-                served[head] = reply
-                local msg = 'G ' .. head .. ' ' .. int(reply[3]) .. ' ' .. int(reply[4]) .. ' '
-                tell(chan, msg .. table.concat(reply, ',', 5))
+                local deadline = now + math.min(tonumber(lease), tonumber(hb))
+                if head ~= caller then
+                    -- no later than the waiter's own heartbeat: a waiter whose process
+                    -- died (or whose client left without its cancel) and is served just
+                    -- before its heartbeat ends must not hold the permit a heartbeat
+                    -- more (a read of h, whose type check_keys proved: cannot fail)
+                    local alive = tonumber(redis.call('ZSCORE', H, 'w:' .. head)) or now
+                    if alive < deadline then deadline = alive end
+                end
+                if deadline <= now then
+                    -- its heartbeat has ended (the purge's budget, K9, left it): dead,
+                    -- dropped as the purge would have
+                    dequeue(st, head)
+                else
+                    local reply = grant(st, head, n, deadline, tonumber(pad), origin)
+                    dequeue(st, head)
+                    served[head] = reply
+                    local msg = 'G ' .. head .. ' ' .. int(reply[3]) .. ' ' .. int(reply[4]) .. ' '
+                    tell(chan, msg .. table.concat(reply, ',', 5))
+                end
             end
         end
     end

@@ -54,7 +54,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
 
     purge(st)
     if st.qn > 0 then
-        local served = serve(st)
+        local served = serve(st, id)
         if served[id] then
             save(st)
             return served[id]
