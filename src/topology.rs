@@ -8,10 +8,12 @@
 //!   subscriber on every node.
 //! - [`Connector::Sentinel`]: a service behind Redis Sentinel. A connection goes to the
 //!   primary last known to this client (checked with `ROLE`), else to the one the
-//!   sentinels name (asked in order, `SENTINEL GET-MASTER-ADDR-BY-NAME`, then `ROLE`
-//!   on the node). A watcher thread per client ([`Watcher`]) subscribes to
+//!   sentinels name (asked in order, `SENTINEL MASTER` for the service's
+//!   configuration epoch and `SENTINEL GET-MASTER-ADDR-BY-NAME` in one pipeline, then
+//!   `ROLE` on the node). A watcher thread per client ([`Watcher`]) subscribes to
 //!   `+switch-master` on one reachable sentinel; on a switch of our service it records
-//!   the new primary and bumps a *generation*.
+//!   the new primary, bumps a *generation*, and reads the switch's epoch from that
+//!   sentinel.
 //!
 //! Invariants it keeps:
 //!
@@ -22,6 +24,20 @@
 //!   reach the old primary; none is sent there after the watcher has seen the switch.
 //! - **A missed switch is caught up.** After every (re)subscription the watcher reads
 //!   the current primary again, since a switch may have happened while it was away.
+//! - **No going back to a primary a sentinel has not seen replaced.** The client
+//!   remembers the highest configuration epoch a sentinel reported with an answer it
+//!   took (a failover raises it; a switch heard but whose epoch is not read yet counts
+//!   as one more). An answer naming another node at a lower epoch is from a sentinel
+//!   that has not learnt a failover the client knows of, and its node may still answer
+//!   `ROLE` with `master` (cut off from the sentinels, nobody demoted it): it is
+//!   refused and the next sentinel asked, whenever the lookup began (an answer asked
+//!   for before a switch the client learnt meanwhile is refused too, see
+//!   [`SentinelTarget::observe_since`]). Limits: a sentinel that refuses `SENTINEL
+//!   MASTER` (an ACL user allowed only `GET-MASTER-ADDR-BY-NAME`) gives no epoch and
+//!   its answer is taken as before; and when *every* sentinel of the URL names the same
+//!   node at the same lower epoch, that is taken as the sentinels' configuration set
+//!   anew by an operator (`SENTINEL REMOVE` + `MONITOR` starts the epoch again at 0),
+//!   so a URL listing only sentinels that are all behind is not guarded.
 //! - **Errors name what failed, never a password.** Sentinel addresses and the service
 //!   are named; credentials never appear in a message.
 //!
@@ -375,11 +391,48 @@ pub(crate) struct SentinelTarget {
     /// TLS toward the sentinels and the data nodes (`rediss+sentinel://`), with the
     /// builder's certificates.
     tls: Option<NodeTls>,
-    /// The primary last known (its generation is `generation`), and how many times
-    /// it was set to another address (see [`observe_since`](Self::observe_since)).
-    primary: parking_lot::Mutex<(Option<(String, u16)>, u64)>,
+    /// The primary last known (its generation is `generation`), how many times it was
+    /// set to another address (see [`observe_since`](Self::observe_since)) and the
+    /// service's configuration epoch known with it.
+    primary: parking_lot::Mutex<Known>,
     generation: AtomicU64,
 }
+
+/// What a client knows of a Sentinel service's primary.
+#[derive(Clone, Default)]
+struct Known {
+    /// The primary last known.
+    addr: Option<(String, u16)>,
+    /// How many times `addr` was set to another address.
+    learnt: u64,
+    /// The highest configuration epoch of the service (`SENTINEL MASTER`'s
+    /// `config-epoch`) a sentinel reported in an answer this client took. A failover
+    /// raises it, and a sentinel reports it together with the primary of that
+    /// epoch; only an operator's `SENTINEL REMOVE` + `MONITOR` sets it back.
+    epoch: Option<u64>,
+    /// `addr` was learnt from a `+switch-master` message, and no sentinel has yet
+    /// reported an epoch with it: the service's epoch is then above `epoch`.
+    unverified: bool,
+}
+
+impl Known {
+    /// `Some(bar)` when an answer naming `addr` at configuration epoch `epoch`
+    /// predates what this client knows: it names another node than the primary
+    /// known, at an epoch below `bar` (the epoch known, one more while a switch is
+    /// unverified). Such a sentinel has not learnt a failover this client knows of,
+    /// and its node may still answer `ROLE` with `master` (it was cut off from the
+    /// sentinels, so nobody demoted it). An answer without an epoch (a sentinel
+    /// that refuses `SENTINEL MASTER`) is never refused here.
+    fn behind(&self, addr: &(String, u16), epoch: Option<u64>) -> Option<u64> {
+        let bar = self.epoch? + u64::from(self.unverified);
+        let epoch = epoch?;
+        (self.addr.as_ref() != Some(addr) && epoch < bar).then_some(bar)
+    }
+}
+
+/// A sentinel's answer: the primary's address, and the service's configuration epoch
+/// when the sentinel reports it.
+type Answer = ((String, u16), Option<u64>);
 
 impl SentinelTarget {
     /// A target for `url`, with separate credentials for the sentinels, and TLS toward
@@ -406,7 +459,7 @@ impl SentinelTarget {
             sentinel_auth,
             data,
             tls,
-            primary: parking_lot::Mutex::new((None, 0)),
+            primary: parking_lot::Mutex::new(Known::default()),
             generation: AtomicU64::new(0),
         }
     }
@@ -447,46 +500,74 @@ impl SentinelTarget {
             .join(",")
     }
 
-    /// Records `addr` as the primary; a change of a known primary bumps the generation.
+    /// Records `addr` as the primary, announced by a `+switch-master` message (which
+    /// carries no epoch: the switch stays unverified until a sentinel reports an
+    /// epoch with it); a change of a known primary bumps the generation.
     fn observe(&self, addr: (String, u16)) -> u64 {
-        let mut primary = self.primary.lock();
-        Self::record(&mut primary, addr, &self.service, &self.generation);
+        let mut known = self.primary.lock();
+        let learnt = known.learnt;
+        Self::record(&mut known, addr, None, &self.service, &self.generation);
+        if known.learnt != learnt {
+            // a switch raises the service's epoch above the one known
+            known.unverified = known.epoch.is_some();
+        }
         self.generation()
     }
 
-    /// [`observe`](Self::observe) for an answer asked for when the primary had been
-    /// set `learnt` times: when it was set again since (by the watcher, which heard a
-    /// switch, or by another connection's lookup) to another address than `addr`, the
-    /// answer may predate that, and recording it would undo a switch (every
-    /// connection to the new primary dropped, the old one used again until it is
-    /// demoted): nothing is recorded and `None` returned.
-    fn observe_since(&self, addr: (String, u16), learnt: u64) -> Option<u64> {
-        let mut primary = self.primary.lock();
-        if primary.1 != learnt && primary.0.as_ref() != Some(&addr) {
+    /// [`observe`](Self::observe) for a sentinel's answer (at configuration epoch
+    /// `epoch`, when it reports one) asked for when the primary had been set `learnt`
+    /// times. Nothing is recorded and `None` returned when the answer may predate
+    /// what the client knows, as recording it would undo a switch (every connection
+    /// to the new primary dropped, the old one used again until it is demoted):
+    ///
+    /// - the primary was set again since (by the watcher, which heard a switch, or by
+    ///   another connection's lookup) to another address than `addr`;
+    /// - the answer names another address at an epoch below the one known
+    ///   ([`Known::behind`]): the sentinel has not learnt a switch this client knows
+    ///   of, whenever the lookup began.
+    fn observe_since(&self, addr: (String, u16), epoch: Option<u64>, learnt: u64) -> Option<u64> {
+        let mut known = self.primary.lock();
+        if (known.learnt != learnt && known.addr.as_ref() != Some(&addr))
+            || known.behind(&addr, epoch).is_some()
+        {
             return None;
         }
-        Self::record(&mut primary, addr, &self.service, &self.generation);
+        Self::record(&mut known, addr, epoch, &self.service, &self.generation);
         Some(self.generation())
     }
 
+    /// The `Some(bar)` of [`Known::behind`] for this answer, now.
+    fn behind(&self, addr: &(String, u16), epoch: Option<u64>) -> Option<u64> {
+        self.primary.lock().behind(addr, epoch)
+    }
+
     fn record(
-        primary: &mut (Option<(String, u16)>, u64),
+        known: &mut Known,
         addr: (String, u16),
+        epoch: Option<u64>,
         service: &str,
         generation: &AtomicU64,
     ) {
-        match primary.0.as_ref() {
-            Some(known) if *known == addr => {}
+        match known.addr.as_ref() {
+            Some(a) if *a == addr => {}
             Some(_) => {
                 log::warn!(
                     "redis-semaphore: the primary of sentinel service {service:?} is now {}; \
                      connections to the old one are dropped",
                     HostPort::of(&addr)
                 );
-                *primary = (Some(addr), primary.1 + 1);
+                known.addr = Some(addr);
+                known.learnt += 1;
                 generation.fetch_add(1, Ordering::AcqRel);
             }
-            None => *primary = (Some(addr), primary.1 + 1),
+            None => {
+                known.addr = Some(addr);
+                known.learnt += 1;
+            }
+        }
+        if let Some(e) = epoch {
+            known.epoch = Some(known.epoch.map_or(e, |k| k.max(e)));
+            known.unverified = false;
         }
     }
 
@@ -506,7 +587,7 @@ impl SentinelTarget {
             )
             .is_ok()
         {
-            let primary = self.primary.lock().0.clone();
+            let primary = self.primary.lock().addr.clone();
             log::warn!(
                 "redis-semaphore: the primary of sentinel service {:?}{} refused a write \
                  (READONLY): it is a replica now; asking the sentinels again",
@@ -546,12 +627,13 @@ impl SentinelTarget {
         Ok(conn)
     }
 
-    /// Asks one sentinel where the primary is (`None`: it does not know the service).
+    /// Asks one sentinel where the primary is, with the service's configuration epoch
+    /// when it reports it (`None`: it does not know the service; see [`ask_on`]).
     fn ask(
         &self,
         sentinel: &(String, u16),
         timeout: Duration,
-    ) -> redis::RedisResult<Option<(String, u16)>> {
+    ) -> redis::RedisResult<Option<Answer>> {
         let mut conn = self.sentinel_conn(sentinel, timeout)?;
         ask_on(&mut conn, &self.service)
     }
@@ -595,7 +677,11 @@ impl SentinelTarget {
         by: Option<Instant>,
     ) -> redis::RedisResult<(redis::Connection, u64)> {
         let generation = self.generation();
-        let (known, learnt) = self.primary.lock().clone();
+        let Known {
+            addr: known,
+            learnt,
+            ..
+        } = self.primary.lock().clone();
         let mut tried = Vec::new();
         let mut failed = None;
         let out_of_time = |tried: &[String]| {
@@ -623,31 +709,48 @@ impl SentinelTarget {
             }
         }
         let mut unknown = 0;
+        // answers refused as behind the epoch known
+        let mut behind: Vec<Answer> = Vec::new();
         for s in &self.sentinels {
             let Some(t) = step(timeout, by) else {
                 return Err(out_of_time(&tried));
             };
-            match self.ask(s, t) {
+            let answer = self.ask(s, t);
+            // a sentinel that has not learnt a switch this client knows of: its
+            // primary may still answer ROLE with master (cut off from the sentinels)
+            if let Ok(Some((addr, Some(epoch)))) = &answer
+                && let Some(bar) = self.behind(addr, Some(*epoch))
+            {
+                tried.push(format!(
+                    "sentinel {} names {} at configuration epoch {epoch}, older than the \
+                     epoch {bar} known to this client: it has not learnt a failover yet",
+                    HostPort::of(s),
+                    HostPort::of(addr)
+                ));
+                behind.push((addr.clone(), Some(*epoch)));
+                continue;
+            }
+            match answer {
                 // just failed: not worth a second connect timeout
-                Ok(Some(addr)) if failed.as_ref() == Some(&addr) => tried.push(format!(
+                Ok(Some((addr, _))) if failed.as_ref() == Some(&addr) => tried.push(format!(
                     "sentinel {} names the same {}",
                     HostPort::of(s),
                     HostPort::of(&addr)
                 )),
-                Ok(Some(addr)) => match step(timeout, by)
+                Ok(Some((addr, epoch))) => match step(timeout, by)
                     .ok_or_else(|| out_of_time(&tried))
                     .and_then(|t| self.open_primary(&addr, t))
                 {
-                    Ok(conn) => match self.observe_since(addr.clone(), learnt) {
+                    Ok(conn) => match self.observe_since(addr.clone(), epoch, learnt) {
                         Some(generation) => return Ok((conn, generation)),
                         // the primary was learnt anew since this lookup began (a
-                        // switch): the answer may be from before it
+                        // switch), or a higher epoch: the answer may be from before it
                         None => {
                             drop(conn);
                             // (the generation first: a switch in between leaves the
                             // connection stale, never one to the old primary current)
                             let generation = self.generation();
-                            let (now_known, _) = self.primary.lock().clone();
+                            let now_known = self.primary.lock().addr.clone();
                             tried.push(format!(
                                 "sentinel {} names {}, but {} was learnt meanwhile",
                                 HostPort::of(s),
@@ -689,6 +792,48 @@ impl SentinelTarget {
                 Err(e) => tried.push(format!("sentinel {}: {e}", HostPort::of(s))),
             }
         }
+        // every sentinel answered, all with the same node at the same older epoch: no
+        // sentinel knows the epoch this client learnt from one of them, which only an
+        // operator's SENTINEL REMOVE + MONITOR does (it starts the epoch again at 0).
+        // Their answer is the service's configuration now.
+        if behind.len() == self.sentinels.len()
+            && let Some(((addr, Some(epoch)), rest)) = behind.split_first()
+            && rest.iter().all(|a| *a == (addr.clone(), Some(*epoch)))
+            && let Some(t) = step(timeout, by)
+        {
+            let reset = {
+                let mut known = self.primary.lock();
+                let reset = known.behind(addr, Some(*epoch)).is_some();
+                if reset {
+                    known.epoch = Some(*epoch);
+                    known.unverified = false;
+                }
+                reset
+            };
+            if reset {
+                log::warn!(
+                    "redis-semaphore: every sentinel of service {:?} names {} at \
+                     configuration epoch {epoch}, older than the one this client knew: \
+                     taken as the sentinels' configuration set anew",
+                    self.service,
+                    HostPort::of(addr)
+                );
+            }
+            match self.open_primary(addr, t) {
+                Ok(conn) => {
+                    if let Some(generation) = self.observe_since(addr.clone(), Some(*epoch), learnt)
+                    {
+                        return Ok((conn, generation));
+                    }
+                    tried.push(format!(
+                        "every sentinel names {}, but another primary was learnt meanwhile",
+                        HostPort::of(addr)
+                    ));
+                }
+                Err(e) if is_refused_credentials(&e) => return Err(self.refused(addr, &e)),
+                Err(e) => tried.push(format!("every sentinel names {}: {e}", HostPort::of(addr))),
+            }
+        }
         let detail = format!("service {:?}: {}", self.service, tried.join("; "));
         Err(if unknown == self.sentinels.len() {
             RedisError::from((
@@ -724,15 +869,60 @@ fn is_refused_credentials(e: &RedisError) -> bool {
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
-fn ask_on(
-    conn: &mut redis::Connection,
-    service: &str,
-) -> redis::RedisResult<Option<(String, u16)>> {
-    let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+/// Asks the sentinel on `conn` for the service's configuration epoch (`SENTINEL
+/// MASTER`) and its primary (`SENTINEL GET-MASTER-ADDR-BY-NAME`), in one pipeline and
+/// in that order: the address is then never older than the epoch. (`SENTINEL MASTER`'s
+/// own `ip` and `port` are not used: during a failover the sentinel leading it
+/// reports the new epoch there with the old primary's address until the switch, while
+/// `GET-MASTER-ADDR-BY-NAME` names the promoted replica.) A sentinel that refuses
+/// `SENTINEL MASTER` (an ACL user allowed only `GET-MASTER-ADDR-BY-NAME`) or whose
+/// reply has no `config-epoch` gives its answer without an epoch.
+fn ask_on(conn: &mut redis::Connection, service: &str) -> redis::RedisResult<Option<Answer>> {
+    let replies: Vec<redis::Value> = redis::pipe()
+        .ignore_errors()
+        .cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(service)
+        .cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(service)
         .query(conn)?;
-    Ok(addr)
+    let [master, addr] = <[redis::Value; 2]>::try_from(replies).map_err(|r| {
+        RedisError::from((
+            ErrorKind::Parse,
+            "unexpected reply from a sentinel",
+            format!("{} replies to a pipeline of 2 commands", r.len()),
+        ))
+    })?;
+    let addr: redis::RedisResult<Option<(String, u16)>> = redis::from_redis_value(addr)?;
+    Ok(addr?.map(|addr| (addr, config_epoch(&master))))
+}
+
+/// The `config-epoch` field of a `SENTINEL MASTER` reply (RESP2 pairs or a RESP3
+/// map); `None` for an error reply or a reply without it.
+fn config_epoch(reply: &redis::Value) -> Option<u64> {
+    let number = |v: &redis::Value| match v {
+        redis::Value::Int(n) => u64::try_from(*n).ok(),
+        redis::Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        redis::Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    };
+    let is_key = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => b.as_slice() == b"config-epoch",
+        redis::Value::SimpleString(s) => s == "config-epoch",
+        _ => false,
+    };
+    match reply {
+        redis::Value::Array(items) => items
+            .chunks_exact(2)
+            .find(|kv| is_key(&kv[0]))
+            .and_then(|kv| number(&kv[1])),
+        redis::Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| is_key(k))
+            .and_then(|(_, v)| number(v)),
+        _ => None,
+    }
 }
 
 /// The `+switch-master` watcher of a client with a Sentinel target, stopped when
@@ -848,9 +1038,9 @@ fn watch_one(
     // a switch may have happened while nobody listened: read the primary again (an
     // answer from before a switch the client has learnt since, from another sentinel
     // or a connection's lookup, is not recorded: it would undo the switch)
-    let learnt = target.primary.lock().1;
-    if let Some(addr) = target.ask(sentinel, timeout)? {
-        let _ = target.observe_since(addr, learnt);
+    let learnt = target.primary.lock().learnt;
+    if let Some((addr, epoch)) = target.ask(sentinel, timeout)? {
+        let _ = target.observe_since(addr, epoch, learnt);
     }
     log::debug!(
         "redis-semaphore: watching {SWITCH_CHANNEL} of service {:?} on {}",
@@ -874,6 +1064,22 @@ fn watch_one(
                     match port.parse::<u16>() {
                         Ok(port) => {
                             target.observe((ip.to_owned(), port));
+                            // the switch's epoch, from the sentinel that announced it
+                            // (until then a lookup's answer naming another node must
+                            // be newer than the epoch known before the switch)
+                            let learnt = target.primary.lock().learnt;
+                            match target.ask(sentinel, timeout) {
+                                Ok(Some((addr, epoch))) => {
+                                    let _ = target.observe_since(addr, epoch, learnt);
+                                }
+                                Ok(None) => {}
+                                Err(e) => log::warn!(
+                                    "redis-semaphore: reading the configuration epoch of \
+                                     service {:?} from sentinel {} after a switch: {e}",
+                                    target.service,
+                                    HostPort::of(sentinel)
+                                ),
+                            }
                         }
                         Err(_) => log::warn!(
                             "redis-semaphore: unreadable {SWITCH_CHANNEL} message {payload:?}"
@@ -889,5 +1095,67 @@ fn watch_one(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn config_epoch_is_read_from_resp2_pairs_and_resp3_maps() {
+        let pairs = Value::Array(vec![
+            bulk("name"),
+            bulk("svc"),
+            bulk("config-epoch"),
+            bulk("7"),
+        ]);
+        assert_eq!(config_epoch(&pairs), Some(7));
+        let map = Value::Map(vec![(bulk("config-epoch"), Value::Int(3))]);
+        assert_eq!(config_epoch(&map), Some(3));
+        // refused (an ACL user without SENTINEL MASTER), absent or unreadable: none
+        let refused = Value::ServerError(
+            redis::ServerError::try_from(redis::make_extension_error(
+                "NOPERM".to_owned(),
+                Some("no permissions".to_owned()),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(config_epoch(&refused), None);
+        assert_eq!(
+            config_epoch(&Value::Array(vec![bulk("name"), bulk("svc")])),
+            None
+        );
+        assert_eq!(
+            config_epoch(&Value::Array(vec![bulk("config-epoch"), bulk("-1")])),
+            None
+        );
+    }
+
+    #[test]
+    fn an_answer_naming_another_node_at_an_older_epoch_is_behind() {
+        let n = ("127.0.0.1".to_owned(), 2);
+        let o = ("127.0.0.1".to_owned(), 1);
+        let mut known = Known {
+            addr: Some(n.clone()),
+            learnt: 2,
+            epoch: Some(1),
+            unverified: false,
+        };
+        assert_eq!(known.behind(&o, Some(0)), Some(1));
+        assert_eq!(known.behind(&o, Some(1)), None);
+        assert_eq!(known.behind(&n, Some(0)), None, "the node known");
+        assert_eq!(known.behind(&o, None), None, "no epoch: not refused");
+        // a switch heard but not yet read: the service's epoch is above the one known
+        known.unverified = true;
+        assert_eq!(known.behind(&o, Some(1)), Some(2));
+        assert_eq!(known.behind(&o, Some(2)), None);
+        known.epoch = None;
+        assert_eq!(known.behind(&o, Some(0)), None, "no epoch known");
     }
 }

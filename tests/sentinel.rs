@@ -1142,3 +1142,232 @@ fn holders_and_waiters_across_a_crashed_primary() {
         support::library_threads() == threads_before
     });
 }
+
+/// The service's configuration epoch as the sentinel on `conn` reports it.
+fn config_epoch(conn: &mut redis::Connection) -> u64 {
+    let fields = support::sentinel::master_fields(conn).expect("SENTINEL MASTER");
+    support::sentinel::field(&fields, "config-epoch")
+        .and_then(|e| e.parse().ok())
+        .expect("config-epoch")
+}
+
+/// Review (2026-11-27, fifth session): a sentinel that has not learnt a failover the
+/// client knows of (its watcher heard `+switch-master`) still names the old primary,
+/// and an old primary cut off from the sentinels still answers `ROLE` with `master`.
+/// With the new primary unreachable for a moment, a lookup that began after the switch
+/// took that answer: the client went back to the old primary and was granted there a
+/// permit of a limit-1 semaphore that a client on the new primary can be granted too.
+/// The client now remembers the service's configuration epoch and refuses an answer
+/// from an older one.
+///
+/// Deterministic by construction, not by timing: the old primary refuses the
+/// sentinels' `REPLICAOF` (their ACL user lacks it there), so it stays a primary; the
+/// three sentinels are then told to forget it (`SENTINEL RESET`), so none of them
+/// talks to it any more; and the stale sentinel is a fourth one started afterwards,
+/// monitoring the old primary under the same service name: it can hear of the others
+/// only through the old primary's hello channel, where nobody else speaks, so it names
+/// the old primary at the old epoch for as long as the test runs.
+#[test]
+fn a_sentinel_that_has_not_learnt_a_switch_does_not_send_the_client_back() {
+    let _threads = shared();
+    let set = SentinelSet::start_with(
+        &["--user", "sent", "on", ">sentpw", "~*", "&*", "+@all"],
+        &[
+            "sentinel auth-user svc sent",
+            "sentinel auth-pass svc sentpw",
+        ],
+    );
+    let old = set.primary_port();
+    let new = set.other_node(old).port();
+    // the old primary will refuse to be demoted, as one cut off from the sentinels
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("sent")
+        .arg("-replicaof")
+        .arg("-slaveof")
+        .exec(&mut set.node_conn(old))
+        .unwrap();
+    // the stale sentinel's port is in the URL from the start (it comes up later)
+    let stale_port = support::pick_port();
+    let url = set.url().replace(
+        &format!("/{SERVICE}"),
+        &format!(",127.0.0.1:{stale_port}/{SERVICE}"),
+    );
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .operation_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_secs(2))
+        .build(url.as_str())
+        .unwrap();
+    wait_until_client_uses(&client, set.node(old), "the client using the primary");
+
+    // the failover: the client's watcher hears +switch-master and follows it
+    set.failover();
+    wait_until_client_uses(&client, set.node(new), "the client following the switch");
+    // the sentinels forget the old primary (it never became a replica)
+    for s in &set.sentinels {
+        redis::cmd("SENTINEL")
+            .arg("RESET")
+            .arg(SERVICE)
+            .exec(&mut s.conn())
+            .unwrap();
+    }
+    let mut old_conn = set.node_conn(old);
+    wait_until(
+        Duration::from_secs(10),
+        "no sentinel connected to the old primary",
+        || {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut old_conn)
+                .unwrap();
+            !list.lines().any(|l| l.contains(" user=sent "))
+        },
+    );
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut old_conn).unwrap();
+    assert_eq!(
+        role.first(),
+        Some(&redis::Value::BulkString(b"master".to_vec())),
+        "the old primary is still a primary"
+    );
+    let stale = Sentinel::start_on(stale_port, old, &[]);
+    let named: (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(SERVICE)
+        .query(&mut stale.conn())
+        .unwrap();
+    assert_eq!(named.1, old, "the stale sentinel names the old primary");
+    let epoch = config_epoch(&mut set.sentinels[0].conn());
+    assert!(
+        config_epoch(&mut stale.conn()) < epoch,
+        "the stale sentinel is at an older epoch than {epoch}"
+    );
+
+    // the new primary cannot be reached for a moment: its connections are cut (a
+    // timed-out one stays in the pool) and it answers nothing, so the client's next
+    // connection asks the sentinels
+    let mut new_conn = set.node_conn(new);
+    for kind in ["normal", "pubsub"] {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .exec(&mut new_conn)
+            .unwrap();
+    }
+    drop(new_conn);
+    let paused = set.node(new).pause();
+    let sem = client.semaphore("one", 1).unwrap();
+    let refused = wait_for(
+        Duration::from_secs(30),
+        "a lookup reaching the stale sentinel",
+        || match sem.try_acquire() {
+            Ok(granted) => {
+                let on_old = keys(&mut old_conn, "redsem:{one}:*");
+                assert!(
+                    on_old.is_empty(),
+                    "the client went back to the old primary, named by a sentinel that \
+                     has not learnt the switch, and was granted a permit there ({:?}): \
+                     {on_old:?}",
+                    granted.as_ref().map(|p| p.id().to_owned())
+                );
+                None
+            }
+            Err(e) => {
+                let e = e.to_string();
+                eprintln!("call failed: {e}");
+                e.contains(&format!("127.0.0.1:{stale_port}")).then_some(e)
+            }
+        },
+    );
+    eprintln!("refused: {refused}");
+    assert!(refused.contains("configuration epoch"), "{refused}");
+    assert!(keys(&mut old_conn, "redsem:{one}:*").is_empty());
+
+    // once the new primary answers again, the client carries on there
+    drop(paused);
+    let p = wait_for(
+        Duration::from_secs(10),
+        "a grant on the new primary",
+        || sem.try_acquire().ok().flatten(),
+    );
+    assert!(!keys(&mut set.node_conn(new), "redsem:{one}:*").is_empty());
+    assert!(keys(&mut old_conn, "redsem:{one}:*").is_empty());
+    drop(p);
+}
+
+/// Review (2026-11-27, fifth session): the lookup reads the service's configuration
+/// epoch with `SENTINEL MASTER`. A sentinel user allowed only `SENTINEL
+/// GET-MASTER-ADDR-BY-NAME` (and the watcher's `SUBSCRIBE`) is refused it: the
+/// client still finds the primary (the answer just carries no epoch), and follows a
+/// failover, as before.
+#[test]
+fn a_sentinel_user_without_sentinel_master_still_finds_and_follows_the_primary() {
+    let _threads = shared();
+    let set = SentinelSet::start_with(
+        &[],
+        &[
+            "user app on >apppw resetchannels &+switch-master -@all \
+             +sentinel|get-master-addr-by-name +subscribe +ping",
+            // the rule docs/deployment.md gives, with the epoch
+            "user guarded on >guardedpw resetchannels &+switch-master -@all \
+             +sentinel|get-master-addr-by-name +sentinel|master +subscribe +ping",
+        ],
+    );
+    let mut g = redis::Client::open(format!(
+        "redis://guarded:guardedpw@127.0.0.1:{}/",
+        set.sentinels[0].port()
+    ))
+    .unwrap()
+    .get_connection()
+    .unwrap();
+    let fields = support::sentinel::master_fields(&mut g).expect("SENTINEL MASTER allowed");
+    assert!(support::sentinel::field(&fields, "config-epoch").is_some());
+    // the premise: this user may not read SENTINEL MASTER
+    let mut c = redis::Client::open(format!(
+        "redis://app:apppw@127.0.0.1:{}/",
+        set.sentinels[0].port()
+    ))
+    .unwrap()
+    .get_connection()
+    .unwrap();
+    let e = redis::cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(SERVICE)
+        .query::<redis::Value>(&mut c)
+        .unwrap_err();
+    assert_eq!(e.code(), Some("NOPERM"), "{e}");
+
+    let client = Client::builder()
+        .sentinel_username("app")
+        .sentinel_password("apppw")
+        .build(set.url())
+        .unwrap();
+    let old = set.primary_port();
+    wait_until_client_uses(&client, set.node(old), "the client using the primary");
+    let (_, new) = set.failover();
+    wait_until_client_uses(&client, set.node(new), "the client following the switch");
+}
+
+/// Review (2026-11-27, fifth session): the epoch a client remembers must not lock it
+/// out when an operator re-points the sentinels by hand (`SENTINEL REMOVE` + `MONITOR`
+/// starts the service's epoch again at 0) after a failover: when every sentinel names
+/// the same node at the same older epoch, that is the sentinels' configuration now.
+#[test]
+fn sentinels_re_pointed_by_hand_after_a_failover_are_followed() {
+    let _threads = shared();
+    let set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    let (old, new) = set.failover();
+    wait_until_client_uses(&client, set.node(new), "the client following the switch");
+    assert!(config_epoch(&mut set.sentinels[0].conn()) >= 1);
+    // back to the old primary, behind the client's watcher's back
+    swap_roles_unannounced(&set, new, old);
+    for s in &set.sentinels {
+        assert_eq!(config_epoch(&mut s.conn()), 0, "the epoch starts again");
+    }
+    wait_until_client_uses(&client, set.node(old), "the client following the sentinels");
+}

@@ -113,7 +113,13 @@ impl FakeSentinel {
                     format!("*2\r\n{}{}", bulk("pong"), bulk(""))
                 }
                 "PING" => "+PONG\r\n".to_owned(),
-                "SENTINEL" if args.len() == 3 && args[2] == SERVICE => {
+                // (`SENTINEL MASTER`, asked first for the epoch, gets the nil below:
+                // an answer without an epoch, as from a sentinel that refuses it)
+                "SENTINEL"
+                    if args.len() == 3
+                        && args[1].eq_ignore_ascii_case("GET-MASTER-ADDR-BY-NAME")
+                        && args[2] == SERVICE =>
+                {
                     let mut st = lock.lock().unwrap();
                     st.asks += 1;
                     let answer = st.answer;

@@ -53,7 +53,7 @@ fn reserved_ports() -> &'static Mutex<HashSet<u16>> {
 /// A free loopback port `p` (not 6379) such that `p + 10000` is free too, reserved for this
 /// process. Freedom is checked by binding, which is racy against other processes; `start`
 /// copes with losing that race by trying another port.
-fn pick_port() -> u16 {
+pub fn pick_port() -> u16 {
     let mut reserved = reserved_ports().lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))

@@ -62,6 +62,28 @@ impl Sentinel {
         panic!("sentinel did not start:\n{}", failures.join("\n---\n"));
     }
 
+    /// Like [`start`](Self::start), on `port` (from [`pick_port`], for a URL made
+    /// before the sentinel starts); panics when it cannot start there.
+    pub fn start_on(port: u16, primary: u16, extra: &[&str]) -> Sentinel {
+        let dir = tempfile::Builder::new()
+            .prefix("redsem-sentinel-")
+            .tempdir()
+            .expect("create a temporary folder for a sentinel");
+        let password = extra
+            .iter()
+            .find_map(|l| l.strip_prefix("requirepass "))
+            .map(|p| p.trim().to_owned());
+        match Self::spawn(dir.path(), port, primary, extra, password.as_deref()) {
+            Ok(child) => Sentinel {
+                child: Some(child),
+                port,
+                password,
+                dir,
+            },
+            Err((_, msg)) => panic!("sentinel did not start on port {port}: {msg}"),
+        }
+    }
+
     /// Spawns on `port`; `Err((true, ..))` when the port was taken (worth another try).
     fn spawn(
         dir: &Path,
