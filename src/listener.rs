@@ -255,7 +255,8 @@ impl Drop for Listener {
 /// before it goes back to the user's pool (see [`PooledSub`]).
 pub(crate) enum SubConn {
     Own(PrimaryConn),
-    Pooled(PooledSub),
+    /// (Boxed: a pooled connection is much larger than a dedicated one.)
+    Pooled(Box<PooledSub>),
 }
 
 /// The read timeout a `PubSub` is dropped with: redis-rs then sends `UNSUBSCRIBE` and
@@ -327,12 +328,12 @@ pub(crate) fn open_subscriber(shared: &Shared, by: Option<Instant>) -> crate::Re
             .pool
             .get(Some(within(shared.op_timeout)))
             .map(|conn| {
-                SubConn::Pooled(PooledSub {
+                SubConn::Pooled(Box::new(PooledSub {
                     conn: Some(conn),
                     subscribed: false,
                     op_timeout: shared.op_timeout,
                     leave_by: None,
-                })
+                }))
             }),
     }
 }

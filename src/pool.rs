@@ -76,6 +76,24 @@ impl RConn {
             RConn::Cluster(..) => false,
         }
     }
+
+    /// Marks it not to be used again: the pool drops it when it comes back.
+    fn close(&mut self) {
+        match self {
+            RConn::Primary(c) => c.desynced = true,
+            RConn::Cluster(_, broken) => *broken = true,
+        }
+    }
+
+    /// Whether its last request got no reply in time, which it still owes
+    /// ([`PrimaryConn::owes_reply`]). A cluster connection is dropped after a timeout
+    /// instead (`node_failed`).
+    fn owes_reply(&self) -> bool {
+        match self {
+            RConn::Primary(c) => c.owes_reply,
+            RConn::Cluster(..) => false,
+        }
+    }
 }
 
 /// Passes `result` on, noting in `flag` an error after which `breaks` says the
@@ -422,6 +440,11 @@ pub(crate) struct Conn {
     bound: Option<Bound>,
     /// The operation timeout: what a request outside such a call may take.
     op: Duration,
+    /// When everything sent on it must end, if earlier than its calls' budgets say:
+    /// a connection handed out after a wait for another ([`in_place_of_owing`]).
+    /// (Requests outside a call then shorten its timeouts to the cap: they are
+    /// restored to the operation timeout before it goes back to the pool.)
+    cap: Option<Instant>,
 }
 
 /// Where a [`Conn`] comes from.
@@ -436,6 +459,66 @@ struct Bound {
     end: Instant,
     set: Duration,
     slack: Duration,
+}
+
+/// The longest a checkout waits for a new connection in place of one that owes a
+/// reply ([`in_place_of_owing`]), as a share of the operation timeout.
+const FRESH_SHARE: u32 = 4;
+
+/// A connection in place of `owing`, which the pool handed out but which still owes
+/// the reply of a request that timed out ([`RConn::owes_reply`]): a request sent on it
+/// would wait for that reply first, so a call on another semaphore, which nothing
+/// holds, would wait for one held up on its way, and time out with it. Another idle
+/// connection that owes nothing is taken instead; else a new one, if the pool has
+/// room and it comes within a quarter of the operation timeout (on a server that
+/// answers, about a round trip), and by the checkout's `deadline`. Once one is found,
+/// the connections passed over are closed: the server answers, and a reply they owe
+/// may never come. When none comes (the server itself stopped answering: every
+/// connection owes a reply and a new one hears nothing), `owing` is used after all;
+/// without a deadline of the caller's, its call then ends within one operation
+/// timeout of now, the wait for a new one included, as it would have without the wait
+/// (`Conn::cap`); the others go back to the pool.
+fn in_place_of_owing(
+    p: &r2d2::Pool<Manager>,
+    m: &Manager,
+    owing: r2d2::PooledConnection<Manager>,
+    deadline: Option<Instant>,
+) -> Conn {
+    let op = m.op_timeout;
+    let cap = deadline_in(op);
+    let mut passed_over = vec![owing];
+    let found = |c: r2d2::PooledConnection<Manager>,
+                 passed_over: Vec<r2d2::PooledConnection<Manager>>| {
+        for mut owing in passed_over {
+            owing.close();
+        }
+        Conn::new(Checkout::Own(c), op)
+    };
+    while let Some(c) = p.try_get() {
+        if c.is_stale() {
+            continue;
+        }
+        if !c.owes_reply() {
+            return found(c, passed_over);
+        }
+        passed_over.push(c);
+    }
+    // (r2d2 opens one on a thread of its own when the pool has room; one that comes
+    // later waits in the pool for the next checkout)
+    let mut wait = (op / FRESH_SHARE).min(m.connect_timeout);
+    if let Some(d) = deadline {
+        wait = wait.min(left_until(d));
+    }
+    if let Ok(c) = p.get_timeout(wait.max(Duration::from_millis(1)))
+        && !c.is_stale()
+        && !c.owes_reply()
+    {
+        return found(c, passed_over);
+    }
+    let owing = passed_over.swap_remove(0);
+    let mut conn = Conn::new(Checkout::Own(owing), op);
+    conn.cap = deadline.is_none().then_some(cap);
+    conn
 }
 
 /// A checkout from a user's pool that tests each connection on checkout (r2d2's
@@ -502,6 +585,9 @@ impl Pool {
                         // a connection to a replaced primary is never handed out: r2d2
                         // discards it (`has_broken`) and the next one is tried
                         Ok(c) if c.is_stale() => drop(c),
+                        Ok(c) if c.owes_reply() => {
+                            return Ok(in_place_of_owing(p, m, c, timeout.map(|_| deadline)));
+                        }
                         Ok(c) => return Ok(Conn::new(Checkout::Own(c), m.op_timeout)),
                         Err(e) => {
                             let failure = m.failure_since(start);
@@ -624,6 +710,7 @@ impl Conn {
             checkout,
             bound: None,
             op,
+            cap: None,
         }
     }
 
@@ -672,7 +759,8 @@ impl Conn {
     /// more than [`TIMEOUT_SLACK`], and each later one (a script sent by its text after
     /// `NOSCRIPT`, a second command) with what is left of it, the timeouts restored to
     /// `op` before the connection goes back to the pool. A reply that comes after a
-    /// short timeout is skipped by the connection, so its next user does not read it.
+    /// short timeout is skipped by the connection, so its next user does not read it
+    /// (nor wait for it, while another connection can be had: [`in_place_of_owing`]).
     ///
     /// The slack spares the `setsockopt` calls (measured: a visible share of the
     /// client's CPU under contention) for a request that has spent almost nothing of
@@ -696,7 +784,11 @@ impl Conn {
         op: Duration,
         f: impl FnOnce(&mut Conn) -> R,
     ) -> R {
-        let budget = budget.max(Duration::from_millis(1));
+        let budget = match (self.bound, self.cap) {
+            (None, Some(cap)) => budget.min(left_until(cap)),
+            _ => budget,
+        }
+        .max(Duration::from_millis(1));
         let outer = self.bound;
         let in_force = outer.map_or(op, |b| b.set);
         let mut bound = Bound {
@@ -750,7 +842,29 @@ impl Conn {
                 }
                 CallEnd::start(b.end)
             }
-            None => CallEnd::start(deadline_in(self.op)),
+            None => match self.cap {
+                // (the timeouts restored when the connection goes back: `Drop`)
+                Some(cap) => {
+                    let left = left_until(cap).max(Duration::from_millis(1));
+                    if left + TIMEOUT_SLACK.min(self.op / 10) < self.op {
+                        let _ = self.checkout.io_within(Some(left));
+                    }
+                    CallEnd::start(cap)
+                }
+                None => CallEnd::start(deadline_in(self.op)),
+            },
+        }
+    }
+}
+
+/// A connection with a cap, whose timeouts a request may have shortened
+/// ([`Conn::tighten`]), goes back to the pool with the operation timeout's again.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.cap.is_some()
+            && let Err(e) = self.checkout.io_within(Some(self.op))
+        {
+            log::warn!("redis-semaphore: cannot restore a connection's timeouts: {e}");
         }
     }
 }

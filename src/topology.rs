@@ -159,7 +159,14 @@ pub(crate) struct PrimaryConn {
     target: Option<Arc<SentinelTarget>>,
     /// Set when a reply could not be parsed: the rest of it is still in the stream,
     /// so every later reply would be read out of step; the pool drops the connection.
+    /// Also set on a connection that owes a reply, passed over by a checkout that
+    /// found another (`pool::in_place_of_owing`).
     pub(crate) desynced: bool,
+    /// Set when a request got no reply in time, cleared by the next reply read: the
+    /// connection still owes that reply (the `redis` connection skips it when it
+    /// comes), so a request sent on it waits for it first. A checkout passes such a
+    /// connection over while another can be had ([`Pool::get`](crate::pool::Pool::get)).
+    pub(crate) owes_reply: bool,
 }
 
 impl PrimaryConn {
@@ -182,6 +189,7 @@ impl PrimaryConn {
         &mut self,
         result: redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
+        self.owes_reply = matches!(&result, Err(e) if e.is_timeout());
         let read_only = match &result {
             Ok(values) => values.as_ref().iter().any(is_read_only),
             Err(e) => {
@@ -247,12 +255,14 @@ impl Connector {
                 generation: 0,
                 target: None,
                 desynced: false,
+                owes_reply: false,
             }),
             Connector::Cluster(c) => Ok(PrimaryConn {
                 conn: c.plain(step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
                 desynced: false,
+                owes_reply: false,
             }),
             Connector::Sentinel(t) => {
                 let (conn, generation) = t.connect(timeout, by)?;
@@ -261,6 +271,7 @@ impl Connector {
                     generation,
                     target: Some(Arc::clone(t)),
                     desynced: false,
+                    owes_reply: false,
                 })
             }
         }

@@ -1165,3 +1165,114 @@ fn a_renewal_not_sent_while_another_group_s_call_runs_is_tried_again_soon() {
     }
     assert_eq!(a.holders().unwrap().len(), 2, "both permits are still held");
 }
+
+/// Every Redisson release path ends by the operation timeout on a hung node, the wait
+/// for a connection included: `RSemaphore::release` and `release_if_exists`,
+/// `RPermitExpirableSemaphore::release` and `try_release` by id, a permit's `release()`
+/// and its drop, each with and without Redisson's replica wait. The releases by id and
+/// the counter's releases checked out their connection with no deadline of their own:
+/// a checkout that had to open a cluster connection (the pooled one broken by the cut)
+/// waited up to the connect timeout, and the call then had a whole operation timeout
+/// (about 3.8 s against a 2 s operation timeout, review of 2026-11-27).
+#[test]
+fn redisson_releases_on_a_hung_node_end_by_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(2);
+    const SLACK: Duration = Duration::from_millis(300);
+    let cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .operation_timeout(OP)
+        .connect_timeout(Duration::from_secs(2))
+        .build(cluster.url())
+        .unwrap();
+    // both layouts on one node: their keys hash on "rhang"
+    let k = cluster.primary_of("{rhang}");
+    let rs = client.redisson_semaphore("{rhang}:rs");
+    let pes = client.redisson_permit_expirable_semaphore("{rhang}:pes");
+    let wait = Duration::from_millis(100);
+    let rs_w = rs.clone().with_replica_wait(wait).unwrap();
+    let pes_w = pes.clone().with_replica_wait(wait).unwrap();
+    assert!(rs.try_set_permits(10).unwrap());
+    assert!(pes.try_set_permits(10).unwrap());
+    rs.release(1).unwrap();
+    let mut permits: Vec<_> = (0..4)
+        .map(|_| pes.try_acquire(None).unwrap().expect("a permit"))
+        .collect();
+    let mut permits_w: Vec<_> = (0..4)
+        .map(|_| pes_w.try_acquire(None).unwrap().expect("a permit"))
+        .collect();
+    let (id, id2) = (permits.pop().unwrap(), permits.pop().unwrap());
+    let (id_w, id2_w) = (permits_w.pop().unwrap(), permits_w.pop().unwrap());
+    let ids = [id.id().to_owned(), id2.id().to_owned()];
+    let ids_w = [id_w.id().to_owned(), id2_w.id().to_owned()];
+    // (released by id below: the guards must not release them again)
+    let _parts = [id, id2, id_w, id2_w].map(|p| p.into_parts());
+    let paused = cut_and_hang(&cluster, k);
+    let mut slow = Vec::new();
+    let mut timed = |what: &str, call: Box<dyn FnOnce() -> bool + '_>| {
+        let started = Instant::now();
+        let failed = call();
+        let took = started.elapsed();
+        assert!(failed, "{what} succeeded against a hung node");
+        if took > OP + SLACK {
+            slow.push(format!("{what} took {took:?}"));
+        }
+    };
+    timed("RSemaphore::release", Box::new(|| rs.release(1).is_err()));
+    timed(
+        "RSemaphore::release_if_exists",
+        Box::new(|| rs.release_if_exists(1).is_err()),
+    );
+    timed(
+        "RSemaphore::release with a replica wait",
+        Box::new(|| rs_w.release(1).is_err()),
+    );
+    timed(
+        "RSemaphore::release_if_exists with a replica wait",
+        Box::new(|| rs_w.release_if_exists(1).is_err()),
+    );
+    timed(
+        "RPermitExpirableSemaphore::release",
+        Box::new(|| pes.release(&ids[0]).is_err()),
+    );
+    timed(
+        "RPermitExpirableSemaphore::try_release",
+        Box::new(|| pes.try_release(&ids[1]).is_err()),
+    );
+    timed(
+        "RPermitExpirableSemaphore::release with a replica wait",
+        Box::new(|| pes_w.release(&ids_w[0]).is_err()),
+    );
+    timed(
+        "RPermitExpirableSemaphore::try_release with a replica wait",
+        Box::new(|| pes_w.try_release(&ids_w[1]).is_err()),
+    );
+    let p = permits.pop().unwrap();
+    timed("Permit::release", Box::new(|| p.release().is_err()));
+    let p = permits_w.pop().unwrap();
+    timed(
+        "Permit::release with a replica wait",
+        Box::new(|| p.release().is_err()),
+    );
+    let p = permits.pop().unwrap();
+    timed(
+        "a permit's drop",
+        Box::new(|| {
+            drop(p);
+            true
+        }),
+    );
+    let p = permits_w.pop().unwrap();
+    timed(
+        "a permit's drop with a replica wait",
+        Box::new(|| {
+            drop(p);
+            true
+        }),
+    );
+    drop(paused);
+    assert!(
+        slow.is_empty(),
+        "releases on a hung node outlasted the operation timeout {OP:?}: {slow:#?}"
+    );
+}

@@ -1256,3 +1256,62 @@ fn every_try_acquire_with_every_connection_busy_gives_up_within_one_operation_ti
         );
     }
 }
+
+/// One client, two semaphores: a try on A whose request is held up on its way (the
+/// proxy holds every request naming A, as a stalled link under one connection would)
+/// times out, and the calls on B made after it must not wait for it. They did: the
+/// timed-out connection went back to the pool with A's reply still owed (the `redis`
+/// connection only notes to skip it), the next checkout handed it to B, and B's
+/// request queued behind A's held one, so B timed out too although nothing held B
+/// (review of 2026-11-27). A checkout now passes over a connection that owes a reply
+/// while another can be had (and a call on a stopped server still ends by its
+/// operation timeout: `every_other_call_on_a_stopped_server_fails_within_one_operation_timeout`).
+#[test]
+fn calls_on_another_semaphore_do_not_wait_for_a_held_call_s_connection() {
+    const OP: Duration = Duration::from_millis(500);
+    const HOLD: Duration = Duration::from_secs(4);
+    let (_server, proxy, client) = proxied(OP);
+    let a = client.semaphore("held-a", 2).unwrap();
+    let b = client.semaphore("free-b", 2).unwrap();
+    // (both scripts loaded, and a connection or two in the pool)
+    drop(a.try_acquire().unwrap().expect("a permit of A"));
+    drop(b.try_acquire().unwrap().expect("a permit of B"));
+    proxy.delay_sent(b"held-a", HOLD);
+    let started = Instant::now();
+    let (r, _) = timed(|| a.try_acquire());
+    assert!(
+        matches!(&r, Err(e) if e.is_timeout()),
+        "A's held try times out: {r:?}"
+    );
+    for round in 0..3 {
+        let (p, took) = timed(|| b.try_acquire());
+        let p = p
+            .unwrap_or_else(|e| panic!("B's try_acquire (round {round}) failed: {e}"))
+            .expect("a permit of B");
+        assert!(took <= OP, "B's try_acquire (round {round}) took {took:?}");
+        let (r, took) = timed(|| p.release());
+        r.unwrap_or_else(|e| panic!("B's release (round {round}) failed: {e}"));
+        assert!(took <= OP, "B's release (round {round}) took {took:?}");
+        let (p, took) = timed(|| b.acquire_timeout(OP));
+        let p = p
+            .unwrap_or_else(|e| panic!("B's acquire_timeout (round {round}) failed: {e}"))
+            .expect("a permit of B");
+        assert!(
+            took <= OP,
+            "B's acquire_timeout (round {round}) took {took:?}"
+        );
+        let (_, took) = timed(|| drop(p));
+        assert!(
+            took <= OP,
+            "dropping B's permit (round {round}) took {took:?}"
+        );
+        let (r, took) = timed(|| b.available());
+        r.unwrap_or_else(|e| panic!("B's available (round {round}) failed: {e}"));
+        assert!(took <= OP, "B's available (round {round}) took {took:?}");
+    }
+    assert!(
+        started.elapsed() < HOLD,
+        "the checks ran while A's request was held"
+    );
+    proxy.delay_sent(b"held-a", Duration::ZERO);
+}

@@ -255,6 +255,16 @@ impl Common {
         deadline_in(op + self.replica_wait.unwrap_or_default())
     }
 
+    /// The bound of a release, as of a permit's release (which `Drop` runs): one
+    /// operation timeout for all of it, the wait for a connection, the call, the
+    /// replica wait and a resend on a fresh connection included (DESIGN invariant 13).
+    /// Without it a release that had to wait for a connection (one opened afresh
+    /// while a node hangs) took up to the checkout timeout and then an operation
+    /// timeout.
+    fn release_end(&self) -> Instant {
+        deadline_in(self.shared().op_timeout)
+    }
+
     fn named(&self, e: Error) -> Error {
         Counters::bump(&self.shared().stats.errors);
         match e {
@@ -1034,7 +1044,9 @@ impl RSemaphore {
 
     /// Gives `permits` back (from any process, whether or not it acquired them) and
     /// publishes the new counter, waking waiters on every client. Creates a missing
-    /// counter. Returns the counter after.
+    /// counter. Returns the counter after. All of it (the wait for a connection, the
+    /// call and the replica wait when it is on) ends within the operation timeout, as
+    /// a permit's release does.
     ///
     /// # Errors
     ///
@@ -1043,8 +1055,9 @@ impl RSemaphore {
         Error::check_permits(permits)?;
         let publish = self.common.publish();
         let once = self.common.once();
-        let after = self.common.run_write(
+        let after = self.common.run_write_by(
             "release",
+            Some(self.common.release_end()),
             |c, k| calls::rs_release(c, k, publish, permits, false, once.as_ref()),
             |_| false,
         )?;
@@ -1063,8 +1076,9 @@ impl RSemaphore {
         let once = self.common.once();
         Ok(self
             .common
-            .run_write(
+            .run_write_by(
                 "release",
+                Some(self.common.release_end()),
                 |c, k| calls::rs_release(c, k, publish, permits, true, once.as_ref()),
                 |_| false,
             )?
@@ -1279,13 +1293,14 @@ impl PesInner {
             .run(|c, k| calls::pes_release(c, k, publish, now, &id, None, once.as_ref()))
     }
 
-    /// Releases `hex` (with the replica wait when it is on); all of it ends by
-    /// `deadline` when one is given (a permit's release, see [`Common::run_write_by`]).
+    /// Releases `hex` (with the replica wait when it is on); all of it, a resend
+    /// included, ends by `deadline` ([`Common::release_end`], see
+    /// [`Common::run_write_by`]).
     /// A release that failed on a broken connection is sent once more on a brand-new
     /// one; "not held" from that resend is reported as such (the first send may have
     /// run, but the permit may as well have been released by id or reclaimed by
     /// another: the holder is told its work may have overlapped, never the reverse).
-    fn release_raw(&self, hex: &str, deadline: Option<Instant>) -> Result<PesReleased> {
+    fn release_raw(&self, hex: &str, deadline: Instant) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         let legacy = self.accept_hex_ids.then_some(hex);
         let publish = self.publish();
@@ -1293,7 +1308,7 @@ impl PesInner {
         let once = self.common.once();
         let first = self.common.run_write_by(
             "release",
-            deadline,
+            Some(deadline),
             |c, k| calls::pes_release(c, k, publish, now, &id, legacy, once.as_ref()),
             |_| false,
         );
@@ -1307,15 +1322,11 @@ impl PesInner {
         if !broken {
             return first;
         }
-        let shared = self.common.shared();
-        let op = shared.op_timeout;
-        let end = deadline.unwrap_or_else(|| Instant::now() + op);
-        let left = left_until(end);
-        if left.is_zero() {
+        if left_until(deadline).is_zero() {
             return first;
         }
         log::debug!("redis-semaphore: release of {hex} again on a fresh connection");
-        let again = shared.on_fresh_connection(end, |c| {
+        let again = self.common.shared().on_fresh_connection(deadline, |c| {
             calls::pes_release(
                 c,
                 &self.common.keys,
@@ -1355,9 +1366,9 @@ impl Grantor for PesGrant {
     fn release(&self, permit: &PermitState) -> Result<()> {
         let shared = self.inner.common.shared();
         let stats = &shared.stats;
-        let deadline = Instant::now() + shared.op_timeout;
+        let deadline = self.inner.common.release_end();
         self.detach(permit);
-        match self.inner.release_raw(&permit.id, Some(deadline)) {
+        match self.inner.release_raw(&permit.id, deadline) {
             Ok(PesReleased::Live) => {
                 Counters::bump(&stats.released);
                 Ok(())
@@ -1787,7 +1798,9 @@ impl RPermitExpirableSemaphore {
     }
 
     /// Releases the permit with hex id `id` (from a [`Permit`] or a Java client), and
-    /// publishes the new counter.
+    /// publishes the new counter. All of it (the wait for a connection, the call, the
+    /// replica wait when it is on, and a resend on a fresh connection after a broken
+    /// one) ends within the operation timeout, as a permit's release does.
     ///
     /// # Errors
     ///
@@ -1796,7 +1809,10 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn release(&self, id: &str) -> Result<()> {
-        match self.inner.release_raw(id, None)? {
+        match self
+            .inner
+            .release_raw(id, self.inner.common.release_end())?
+        {
             PesReleased::Live => Ok(()),
             PesReleased::Late => Err(Error::LeaseExpired { id: id.to_owned() }),
             PesReleased::NotHeld => Err(Error::PermitLost {
@@ -1808,14 +1824,17 @@ impl RPermitExpirableSemaphore {
 
     /// Releases the permit with hex id `id`: `true` when it was held and its lease
     /// still ran; `false` when it was not held, or had expired (then it is released
-    /// all the same), as Redisson's `tryRelease`.
+    /// all the same), as Redisson's `tryRelease`. Bounded as [`release`](Self::release).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn try_release(&self, id: &str) -> Result<bool> {
-        Ok(self.inner.release_raw(id, None)? == PesReleased::Live)
+        Ok(self
+            .inner
+            .release_raw(id, self.inner.common.release_end())?
+            == PesReleased::Live)
     }
 
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming
