@@ -223,6 +223,12 @@ pub(crate) struct Registry {
     cleanups: Vec<Cleanup>,
     /// (semaphore, permit id) of the adoptions under way (see [`Registry::claim`]).
     claims: Vec<(String, String)>,
+    /// Permit id -> semaphore of every `Permit` of the leased semaphore this client has
+    /// handed out and that has not gone yet (released, dropped, handed over with
+    /// `into_parts`), lost or not: such a grant is not adopted again
+    /// ([`Registry::claim`]). (Keyed by the id alone, a random 128-bit one, so that
+    /// the hot path's removal and the look-up allocate nothing.)
+    in_hand: HashMap<String, Arc<str>>,
     /// The earliest deadline of the permits registered since the background thread
     /// last asked ([`take_fresh_deadline`](Registry::take_fresh_deadline)).
     fresh_deadline: Option<Instant>,
@@ -340,11 +346,18 @@ impl Registry {
     /// both (renewals no longer move a deadline earlier, so a shorter lease cannot cut
     /// the other's short any more). Held until [`Registry::unclaim`], which the
     /// adoption calls after it registered its permit (or failed).
+    ///
+    /// A `Permit` still in hand holds its grant also once it is known lost (its lease
+    /// ran out by this client's clock, while the server may still hold the grant, a
+    /// renewal whose reply was lost having moved it on): its release, when it goes,
+    /// frees the grant on the server, so a second handle adopted meanwhile would say
+    /// it is valid while another holder has the slot.
     pub(crate) fn claim(&mut self, name: &str, id: &str) -> bool {
         let held = self.groups.iter().any(|(key, g)| {
             &*key.name == name && g.permits.get(id).is_some_and(|p| p.lost_reason().is_none())
         });
-        if held || self.claims.iter().any(|(n, i)| n == name && i == id) {
+        let in_hand = self.in_hand.get(id).is_some_and(|n| &**n == name);
+        if held || in_hand || self.claims.iter().any(|(n, i)| n == name && i == id) {
             return false;
         }
         self.claims.push((name.to_owned(), id.to_owned()));
@@ -354,6 +367,20 @@ impl Registry {
     /// Ends the claim [`Registry::claim`] made.
     pub(crate) fn unclaim(&mut self, name: &str, id: &str) {
         self.claims.retain(|(n, i)| !(n == name && i == id));
+    }
+
+    /// A `Permit` of grant `id` of semaphore `name` was handed out: until
+    /// [`Registry::let_go`], the grant is not adopted again in this client.
+    pub(crate) fn in_hand(&mut self, name: &Arc<str>, id: &str) {
+        self.in_hand.insert(id.to_owned(), Arc::clone(name));
+    }
+
+    /// The `Permit` of grant `id` of semaphore `name` went (released, dropped, or
+    /// handed over).
+    pub(crate) fn let_go(&mut self, name: &str, id: &str) {
+        if self.in_hand.get(id).is_some_and(|n| &**n == name) {
+            self.in_hand.remove(id);
+        }
     }
 
     /// The earliest deadline of the permits registered since the last call (in O(1):
@@ -629,6 +656,16 @@ mod tests {
             auto: true,
         };
         reg.groups[&key].permits["held"].mark_lost(LostReason::Expired);
+        assert!(reg.claim("s", "held"));
+        reg.unclaim("s", "held");
+        // ... unless its Permit is still in hand, lost or not
+        reg.in_hand(&Arc::from("s"), "held");
+        assert!(!reg.claim("s", "held"), "a Permit of the grant is in hand");
+        assert!(
+            reg.claim("u", "held"),
+            "another semaphore's grant of that id"
+        );
+        reg.let_go("s", "held");
         assert!(reg.claim("s", "held"));
     }
 

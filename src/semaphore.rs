@@ -822,21 +822,26 @@ impl Semaphore {
     /// and slots are the original grant's, and this handle's
     /// [`max_hold`](SemaphoreBuilder::max_hold) counts from that grant (by the server's
     /// clock), not from the adoption (from the adoption only when the holder record's
-    /// grant time does not parse, say edited by hand).
+    /// grant time does not parse, say edited by hand): a grant adopted at or after its
+    /// max hold is taken over as it is, not renewed, and its lease ends when it would
+    /// have ([`Permit::lost`](crate::Permit::lost) then says
+    /// [`LostReason::MaxHold`]).
     ///
     /// The server checks the parts against the grant it holds: the same id, token and
     /// slots, its lease not yet ended. Hand each `PermitParts` to one process: the
     /// server knows one grant, so two adoptions of the same parts would be two handles
     /// of it (each renewing it, the first release ending both). Within one [`Client`]
-    /// that is refused: a grant a `Permit` of the client holds, or that another
-    /// thread is adopting, is not adopted again, and Redis is not called.
+    /// that is refused: a grant a `Permit` of the client holds (also one known lost
+    /// and not yet dropped: its release would free the grant under the new handle),
+    /// or that another thread is adopting, is not adopted again, and Redis is not
+    /// called.
     ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] when `parts` belongs to another semaphore, or names
     ///   another token or other slots than the grant held under its id, or when a
-    ///   `Permit` of this client already holds that grant (or is being adopted from
-    ///   it): adopt each grant once.
+    ///   `Permit` of this client already holds that grant, lost or not (or it is
+    ///   being adopted): adopt each grant once.
     /// - [`Error::PermitLost`] when the grant is no longer held: reason
     ///   [`LostReason::Expired`] when its lease ran out before the adoption (also when
     ///   the semaphore's keys have gone since), [`LostReason::Released`] when it was
@@ -868,6 +873,11 @@ impl Semaphore {
             }
         }
         let _claim = Claim(&client.shared, &sem.name, parts.id());
+        // (a max hold past what the script takes, 300 years, bounds nothing)
+        let max_hold_ms = sem
+            .max_hold
+            .and_then(|d| u64::try_from(d.as_millis()).ok())
+            .filter(|&ms| ms <= 10_000_000_000_000);
         let mut conn = self.conn()?;
         let sent = Instant::now();
         let adoption = leased::adopt(
@@ -877,6 +887,7 @@ impl Semaphore {
             parts.id(),
             parts.token(),
             parts.slots(),
+            max_hold_ms,
         )
         .map_err(|e| sem.sorted(e).during("adopt"))?;
         drop(conn);
@@ -886,8 +897,11 @@ impl Semaphore {
                 reason,
             })
         };
-        let held = match adoption {
-            Adoption::Renewed { held } => held,
+        let (held, valid_until) = match adoption {
+            Adoption::Renewed { held } => (held, lease_end(sent, sem.lease())),
+            // past its max hold: taken over as it is, its lease ending when it would
+            // have (counted from before the call, as a renewal's)
+            Adoption::HeldOut { held, left } => (Some(held), lease_end(sent, left)),
             Adoption::NotHeld => return lost(LostReason::Released),
             // a semaphore's keys go by their TTL only once every lease in it ended,
             // this one's included; a server that lost its data is the rarer case
@@ -903,7 +917,6 @@ impl Semaphore {
                 )));
             }
         };
-        let valid_until = lease_end(sent, sem.lease());
         // max_hold counts from the grant, not from this adoption (the server's time
         // since the grant, before the call was sent: never later than the grant)
         let granted = held.map_or(sent, |h| sent.checked_sub(h).unwrap_or(sent));
@@ -1787,12 +1800,16 @@ impl Semaphore {
         let hold_until = sem.max_hold.and_then(|d| granted.checked_add(d));
         let (state, lost_rx) =
             PermitState::with_hold(id, valid_until, hold_until, sem.metrics.clone());
-        let nudge = client.shared.registry.lock().register(
-            sem.group.clone(),
-            &sem.keys,
-            sem.refresh_every,
-            Arc::clone(&state),
-        );
+        let nudge = {
+            let mut registry = client.shared.registry.lock();
+            registry.in_hand(&sem.group.name, &state.id);
+            registry.register(
+                sem.group.clone(),
+                &sem.keys,
+                sem.refresh_every,
+                Arc::clone(&state),
+            )
+        };
         if nudge {
             client.nudge();
         }
@@ -2112,7 +2129,9 @@ impl Grantor for SemInner {
 
     fn detach(&self, permit: &PermitState) {
         let shared = &self.client.inner.shared;
-        shared.registry.lock().deregister(&self.group, &permit.id);
+        let mut registry = shared.registry.lock();
+        registry.deregister(&self.group, &permit.id);
+        registry.let_go(&self.name, &permit.id);
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
@@ -2132,6 +2151,9 @@ impl SemInner {
         let result = self
             .give_back(permit, deadline)
             .map_err(|e| e.during("release"));
+        // the grant may be adopted again in this client once its release has ended
+        // (not before: an adoption that ran before the release would be freed by it)
+        shared.registry.lock().let_go(&self.name, &permit.id);
         match &result {
             Ok(()) => {
                 Counters::bump(&shared.stats.released);

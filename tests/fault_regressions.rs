@@ -1561,3 +1561,140 @@ fn a_grant_served_to_a_dead_waiter_ends_with_its_heartbeat() {
     drop(p);
     assert_ttls(&mut conn, name);
 }
+
+/// Review (fifth session): a grant adopted again in the client that still held a
+/// `Permit` of it, once that permit was known lost, gave the client two handles of one
+/// grant. The first permit had been declared lost by this client's clock while the
+/// server still held the grant (here: the first holder's renewal, sent before the
+/// hand-over, arrived after it, as `a_renewal_sent_before_a_hand_over_...` sends it),
+/// and the adoption claimed the grant because no live permit of the client was
+/// registered under its id. Dropping the lost permit then released the grant on the
+/// server (and took the second handle out of the refresher by its id), while the second
+/// handle still said it was valid: another client got the permit, two valid holders
+/// of a semaphore of one. A grant is now adopted only while no `Permit` of the client
+/// holds it, lost or not.
+#[test]
+fn a_lost_permit_still_in_hand_keeps_its_grant_from_a_second_adoption() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let name = "readopt";
+    let long = c
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let short = c
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(Duration::from_millis(500))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let parts = long
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts();
+    let id = parts.id().to_owned();
+    let first = short.adopt(parts.clone()).unwrap();
+    // the first holder's renewal, sent before the hand-over, arrives now: the server
+    // keeps the grant for 30 s, the adopter counts its own 500 ms
+    let refresh = support::refresh_script();
+    let renewed: Vec<redis::Value> = call_on(&refresh, name)
+        .arg(30_000)
+        .arg(1000)
+        .arg(&id)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(renewed.len(), 1, "renewed, nothing lost: {renewed:?}");
+    first
+        .lost()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the adopter's lease runs out by its clock");
+    match long.adopt(parts.clone()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(&id), "{m}"),
+        Ok(second) => {
+            // the lost permit goes: its release frees the grant on the server
+            drop(first);
+            let other = client(&server);
+            let taken = other.semaphore(name, 1).unwrap().try_acquire().unwrap();
+            panic!(
+                "adopted a second time while a lost Permit of the grant was in hand: after \
+                 the lost one was dropped, the second says lost={} lease_left={:?}, and \
+                 another client got the permit: {}",
+                second.is_lost(),
+                second.lease_left(),
+                taken.is_some()
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+    // once the lost permit is dropped (its release frees the grant), nothing is left
+    // to adopt, and the semaphore is free
+    drop(first);
+    assert!(matches!(long.adopt(parts), Err(Error::PermitLost { .. })));
+    assert!(long.try_acquire().unwrap().is_some());
+}
+
+/// Review (fifth session): `max_hold` promises that a permit's lease "runs out, at
+/// most one lease after `max_hold`" (counted from the grant, also across an
+/// adoption). An adoption after `max_hold` renewed the grant for a whole lease all the
+/// same, so a permit handed over and adopted past its max hold lived a lease longer,
+/// and one handed on again and again lived for ever. Past its max hold a grant is
+/// adopted as it is now: not renewed, its lease ends when it would have.
+#[test]
+fn an_adoption_past_max_hold_does_not_renew_the_grant() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let c = client(&server);
+    let name = "adopt-held-out";
+    let build = || {
+        c.semaphore_builder(name)
+            .limit(1)
+            .lease(Duration::from_secs(4))
+            .refresh_interval(Duration::from_secs(1))
+            .max_hold(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let (giver, taker) = (build(), build());
+    let p = giver.try_acquire().unwrap().expect("a free permit");
+    let id = p.id().to_owned();
+    let score = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("ZSCORE")
+            .arg(format!("redsem:{{{name}}}:h"))
+            .arg(&id)
+            .query(conn)
+            .unwrap()
+    };
+    // past max_hold by the server's clock (the grant's time is the server's), before
+    // the first renewal would be due
+    let granted_ms = score(&mut conn) - 4_000;
+    wait_past_server_ms(&mut conn, granted_ms + 300);
+    let before = score(&mut conn);
+    let adopted = taker.adopt(p.into_parts()).unwrap();
+    let after = score(&mut conn);
+    assert!(
+        after <= before,
+        "an adoption past max_hold renewed the grant by {} ms",
+        after - before
+    );
+    let server_left = after - server_ms(&mut conn);
+    assert!(
+        adopted.lease_left() <= Duration::from_millis(server_left.max(0) as u64),
+        "{:?} left on the client, {server_left} ms on the server",
+        adopted.lease_left()
+    );
+    assert!(!adopted.is_lost(), "the grant's lease still runs");
+    let reason = adopted
+        .lost()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("lost fires when the grant's lease ends");
+    assert_eq!(reason, redis_semaphore::LostReason::MaxHold);
+    assert!(
+        server_ms(&mut conn) >= after - 50,
+        "lost fired before the grant's lease ended on the server"
+    );
+}

@@ -3,11 +3,15 @@
 -- its lease is renewed as refresh.lua renews one.
 --
 -- ARGV: 1 lease ms, 2 pad ms, 3 id, 4 token, 5 slots (both as the holder record
---       writes them: '17', '0,3')
+--       writes them: '17', '0,3'), 6 the adopter's max_hold ms (absent or '': none)
 -- Reply: {1, held}  held and live: renewed to now + lease; `held` is how long ago (server
 --              ms, at least 0) it was granted, from its record ({1} alone when the
 --              record's grant time does not parse: edited by hand), so that the
 --              adopter's max_hold counts from the grant, not from the adoption
+--        {2, held, left}  held and live, but granted at least max_hold ago: taken over
+--              as it is, not renewed (a permit is kept alive until max_hold after its
+--              grant and no more, also when handed on); `left` is what is left of its
+--              lease (server ms, at least 1)
 --        {0}   not held: released, force-released, or ended and purged before
 --        {-1}  the semaphore's keys are gone (every lease in it ended, or the
 --              server's data was lost)
@@ -28,6 +32,11 @@
 
 local lease, pad = int_arg(ARGV[1], 1, MAX_MS), int_arg(ARGV[2], 0, MAX_MS)
 if not lease or not pad then return refuse('bad lease') end
+local max_hold = nil
+if ARGV[6] and ARGV[6] ~= '' then
+    max_hold = int_arg(ARGV[6], 1, MAX_MS)
+    if not max_hold then return refuse('bad max_hold') end
+end
 local id = ARGV[3]
 if not valid_id(id) then return refuse('not a permit id') end
 local st = load(id)
@@ -46,6 +55,12 @@ else
         reply = -2
     end
 end
+local left = nil
+if reply == 1 and max_hold and held and held >= max_hold then
+    -- (live: its deadline is after now; a score edited by hand past the scripts'
+    -- range of spans is answered as the longest span, which int() can write)
+    reply, left = 2, math.min(math.max(deadline_of(id) - now, 1), MAX_MS)
+end
 purge(st)
 if st.qn > 0 then serve(st) end
 if reply == 1 then
@@ -55,5 +70,6 @@ if reply == 1 then
     deadline_set(st, deadline, pad)
 end
 save(st)
+if reply == 2 then return {reply, int(held), int(left)} end
 if reply == 1 and held then return {reply, int(held)} end
 return {reply}

@@ -339,6 +339,10 @@ pub(crate) enum Adoption {
     /// Held and live, with the token and slots given: renewed. With how long ago it
     /// was granted (server time; `None`: its record does not say).
     Renewed { held: Option<Duration> },
+    /// Held and live, but granted at least the adopter's max hold ago: taken over as
+    /// it is, not renewed. With how long ago it was granted, and what is left of its
+    /// lease (both server time).
+    HeldOut { held: Duration, left: Duration },
     /// Not held (released, force-released, or ended and purged before).
     NotHeld,
     /// The semaphore's keys are gone.
@@ -350,7 +354,8 @@ pub(crate) enum Adoption {
 }
 
 /// Takes over permit `id`, which must be held with `token` and `slots`, renewing its
-/// lease to `lease_ms` from now (adopt.lua).
+/// lease to `lease_ms` from now unless it was granted `max_hold_ms` ago or more
+/// (adopt.lua).
 pub(crate) fn adopt(
     conn: &mut dyn ConnectionLike,
     keys: &Keys,
@@ -358,6 +363,7 @@ pub(crate) fn adopt(
     id: &str,
     token: u64,
     slots: &[u32],
+    max_hold_ms: Option<u64>,
 ) -> Result<Adoption> {
     let slots: Vec<String> = slots.iter().map(u32::to_string).collect();
     let reply: Vec<i64> = keys
@@ -367,12 +373,17 @@ pub(crate) fn adopt(
         .arg(id)
         .arg(token)
         .arg(slots.join(","))
+        .arg(max_hold_ms.map_or(String::new(), |ms| ms.to_string()))
         .invoke(conn)
         .map_err(Error::Redis)?;
     match reply.as_slice() {
         [1] => Ok(Adoption::Renewed { held: None }),
         &[1, held] if held >= 0 => Ok(Adoption::Renewed {
             held: Some(Duration::from_millis(held as u64)),
+        }),
+        &[2, held, left] if held >= 0 && left >= 1 => Ok(Adoption::HeldOut {
+            held: Duration::from_millis(held as u64),
+            left: Duration::from_millis(left as u64),
         }),
         [0] => Ok(Adoption::NotHeld),
         [-1] => Ok(Adoption::KeysGone),
