@@ -34,10 +34,12 @@
 //!   for before a switch the client learnt meanwhile is refused too, see
 //!   [`SentinelTarget::observe_since`]). Limits: a sentinel that refuses `SENTINEL
 //!   MASTER` (an ACL user allowed only `GET-MASTER-ADDR-BY-NAME`) gives no epoch and
-//!   its answer is taken as before; and when *every* sentinel of the URL names the same
-//!   node at the same lower epoch, that is taken as the sentinels' configuration set
-//!   anew by an operator (`SENTINEL REMOVE` + `MONITOR` starts the epoch again at 0),
-//!   so a URL listing only sentinels that are all behind is not guarded.
+//!   its answer is taken as before; and when every sentinel of the URL that can be
+//!   asked names the same node at the same lower epoch, and those are a majority of
+//!   the URL's sentinels (the others down or unreachable), that is taken as the
+//!   sentinels' configuration set anew by an operator (`SENTINEL REMOVE` + `MONITOR`
+//!   starts the epoch again at 0), so a majority of the URL's sentinels all behind,
+//!   with the others unreachable, is not guarded.
 //! - **Errors name what failed, never a password.** Sentinel addresses and the service
 //!   are named; credentials never appear in a message.
 //!
@@ -720,6 +722,8 @@ impl SentinelTarget {
             }
         }
         let mut unknown = 0;
+        // sentinels that could not be asked (down, unreachable, refusing our credentials)
+        let mut unreachable = 0;
         // answers refused as behind the epoch known
         let mut behind: Vec<Answer> = Vec::new();
         for s in &self.sentinels {
@@ -800,14 +804,21 @@ impl SentinelTarget {
                         HostPort::of(s)
                     ));
                 }
-                Err(e) => tried.push(format!("sentinel {}: {e}", HostPort::of(s))),
+                Err(e) => {
+                    unreachable += 1;
+                    tried.push(format!("sentinel {}: {e}", HostPort::of(s)))
+                }
             }
         }
-        // every sentinel answered, all with the same node at the same older epoch: no
-        // sentinel knows the epoch this client learnt from one of them, which only an
+        // every sentinel that could be asked answered with the same node at the same
+        // older epoch, and they are a majority of the URL's: no sentinel that answers
+        // knows the epoch this client learnt from one of them, which only an
         // operator's SENTINEL REMOVE + MONITOR does (it starts the epoch again at 0).
-        // Their answer is the service's configuration now.
-        if behind.len() == self.sentinels.len()
+        // Their answer is the service's configuration now. (A sentinel that cannot be
+        // asked, one of a set that is down for good, say, does not disagree: requiring
+        // its answer too locked the client out until it came back.)
+        if behind.len() + unreachable == self.sentinels.len()
+            && behind.len() * 2 > self.sentinels.len()
             && let Some(((addr, Some(epoch)), rest)) = behind.split_first()
             && rest.iter().all(|a| *a == (addr.clone(), Some(*epoch)))
             && let Some(t) = step(timeout, by)

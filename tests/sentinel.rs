@@ -1371,3 +1371,34 @@ fn sentinels_re_pointed_by_hand_after_a_failover_are_followed() {
     }
     wait_until_client_uses(&client, set.node(old), "the client following the sentinels");
 }
+
+/// Review (2026-11-27, fifth session, fresh eyes): the escape above asked *every*
+/// sentinel of the URL to name the same node at the same older epoch, so with one of
+/// them down (a dead machine of a three-sentinel set) the client refused the answers
+/// of all the others for good: locked out of a service whose primary it had been
+/// using (each write met `READONLY` on the demoted one, each lookup was refused),
+/// until the dead sentinel came back or the client was restarted. Sentinels that
+/// cannot be asked now count as not disagreeing, as long as those that agree are a
+/// majority of the URL's.
+#[test]
+fn sentinels_re_pointed_by_hand_are_followed_with_one_of_them_down() {
+    let _threads = shared();
+    let mut set = SentinelSet::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(set.url())
+        .unwrap();
+    let (old, new) = set.failover();
+    wait_until_client_uses(&client, set.node(new), "the client following the switch");
+    swap_roles_unannounced(&set, new, old);
+    // the last sentinel of the URL is down from now on
+    set.sentinels[2].stop();
+    for s in &set.sentinels[..2] {
+        assert_eq!(config_epoch(&mut s.conn()), 0, "the epoch starts again");
+    }
+    wait_until_client_uses(
+        &client,
+        set.node(old),
+        "the client following the sentinels that answer",
+    );
+}
