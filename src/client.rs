@@ -227,6 +227,13 @@ impl Client {
     /// says which guarantees each topology gives. User names and passwords are
     /// percent-decoded; no message or `Debug` output of this crate shows a password.
     ///
+    /// Refused with [`Error::InvalidArgument`] before any connection: a TLS URL's
+    /// `#insecure` (certificates are always checked, against the host of the URL; see
+    /// [`ClientBuilder::tls_ca_file`] for a private CA), a negative database, the
+    /// `db`, `user` and `pass` query parameters in a TCP URL (read only in `unix://`
+    /// URLs: they would be ignored), and a host listed twice, a wildcard address or a
+    /// bracketed host that is no IPv6 address in a Sentinel or Cluster host list.
+    ///
     /// ```no_run
     /// use redis_semaphore::Client;
     ///

@@ -512,13 +512,64 @@ fn single(url: &str) -> Result<Target> {
             )));
         }
     }
+    let bad = |why: &str| Error::InvalidArgument(format!("bad Redis URL {}: {why}", redact(url)));
+    if let Some(why) = ignored_query_parameter(url) {
+        return Err(bad(&why));
+    }
     let info = url.into_connection_info().map_err(|e| {
         // redis-rs says only "Redis URL did not parse" of most mistakes: say which
         // when we can tell
-        let why = single_url_mistake(url).map_or_else(|| e.to_string(), str::to_owned);
-        Error::InvalidArgument(format!("bad Redis URL {}: {why}", redact(url)))
+        bad(&single_url_mistake(url).map_or_else(|| e.to_string(), str::to_owned))
     })?;
+    // redis-rs reads `rediss://...#insecure` as "verify no certificate and no host
+    // name" (with `tls-native-tls`; with `tls-rustls` every connect then failed with a
+    // retryable error): this crate has no insecure mode, so that no URL turns
+    // certificate checks off
+    if matches!(
+        info.addr(),
+        redis::ConnectionAddr::TcpTls { insecure: true, .. }
+    ) {
+        return Err(bad(
+            "`#insecure` (no certificate or host name check) is not supported: give the \
+             CA that signed the server's certificate with ClientBuilder::tls_ca_file (the \
+             CLI's --tls-ca)",
+        ));
+    }
+    // (redis-rs takes `/-1` or `?db=-1`; the server refuses it only at connect)
+    let db = info.redis_settings().db();
+    if db < 0 {
+        return Err(bad(&format!("database {db}: the index must be 0 or more")));
+    }
     Ok(Target::Single(info))
+}
+
+/// What is wrong with a query parameter of the TCP one-server URL `url` that redis-rs
+/// would ignore although it names a setting: `db`, `user`, `pass` (read only in
+/// `unix://` URLs) and their longer spellings. Ignored, `?db=3` sent every semaphore
+/// to database 0 and `?password=...` connected without one. Quotes no value.
+fn ignored_query_parameter(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.to_ascii_lowercase().ends_with("unix") {
+        return None;
+    }
+    // (the fragment first: a `?` inside it starts no query)
+    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+    let query = &rest[rest.find('?')? + 1..];
+    form_urlencoded::parse(query.as_bytes()).find_map(|(key, _)| {
+        let lower = key.to_ascii_lowercase();
+        let hint = match lower.as_str() {
+            "db" | "database" => "put the database in the path: redis://host:port/DB",
+            "user" | "username" | "pass" | "password" => {
+                "put the credentials before the host (redis://user:password@host:port/) \
+                 or set ClientBuilder::username and ClientBuilder::password"
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "the query parameter `{lower}` is read only in unix:// URLs and would be \
+             ignored here: {hint}"
+        ))
+    })
 }
 
 /// What is wrong with the TCP one-server URL `url` that redis-rs could not parse, when
@@ -537,8 +588,14 @@ fn single_url_mistake(url: &str) -> Option<&'static str> {
     }
     let authority = &rest[..authority_end];
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host_port.is_empty() || host_port.starts_with(':') {
+        return Some("no host given");
+    }
     let port = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split_once(']')?.1.strip_prefix(':')?,
+        Some(v6) => match v6.split_once(']') {
+            Some((_, after)) => after.strip_prefix(':')?,
+            None => return Some("an IPv6 address without its closing ]"),
+        },
         None => host_port.split_once(':')?.1,
     };
     match port.parse::<u16>() {
@@ -579,8 +636,23 @@ fn parse_hosts(hosts: &str, default_port: u16) -> std::result::Result<Vec<(Strin
         if host.is_empty() {
             return Err(format!("{part:?}: the host is empty"));
         }
-        if host.contains([' ', '@', ':', '/']) && !part.starts_with('[') {
+        if part.starts_with('[') {
+            // (an IPv6 address, with a zone after a `%` if any)
+            let address = host.split_once('%').map_or(host, |(a, _)| a);
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("{part:?}: not an IPv6 address"));
+            }
+        } else if host.contains([' ', '@', ':', '/']) {
             return Err(format!("{part:?}: not a host name"));
+        }
+        // (as redis-rs refuses them in a redis:// URL: an address to listen on)
+        if host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+        {
+            return Err(format!(
+                "{part:?}: a wildcard address (0.0.0.0 or ::) names no server"
+            ));
         }
         let port = match port {
             None => default_port,
@@ -589,6 +661,13 @@ fn parse_hosts(hosts: &str, default_port: u16) -> std::result::Result<Vec<(Strin
                 Ok(p) => p,
             },
         };
+        // (a host listed twice is most likely another one mistyped)
+        if out
+            .iter()
+            .any(|(h, p): &(String, u16)| h.eq_ignore_ascii_case(host) && *p == port)
+        {
+            return Err(format!("{} is listed twice", HostPort(host, port)));
+        }
         out.push((host.to_owned(), port));
     }
     Ok(out)

@@ -902,3 +902,31 @@ fn output_that_cannot_be_written_is_exit_status_2_not_a_panic() {
     assert_eq!(out.status.code(), Some(2), "status into /dev/full: {err}");
     assert!(err.contains("cannot write the output"), "{err}");
 }
+
+/// Review (secrets and URLs): a URL whose settings would be ignored (`?db=`,
+/// `?password=`), with `#insecure`, or naming a sentinel twice is refused by the CLI
+/// with exit status 2 and a message naming the problem, from `--url` and from
+/// `REDIS_URL` alike, without showing the password.
+#[test]
+fn urls_the_library_refuses_are_named_without_the_password() {
+    #[allow(unused_mut)]
+    let mut cases = vec![
+        ("redis://127.0.0.1:1/?password=cli-q-Pw", "`password`"),
+        ("redis://:cli-q-Pw@127.0.0.1:1/?db=3", "`db`"),
+        ("redis+sentinel://:cli-q-Pw@h1,h1/svc", "listed twice"),
+    ];
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    cases.push(("rediss://u:cli-q-Pw@127.0.0.1:1/#insecure", "#insecure"));
+    for (url, want) in cases {
+        for out in [
+            bare_cli(&["--url", url, "list"], &[]),
+            bare_cli(&["list"], &[("REDIS_URL", url)]),
+        ] {
+            assert_eq!(out.status.code(), Some(2), "{url}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(want), "{url}: {err}");
+            assert!(!err.contains("cli-q-Pw"), "{url}: {err}");
+            assert!(out.stdout.is_empty(), "{url}");
+        }
+    }
+}

@@ -297,3 +297,56 @@ fn a_redisson_wait_whose_subscription_stalls_in_the_tls_handshake_ends_by_its_bo
         "acquire_timeout({WAIT:?}) took {took:?} (operation timeout {OP:?})"
     );
 }
+
+/// Certificates are checked by default, and the name checked is the host of the URL:
+/// the server's certificate names `localhost` and `127.0.0.1`, so the same server
+/// reached as `[::1]` is refused (a configuration error, not retried), and reached as
+/// `127.0.0.1` or `localhost` is taken. (Review of secrets, URLs and TLS: coverage,
+/// no fix needed.)
+#[test]
+fn the_name_checked_in_the_certificate_is_the_host_of_the_url() {
+    let certs = TlsCerts::get();
+    let tls_port = support::pick_port();
+    let port = tls_port.to_string();
+    let server = support::RedisServer::start_with(&[
+        "--bind",
+        "127.0.0.1",
+        "::1",
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        certs.server_cert.to_str().unwrap(),
+        "--tls-key-file",
+        certs.server_key.to_str().unwrap(),
+        "--tls-ca-cert-file",
+        certs.ca.to_str().unwrap(),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    // the server answers on [::1] (plaintext), so a refusal over TLS is the name's
+    Client::open(format!("redis://[::1]:{}/", server.port()))
+        .unwrap()
+        .ping()
+        .unwrap();
+    let started = Instant::now();
+    let client = builder()
+        .tls_ca_file(&certs.ca)
+        .build(format!("rediss://[::1]:{tls_port}/"))
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{err:?}");
+    let (addr, message) = connect_error(err);
+    assert_eq!(addr, format!("[::1]:{tls_port}"));
+    assert!(message.starts_with("TLS handshake failed"), "{message}");
+    assert!(message.contains("not valid for name"), "{message}");
+    for host in ["127.0.0.1", "localhost"] {
+        let client = builder()
+            .tls_ca_file(&certs.ca)
+            .build(format!("rediss://{host}:{tls_port}/"))
+            .unwrap();
+        client
+            .ping()
+            .unwrap_or_else(|e| panic!("rediss://{host}: {e}"));
+    }
+}

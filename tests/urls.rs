@@ -199,3 +199,220 @@ fn a_misspelt_scheme_or_a_bad_port_is_named() {
     assert!(text.contains("%2F"), "{text}");
     assert!(!text.contains("port"), "{text}");
 }
+
+/// Review (secrets and URLs): redis-rs reads `rediss://host/#insecure` as "check no
+/// certificate and no host name". With `tls-native-tls` that turned verification off
+/// without a word from this crate, which documents no insecure mode; with
+/// `tls-rustls` the URL opened and every connect then failed with a retryable "TLS
+/// connection failed". Refused when the client is built, naming the way to trust a
+/// private CA instead.
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+#[test]
+fn an_insecure_tls_fragment_is_refused() {
+    for url in [
+        format!("rediss://u:{SECRET}@127.0.0.1:6380/#insecure"),
+        "rediss://localhost:6380/0#insecure".to_owned(),
+        "valkeys://localhost:6380/#insecure".to_owned(),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("#insecure"), "{url}: {text}");
+        assert!(text.contains("tls_ca_file"), "{url}: {text}");
+    }
+    // the topology forms take no fragment at all
+    for url in [
+        "rediss+sentinel://h1:26379/svc#insecure",
+        "rediss+cluster://h1:7000#insecure",
+    ] {
+        let text = invalid(url);
+        assert!(
+            text.contains("fragments are not supported"),
+            "{url}: {text}"
+        );
+    }
+}
+
+/// Review: a negative database index (`redis://host/-1`, `unix://...?db=-1`) was taken
+/// by redis-rs and refused by the server only at the first connect; the Sentinel form
+/// already refused it. Now every form refuses it before any network call.
+#[test]
+fn a_negative_database_is_refused_before_any_connect() {
+    for url in [
+        format!("redis://u:{SECRET}@127.0.0.1:6379/-1"),
+        "redis://127.0.0.1:6379/-7".to_owned(),
+        format!("unix:///tmp/redsem-none.sock?db=-1&pass={SECRET}"),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains("database -"), "{url}: {text}");
+        assert!(text.contains("0 or more"), "{url}: {text}");
+    }
+    let text = invalid("redis+sentinel://h1/svc/-1");
+    assert!(text.contains("not a number"), "{text}");
+}
+
+/// Review: redis-rs reads `db`, `user` and `pass` query parameters only in `unix://`
+/// URLs and ignores them in a TCP URL: `redis://host:6379/?db=3` sent every semaphore
+/// to database 0 (sharing it with whatever used database 0), and
+/// `redis://host/?password=...` connected without a password. Refused, naming the
+/// parameter and where the setting goes, never the value.
+#[test]
+fn settings_a_tcp_url_would_ignore_in_its_query_are_refused() {
+    for (url, key, hint) in [
+        ("redis://127.0.0.1:6379/?db=3".to_owned(), "db", "/DB"),
+        (
+            "redis://127.0.0.1:6379/?DB=3&protocol=resp3".to_owned(),
+            "db",
+            "/DB",
+        ),
+        (
+            format!("redis://h:6379/0?password={SECRET}"),
+            "password",
+            "user:password@",
+        ),
+        (
+            format!("redis://h/?user=app&pass={SECRET}"),
+            "user",
+            "user:password@",
+        ),
+        (
+            format!("redis://h/?pa%73s={SECRET}"),
+            "pass",
+            "ClientBuilder::password",
+        ),
+        (
+            "valkey://h/?username=app#x".to_owned(),
+            "username",
+            "user:password@",
+        ),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains(&format!("`{key}`")), "{url}: {text}");
+        assert!(text.contains(hint), "{url}: {text}");
+        assert!(text.contains("unix://"), "{url}: {text}");
+    }
+    // what redis-rs reads in a TCP URL, and the unix form's own parameters, still open
+    for url in [
+        "redis://h:6379/2?protocol=resp3",
+        "unix:///tmp/redsem-none.sock?db=2&user=app&pass=pw",
+        "redis+unix:///tmp/redsem-none.sock?db=1",
+        "redis://h:6379/0#frag?db=3",
+    ] {
+        Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+/// Review: the host lists of the Sentinel and cluster forms took a host listed twice
+/// (`h1,h1`: most likely `h2` mistyped, leaving one sentinel where two were meant), a
+/// bracketed host that is no IPv6 address (`[zzz]`, tried as the host name `zzz`), and
+/// a wildcard address (`0.0.0.0`, `[::]`, which redis-rs refuses in a `redis://` URL).
+/// Each is now refused, naming the host.
+#[test]
+fn duplicate_wildcard_and_malformed_hosts_in_a_host_list_are_refused() {
+    for (url, want) in [
+        (
+            format!("redis+sentinel://u:{SECRET}@h1,h1/svc"),
+            "h1:26379 is listed twice",
+        ),
+        (
+            "redis+sentinel://h1:26379,H1/svc".to_owned(),
+            "H1:26379 is listed twice",
+        ),
+        (
+            "redis+cluster://h1:7000,h2:7001,h1:7000".to_owned(),
+            "h1:7000 is listed twice",
+        ),
+        (
+            "redis+cluster://[::1]:7000,[::1]:7000".to_owned(),
+            "[::1]:7000 is listed twice",
+        ),
+        (
+            "redis+cluster://[zzz]:7000".to_owned(),
+            "not an IPv6 address",
+        ),
+        (
+            "redis+sentinel://[127.0.0.1]:26379/svc".to_owned(),
+            "not an IPv6 address",
+        ),
+        ("redis+cluster://0.0.0.0:7000".to_owned(), "wildcard"),
+        ("redis+sentinel://[::]:26379/svc".to_owned(), "wildcard"),
+        ("redis+sentinel://h1,/svc".to_owned(), "empty host"),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains(want), "{url}: {text}");
+    }
+    // the same host on two ports, IPv6 literals and a zone still open
+    for url in [
+        "redis+cluster://h1:7000,h1:7001",
+        "redis+cluster://[::1]:7000,[fe80::1%eth0]:7001",
+        "redis+sentinel://[::1],127.0.0.1/svc",
+    ] {
+        Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+/// Review: a one-server URL without a host (`redis://user@:6379/`) or with an IPv6
+/// address missing its `]` said only "Redis URL did not parse - InvalidClientConfig".
+#[test]
+fn a_missing_host_or_an_unclosed_ipv6_bracket_is_named() {
+    for (url, want) in [
+        (format!("redis://u:{SECRET}@:6379/"), "no host given"),
+        (format!("redis://:{SECRET}@/"), "no host given"),
+        ("redis://".to_owned(), "no host given"),
+        ("redis://[::1/".to_owned(), "closing ]"),
+        (format!("redis://:{SECRET}@[::1:6379/0"), "closing ]"),
+    ] {
+        let text = invalid(&url);
+        assert!(text.contains(want), "{url}: {text}");
+        assert!(!text.contains("InvalidClientConfig"), "{url}: {text}");
+    }
+}
+
+/// Every public `Debug` of a client, its builder, a semaphore and an error, for every
+/// URL form with a password in each place a URL can carry one (user info, plain and
+/// percent-encoded; a password alone, as a Sentinel URL's data-node password; a user
+/// name alone, which may be a password missing its `:`; a `pass=` parameter), shows
+/// no password. (Coverage: passes without the fixes above.)
+#[test]
+fn no_public_debug_or_display_shows_a_password() {
+    const ENCODED: &str = "s3cret%2FPw%40x"; // s3cret/Pw@x
+    let mut urls = vec![
+        format!("redis://app:{SECRET}@127.0.0.1:1/"),
+        format!("redis://app:{ENCODED}@127.0.0.1:1/"),
+        format!("redis://{SECRET}@127.0.0.1:1/"),
+        format!("redis+sentinel://:{SECRET}@127.0.0.1:1/svc"),
+        format!("redis+sentinel://app:{ENCODED}@127.0.0.1:1,[::1]:2/svc/3"),
+        format!("redis+sentinel://{SECRET}@127.0.0.1:1/svc"),
+        format!("redis+cluster://app:{SECRET}@127.0.0.1:1"),
+        format!("redis+cluster://:{ENCODED}@127.0.0.1:1"),
+        format!("unix:///tmp/redsem-none.sock?user=app&pass={SECRET}"),
+    ];
+    if cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+        urls.extend([
+            format!("rediss://app:{SECRET}@127.0.0.1:1/"),
+            format!("rediss+sentinel://:{SECRET}@127.0.0.1:1/svc"),
+            format!("rediss+cluster://app:{ENCODED}@127.0.0.1:1"),
+        ]);
+    }
+    let hidden = |what: &str, shown: &str| {
+        for secret in [SECRET, ENCODED, "s3cret/Pw@x"] {
+            assert!(!shown.contains(secret), "{what}: {shown}");
+        }
+    };
+    for url in &urls {
+        let builder = Client::builder()
+            .connect_timeout(std::time::Duration::from_millis(300))
+            .checkout_timeout(std::time::Duration::from_millis(300))
+            .password(format!("{SECRET}-b"))
+            .sentinel_username("sentinel-user")
+            .sentinel_password(format!("{SECRET}-s"));
+        hidden(url, &format!("{builder:?}"));
+        let client = builder.build(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        hidden(url, &format!("{client:?}"));
+        let sem = client.semaphore("debug", 1).unwrap();
+        hidden(url, &format!("{sem:?}"));
+        // nothing listens on ports 1 and 2, the socket does not exist: every error
+        let e = client.ping().unwrap_err();
+        hidden(url, &format!("{e} {e:?}"));
+        let e = sem.try_acquire().unwrap_err();
+        hidden(url, &format!("{e} {e:?}"));
+    }
+}
