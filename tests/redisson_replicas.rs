@@ -173,18 +173,6 @@ macro_rules! redisson_sha {
     };
 }
 
-/// A primary with a replica, and a client reaching the primary through a proxy, its
-/// operation timeout 1 s (the replica wait is 200 ms).
-fn proxied_primary() -> (RedisServer, RedisServer, Proxy, Client) {
-    let (primary, replica) = primary_and_replica();
-    let proxy = Proxy::start(primary.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(1))
-        .build(proxy.url())
-        .unwrap();
-    (primary, replica, proxy, client)
-}
-
 /// Fifth session: the give-back of permits no replica acknowledged, when it fails (here
 /// its request vanishes on the way to the primary), used to be forgotten: the caller
 /// got `NoSyncedReplicas` and the permits stayed taken, an `RSemaphore`'s for good, an
@@ -192,7 +180,7 @@ fn proxied_primary() -> (RedisServer, RedisServer, Proxy, Client) {
 /// to the client's background thread, which gives them back once the primary answers.
 #[test]
 fn a_failed_give_back_of_unacknowledged_permits_is_sent_again_in_the_background() {
-    let (primary, replica, proxy, client) = proxied_primary();
+    let (primary, replica, proxy, client) = support::proxied_primary();
     // the expirable semaphore's client through a proxy of its own (the cut of one
     // leaves the other's pooled connections whole)
     let pes_proxy = Proxy::start(primary.port());
@@ -259,7 +247,7 @@ fn a_failed_give_back_of_unacknowledged_permits_is_sent_again_in_the_background(
 /// every send runs: the counter must come back to where it was and go no higher.
 #[test]
 fn an_rsemaphore_give_back_sent_again_after_a_lost_reply_is_applied_once() {
-    let (primary, replica, proxy, client) = proxied_primary();
+    let (primary, replica, proxy, client) = support::proxied_primary();
     let rs = client
         .redisson_semaphore("rs")
         .with_replica_wait(Duration::from_millis(200))

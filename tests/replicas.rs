@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error, Semaphore};
-use support::{Proxy, RedisServer, primary_and_replica, release_script, wait_until};
+use support::{RedisServer, primary_and_replica, release_script, wait_until};
 
 fn sem(server: &RedisServer, name: &str, limit: u32, replicas: u32, timeout_ms: u64) -> Semaphore {
     Client::open(server.url())
@@ -307,12 +307,7 @@ fn a_blocked_acquire_rides_through_a_primary_refusing_writes_for_want_of_replica
 /// acquire, and sent again until it succeeds.
 #[test]
 fn a_try_s_failed_give_back_of_an_unacknowledged_grant_is_sent_again() {
-    let (primary, replica) = primary_and_replica();
-    let proxy = Proxy::start(primary.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(1))
-        .build(proxy.url())
-        .unwrap();
+    let (primary, replica, proxy, client) = support::proxied_primary();
     let sem = client
         .semaphore_builder("unacked")
         .limit(1)

@@ -447,6 +447,18 @@ pub fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// A primary with a replica, and a client reaching the primary through a [`Proxy`],
+/// its operation timeout 1 s.
+pub fn proxied_primary() -> (RedisServer, RedisServer, Proxy, redis_semaphore::Client) {
+    let (primary, replica) = primary_and_replica();
+    let proxy = Proxy::start(primary.port());
+    let client = redis_semaphore::Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(proxy.url())
+        .unwrap();
+    (primary, replica, proxy, client)
+}
+
 /// What a [`queued_waiter`] thread returns: its acquire's outcome and when it came.
 pub type WaiterOutcome = (
     redis_semaphore::Result<Option<redis_semaphore::Permit>>,
