@@ -549,6 +549,31 @@ impl SentinelTarget {
         Some(self.generation())
     }
 
+    /// [`observe_since`](Self::observe_since) for the answer every sentinel that
+    /// answers gives at the same epoch below the one known (sentinels re-pointed by
+    /// hand): the epoch known is set back to `epoch` and the primary recorded in one
+    /// step, unless the primary was learnt anew since the lookup began. `Some` with the
+    /// generation and whether the epoch was set back.
+    fn observe_reset(&self, addr: (String, u16), epoch: u64, learnt: u64) -> Option<(u64, bool)> {
+        let mut known = self.primary.lock();
+        if known.learnt != learnt && known.addr.as_ref() != Some(&addr) {
+            return None;
+        }
+        let reset = known.behind(&addr, Some(epoch)).is_some();
+        if reset {
+            known.epoch = Some(epoch);
+            known.unverified = false;
+        }
+        Self::record(
+            &mut known,
+            addr,
+            Some(epoch),
+            &self.service,
+            &self.generation,
+        );
+        Some((self.generation(), reset))
+    }
+
     /// The `Some(bar)` of [`Known::behind`] for this answer, now.
     fn behind(&self, addr: &(String, u16), epoch: Option<u64>) -> Option<u64> {
         self.primary.lock().behind(addr, epoch)
@@ -823,28 +848,24 @@ impl SentinelTarget {
             && rest.iter().all(|a| *a == (addr.clone(), Some(*epoch)))
             && let Some(t) = step(timeout, by)
         {
-            let reset = {
-                let mut known = self.primary.lock();
-                let reset = known.behind(addr, Some(*epoch)).is_some();
-                if reset {
-                    known.epoch = Some(*epoch);
-                    known.unverified = false;
-                }
-                reset
-            };
-            if reset {
-                log::warn!(
-                    "redis-semaphore: every sentinel of service {:?} names {} at \
-                     configuration epoch {epoch}, older than the one this client knew: \
-                     taken as the sentinels' configuration set anew",
-                    self.service,
-                    HostPort::of(addr)
-                );
-            }
+            // (the epoch known is lowered only together with recording the primary,
+            // once a connection to it is open: a failed connect leaves the guard as it
+            // was)
             match self.open_primary(addr, t) {
                 Ok(conn) => {
-                    if let Some(generation) = self.observe_since(addr.clone(), Some(*epoch), learnt)
+                    if let Some((generation, reset)) =
+                        self.observe_reset(addr.clone(), *epoch, learnt)
                     {
+                        if reset {
+                            log::warn!(
+                                "redis-semaphore: every sentinel of service {:?} that answers \
+                                 names {} at configuration epoch {epoch}, older than the one \
+                                 this client knew: taken as the sentinels' configuration set \
+                                 anew",
+                                self.service,
+                                HostPort::of(addr)
+                            );
+                        }
                         return Ok((conn, generation));
                     }
                     tried.push(format!(
