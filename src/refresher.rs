@@ -416,8 +416,11 @@ fn settle_passed(shared: &Shared, horizon: &mut Option<Instant>) {
         if !horizon.is_some_and(|t| now >= t) {
             return;
         }
+        // (the look for permits past their deadline first: it makes the bounds the
+        // next deadline is read from exact)
+        let expired = registry.take_expired(now);
         *horizon = registry.earliest_deadline_after(now);
-        registry.take_expired(now)
+        expired
     };
     for p in expired {
         lose(shared, &p, p.expiry_reason());
@@ -465,7 +468,7 @@ fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: D
     let done = call_by(shared, asides, &batch.keys.holders, wait_until, move |s| {
         Counters::bump(&s.stats.refresh_calls);
         let answer = call_batch(s, &b, end);
-        if answer.is_err() {
+        if answer.result.is_err() {
             Counters::bump(&s.stats.refresh_failed);
         }
         apply(s, &b, sent, answer, false);
@@ -475,7 +478,7 @@ fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: D
         Called::Done(()) | Called::LeftRunning => {}
         // (a call about the semaphore still runs, for another group, say, or for an
         // older batch without this one's newest permits; or no room): tried again soon
-        Called::NotSent(e) => apply(shared, &batch, sent, Err(e), true),
+        Called::NotSent(e) => apply(shared, &batch, sent, Answer::failed(e), true),
     }
 }
 
@@ -493,20 +496,39 @@ fn call_bounds(shared: &Shared, by: Instant) -> (Instant, Instant) {
     }
 }
 
+/// What the renewal calls of a batch said ([`call_batch`]).
+struct Answer {
+    /// The last call's answer: an error ends the batch's calls, and the permits of
+    /// the chunks after it are not known renewed.
+    result: crate::Result<Renewal>,
+    /// Before an error: the permits whose chunks were answered, renewed on the server
+    /// but for those named in `gone`. (Empty once the batch answered in full.)
+    answered: Vec<Arc<PermitState>>,
+    /// The ids the answered chunks found gone.
+    gone: Vec<String>,
+}
+
+impl Answer {
+    /// A batch of which no chunk was answered.
+    fn failed(e: crate::Error) -> Answer {
+        Answer {
+            result: Err(e),
+            answered: Vec::new(),
+            gone: Vec::new(),
+        }
+    }
+}
+
 /// Applies the answer to a renewal of `batch` sent at `sent`: the permits found gone
-/// (or whose deadline passed, when the call failed) are declared lost, the others
-/// renewed until `sent` plus their lease, and the group's schedule is settled. An
+/// (or whose deadline passed, when a call failed) are declared lost, the others
+/// renewed until `sent` plus their lease, and the group's schedule is settled. When a
+/// call failed after chunks before it were answered, the permits of those chunks are
+/// renewed all the same (the server did), and only the rest wait for the retry. An
 /// error is logged as a warning, or for a call not sent (`aside`, on a cluster for want
 /// of room: tried again soon) at debug level.
-fn apply(
-    shared: &Shared,
-    batch: &Batch,
-    sent: Instant,
-    answer: crate::Result<Renewal>,
-    aside: bool,
-) {
+fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: bool) {
     let now = Instant::now();
-    let (lost, failed) = match answer {
+    let (lost, failed) = match answer.result {
         Ok(Renewal::Reset) => {
             let lost = batch
                 .permits
@@ -514,7 +536,10 @@ fn apply(
                 .map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
             (lost.collect(), false)
         }
-        Ok(Renewal::Lost(gone)) => (renewed_but(batch, &gone, sent, now), false),
+        Ok(Renewal::Lost(gone)) => (
+            renewed_but(&batch.permits, batch.key.lease(), &gone, sent, now),
+            false,
+        ),
         Err(e) => {
             // (a call not sent is tried again soon: said at debug level)
             let level = if aside {
@@ -528,7 +553,16 @@ fn apply(
                 batch.permits.len(),
                 batch.key.name
             );
-            (expired(batch, now), true)
+            // the chunks answered before the failure renewed their permits
+            let lease = batch.key.lease();
+            let mut lost = renewed_but(&answer.answered, lease, &answer.gone, sent, now);
+            let answered: HashSet<&str> = answer.answered.iter().map(|p| p.id.as_str()).collect();
+            let rest = batch
+                .permits
+                .iter()
+                .filter(|p| !answered.contains(p.id.as_str()));
+            lost.extend(expired(rest, now));
+            (lost, true)
         }
     };
     for (reason, p) in &lost {
@@ -543,8 +577,39 @@ fn apply(
 
 /// The renewal calls of one batch, a chunk of at most [`REFRESH_CHUNK`] permits each,
 /// through the batch's renewer (a compat layout) or the refresh script, all of them
-/// waiting on Redis until `by` at most.
-fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> crate::Result<Renewal> {
+/// waiting on Redis until `by` at most. A call that fails ends the batch's calls; what
+/// the chunks before it said is kept ([`Answer`]).
+fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> Answer {
+    let mut answered = Vec::new();
+    let mut gone = Vec::new();
+    match call_chunks(shared, batch, by, &mut answered, &mut gone) {
+        Ok(Renewal::Lost(_)) => Answer {
+            result: Ok(Renewal::Lost(gone)),
+            answered: Vec::new(),
+            gone: Vec::new(),
+        },
+        Ok(Renewal::Reset) => Answer {
+            result: Ok(Renewal::Reset),
+            answered: Vec::new(),
+            gone: Vec::new(),
+        },
+        Err(e) => Answer {
+            result: Err(e),
+            answered,
+            gone,
+        },
+    }
+}
+
+/// The calls of [`call_batch`]: the permits of each chunk answered go to `answered`,
+/// the ids it found gone to `gone`; the chunk that fails ends them (its error).
+fn call_chunks(
+    shared: &Shared,
+    batch: &Batch,
+    by: Instant,
+    answered: &mut Vec<Arc<PermitState>>,
+    all: &mut Vec<String>,
+) -> crate::Result<Renewal> {
     // (a permit declared lost since the batch was taken is not renewed: the server
     // lets its lease lapse and its slot comes back)
     let live: Vec<Arc<PermitState>> = batch
@@ -553,7 +618,6 @@ fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> crate::Result<Rene
         .filter(|p| p.lost_reason().is_none())
         .cloned()
         .collect();
-    let mut all = Vec::new();
     for chunk in live.chunks(REFRESH_CHUNK) {
         let wait = by.saturating_duration_since(Instant::now()).max(MIN_WAIT);
         let gone = match &batch.renewer {
@@ -567,34 +631,39 @@ fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> crate::Result<Rene
             }
         };
         all.extend(gone);
+        answered.extend(chunk.iter().cloned());
     }
-    Ok(Renewal::Lost(all))
+    Ok(Renewal::Lost(Vec::new()))
 }
 
-/// After a renewal sent at `sent` that found the ids `gone` missing: those are lost,
-/// the others renewed.
+/// After a renewal of `permits` for `lease`, sent at `sent`, that found the ids `gone`
+/// missing: those are lost, the others renewed.
 fn renewed_but(
-    batch: &Batch,
+    permits: &[Arc<PermitState>],
+    lease: Duration,
     gone: &[String],
     sent: Instant,
     now: Instant,
 ) -> Vec<(LostReason, Arc<PermitState>)> {
+    // (a set: a group of 10,000 permits all found gone is not 10^8 comparisons)
+    let gone: HashSet<&str> = gone.iter().map(String::as_str).collect();
     let mut lost = Vec::new();
-    for p in &batch.permits {
-        if gone.iter().any(|g| g == &p.id) {
+    for p in permits {
+        if gone.contains(p.id.as_str()) {
             lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
         } else {
-            p.renewed(lease_end(sent, batch.key.lease()));
+            p.renewed(lease_end(sent, lease));
         }
     }
     lost
 }
 
 /// After a failed renewal: the permits whose deadline has passed are lost.
-fn expired(batch: &Batch, now: Instant) -> Vec<(LostReason, Arc<PermitState>)> {
-    batch
-        .permits
-        .iter()
+fn expired<'a>(
+    permits: impl Iterator<Item = &'a Arc<PermitState>>,
+    now: Instant,
+) -> Vec<(LostReason, Arc<PermitState>)> {
+    permits
         .filter(|p| p.valid_until() <= now)
         .map(|p| (p.expiry_reason(), Arc::clone(p)))
         .collect()

@@ -92,6 +92,8 @@ impl PermitState {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
+        #[cfg(test)]
+        tests::DEADLINE_READS.with(|n| n.set(n.get() + 1));
         *self.valid_until.lock()
     }
 
@@ -188,20 +190,43 @@ struct Group {
     period: Duration,
     next_due: Instant,
     permits: HashMap<String, Arc<PermitState>>,
+    /// At or before the client-side deadline of every permit of the group (`None`: no
+    /// permit). A lower bound, since a deadline only ever moves later (a renewal,
+    /// here or by a manual refresh); made exact by a look at the permits
+    /// ([`Group::take_expired`], a settled renewal). So the thread's schedule and its
+    /// look for permits past their deadline cost one comparison per group, not one per
+    /// permit: a client of 200 semaphores of 50 permits each woke 600 times a second
+    /// and read 10,000 deadlines three times each time.
+    earliest: Option<Instant>,
     /// `None`: the leased semaphore's refresh script on `keys`.
     renewer: Option<Arc<dyn Renew>>,
 }
 
 impl Group {
-    /// Moves the permits whose client-side deadline is not after `now` to `expired`.
+    /// Moves the permits whose client-side deadline is not after `now` to `expired`
+    /// (a look at them only when [`Group::earliest`] says one may be), and makes
+    /// `earliest` exact.
     fn take_expired(&mut self, now: Instant, expired: &mut Vec<Arc<PermitState>>) {
+        if self.earliest.is_none_or(|t| t > now) {
+            return;
+        }
+        let mut earliest: Option<Instant> = None;
         self.permits.retain(|_, p| {
-            let live = p.valid_until() > now;
-            if !live {
+            let until = p.valid_until();
+            let live = until > now;
+            if live {
+                earliest = Some(earliest.map_or(until, |t| t.min(until)));
+            } else {
                 expired.push(Arc::clone(p));
             }
             live
         });
+        self.earliest = earliest;
+    }
+
+    /// Makes [`Group::earliest`] exact (after a renewal moved deadlines).
+    fn recount_earliest(&mut self) {
+        self.earliest = self.permits.values().map(|p| p.valid_until()).min();
     }
 }
 
@@ -310,6 +335,7 @@ impl Registry {
             period,
             next_due: first_due,
             permits: HashMap::new(),
+            earliest: None,
             renewer,
         });
         if period < group.period {
@@ -318,6 +344,7 @@ impl Registry {
         if first_due < group.next_due {
             group.next_due = first_due;
         }
+        group.earliest = Some(group.earliest.map_or(until, |t| t.min(until)));
         group.permits.insert(state.id.clone(), state);
         // (first_due is at or before the permit's deadline: a loss is declared in time)
         match self.looks {
@@ -405,7 +432,7 @@ impl Registry {
     /// this process's clock, whichever comes first.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
         let due = self.groups.values().map(|g| g.next_due).min();
-        let ends = self.deadlines().min();
+        let ends = self.groups.values().filter_map(|g| g.earliest).min();
         let cleanups = self.cleanups.iter().map(|c| c.at).min();
         due.into_iter().chain(ends).chain(cleanups).min()
     }
@@ -468,17 +495,24 @@ impl Registry {
         self.cleanups.extend(cleanups);
     }
 
-    /// The client-side deadline of every permit still registered.
-    pub(crate) fn deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+    /// The earliest client-side deadline after `now`, or a time before it and after
+    /// `now`: how long the thread may wait on Redis without missing one. Asked right
+    /// after [`take_expired`](Self::take_expired) with the same `now` (which leaves no
+    /// group whose bound is not after it), it costs one comparison per group.
+    pub(crate) fn earliest_deadline_after(&self, now: Instant) -> Option<Instant> {
         self.groups
             .values()
-            .flat_map(|g| g.permits.values().map(|p| p.valid_until()))
-    }
-
-    /// The earliest client-side deadline after `now`: how long the thread may wait on
-    /// Redis without missing one.
-    pub(crate) fn earliest_deadline_after(&self, now: Instant) -> Option<Instant> {
-        self.deadlines().filter(|&t| t > now).min()
+            .filter_map(|g| match g.earliest {
+                // (a group not looked at since its bound passed: its permits)
+                Some(t) if t <= now => g
+                    .permits
+                    .values()
+                    .map(|p| p.valid_until())
+                    .filter(|&t| t > now)
+                    .min(),
+                bound => bound,
+            })
+            .min()
     }
 
     /// Takes the permits, of any group, whose lease may have run out by `now` by this
@@ -552,6 +586,9 @@ impl Registry {
             if failed {
                 g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
             }
+            // (the renewal moved the deadlines of the batch's permits: one look at the
+            // group, as long as the batch's own)
+            g.recount_earliest();
         }
     }
 }
@@ -568,6 +605,70 @@ pub(crate) struct Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// How many client-side deadlines this thread read ([`PermitState::valid_until`]).
+        pub(super) static DEADLINE_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Review (fifth session): each wake of the thread read every permit's deadline
+    /// three times (its schedule, the look for permits past their deadline, the next
+    /// deadline): with 200 semaphores of 50 permits renewed a third of a lease apart,
+    /// 600 wakes a second read 10,000 deadlines each (the thread spent about 40 % of
+    /// a core on a debug build, against 15 % for 200 permits). The groups keep a bound
+    /// of their earliest deadline: a wake reads none where no deadline is due.
+    #[test]
+    fn a_wake_reads_the_deadlines_of_no_group_whose_earliest_is_ahead() {
+        let mut reg = Registry::default();
+        let period = Duration::from_millis(300);
+        let far = Instant::now() + Duration::from_secs(60);
+        for g in 0..100 {
+            let name = format!("s{g}");
+            let key = GroupKey {
+                name: Arc::from(name.as_str()),
+                lease_ms: 1000,
+                auto: g % 2 == 0,
+            };
+            let keys = Arc::new(Keys::new(&name));
+            for k in 0..100 {
+                let (state, _rx) = PermitState::new(format!("{g}-{k}"), far);
+                reg.register(key.clone(), &keys, period, state);
+            }
+        }
+        DEADLINE_READS.with(|n| n.set(0));
+        for _ in 0..10 {
+            let now = Instant::now();
+            assert!(reg.next_wake().is_some());
+            assert!(reg.take_expired(now).is_empty());
+            assert!(reg.earliest_deadline_after(now).is_some_and(|t| t >= far));
+        }
+        let reads = DEADLINE_READS.with(|n| n.get());
+        assert!(
+            reads < 1_000,
+            "{reads} deadlines read in 10 wakes of 10,000 permits"
+        );
+        // a deadline that comes is still seen, and only its group is read
+        let soon = Instant::now() + Duration::from_millis(50);
+        let key = GroupKey {
+            name: Arc::from("s7"),
+            lease_ms: 1000,
+            auto: false,
+        };
+        let (state, _rx) = PermitState::new("soon".into(), soon);
+        reg.register(key, &Arc::new(Keys::new("s7")), period, state);
+        assert!(reg.next_wake().is_some_and(|t| t <= soon));
+        assert_eq!(reg.earliest_deadline_after(Instant::now()), Some(soon));
+        DEADLINE_READS.with(|n| n.set(0));
+        let gone = reg.take_expired(soon);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].id, "soon");
+        let reads = DEADLINE_READS.with(|n| n.get());
+        assert!(
+            reads <= 101,
+            "{reads} deadlines read to take one group's expired permit"
+        );
+        assert!(reg.earliest_deadline_after(soon).is_some_and(|t| t >= far));
+    }
 
     fn register(reg: &mut Registry, name: &str, auto: bool, id: &str, valid_for: Duration) {
         let key = GroupKey {

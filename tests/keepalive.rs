@@ -752,3 +752,58 @@ fn a_release_during_a_renewal_on_its_way_reports_no_loss() {
     assert!(got.is_err(), "lost() fired for a released permit: {got:?}");
     assert_eq!(client.stats().lost, 0);
 }
+
+/// Review (fifth session): a renewal of more than 1,000 permits goes in chunks, and a
+/// chunk that failed after the ones before it had renewed their permits threw their
+/// answers away: the whole batch counted as failed, so the permits the server had
+/// renewed kept their old client-side deadlines. With the same chunk failing at each
+/// try (a slow call cut by its deadline, say), every permit of the group was declared
+/// lost at the end of its lease while the server kept renewing most of them. The
+/// chunks that were answered now count: their permits are renewed (and those found
+/// gone lost), and only the rest wait for the retry.
+#[test]
+fn a_failed_chunk_does_not_throw_away_the_renewals_of_the_chunks_before_it() {
+    const HELD: usize = 1_001;
+    let lease = Duration::from_millis(1_500);
+    let (server, proxy, client) = support::proxied(Duration::from_millis(400));
+    let sem = sem(
+        &client,
+        "chunked-partial",
+        HELD as u32,
+        lease.as_millis() as u64,
+    );
+    let refresh = support::refresh_script();
+    refresh.load(&mut server.conn()).unwrap();
+    let held: Vec<Permit> = (0..HELD)
+        .map(|_| sem.try_acquire().unwrap().expect("a free permit"))
+        .collect();
+    // two renewals since the last grant: every permit renewed together at least once
+    let calls = client.stats().refresh_calls;
+    wait_until(Duration::from_secs(5), "two renewals", || {
+        client.stats().refresh_calls >= calls + 2
+    });
+    // 1,001 permits: a chunk of 1,000 ids, then one of a single id, the only refresh
+    // call of 10 elements (sha, key count, 4 keys, lease, padding, one id); that one
+    // is held far past the call's wait, at every try
+    let second_chunk = format!("*10\r\n$7\r\nEVALSHA\r\n$40\r\n{}", refresh.get_hash());
+    proxy.delay_sent(second_chunk.as_bytes(), Duration::from_secs(3));
+    let failed = client.stats().refresh_failed;
+    wait_until(Duration::from_secs(5), "a renewal fails", || {
+        client.stats().refresh_failed > failed
+    });
+    // The test is about time passing: two leases, by which every permit whose
+    // renewals were all thrown away has run out by the client's clock.
+    thread::sleep(lease * 2);
+    let lost = held.iter().filter(|p| p.is_lost()).count();
+    assert!(
+        lost <= 1,
+        "{lost} of {HELD} permits declared lost, though only one chunk of one id failed \
+         (stats {:?})",
+        client.stats()
+    );
+    // and those still valid are held on the server
+    let on_server: HashSet<String> = sem.holders().unwrap().into_iter().map(|h| h.id).collect();
+    for p in held.iter().filter(|p| !p.is_lost()) {
+        assert!(on_server.contains(p.id()), "{} valid but not held", p.id());
+    }
+}
