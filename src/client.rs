@@ -29,7 +29,8 @@ use redis::io::tcp::TcpSettings;
 ///
 /// `Client` is cheap to clone; clones share the pool and the thread. When the last
 /// handle is dropped, together with every [`Semaphore`](crate::Semaphore) and [`Permit`] made from it,
-/// the background thread is stopped and joined. Releases the client still owes (the
+/// the background thread is stopped and joined, and the threads on which the pool
+/// opens its connections end with the pool. Releases the client still owes (the
 /// grant of an acquire whose reply was lost, a waiter that left without its cancel)
 /// are then sent on a thread of their own, which the drop does not wait for, each once
 /// its caller's give-up time has passed and for at most three operation timeouts.
@@ -837,6 +838,7 @@ impl ClientBuilder {
             .test_on_check_out(false)
             .connection_timeout(self.checkout_timeout)
             .error_handler(Box::new(QuietErrors))
+            .thread_pool(pool_threads())
             .build_unchecked(manager.clone());
         let client = ClientInner::start(
             Pool::Own(pool, manager),
@@ -884,6 +886,21 @@ fn cluster_certs(url: &str, wanted: bool, _files: &TlsFiles) -> Result<ClusterTl
          `tls-native-tls` alone, rediss+cluster:// uses the system's trust store)",
         redact(url)
     )))
+}
+
+/// The threads of a client's own pool (r2d2 opens the pool's connections on them),
+/// as many as r2d2's default. They end as soon as the pool is dropped: r2d2's default
+/// thread pool keeps its threads until its reaper's next run (30 s), so clients made and
+/// dropped in a loop piled up three threads each. Named `redsem-pool-N`, as the other
+/// threads of the library.
+fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    Arc::new(
+        scheduled_thread_pool::ScheduledThreadPool::builder()
+            .num_threads(3)
+            .thread_name_pattern("redsem-pool-{}")
+            .on_drop_behavior(scheduled_thread_pool::OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    )
 }
 
 /// The host name recorded with each grant, without the record separator.

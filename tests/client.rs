@@ -1,16 +1,38 @@
 //! Client lifecycle: the background thread ends with the last handle.
 //!
-//! Alone in its test binary, so that no other test's client owns threads.
+//! Alone in its test binary, so that no other test's client owns threads; the tests
+//! of this binary take turns ([`alone`]), since some count every thread of the process.
 
 mod support;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis_semaphore::Client;
-use support::{RedisServer, library_threads, wait_until};
+use support::{RedisServer, info_field, library_threads, wait_until};
+
+/// Makes the tests of this binary run one at a time (each counts threads that
+/// another's client would start).
+fn alone() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every thread of this process, whatever its name.
+fn all_threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+fn connected_clients(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(admin).unwrap();
+    info_field(&info, "connected_clients")
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
 
 #[test]
 fn dropping_the_client_and_its_permits_ends_its_threads() {
+    let _alone = alone();
     let server = RedisServer::start();
     let before = library_threads();
     let client = Client::open(server.url()).unwrap();
@@ -35,6 +57,7 @@ fn dropping_the_client_and_its_permits_ends_its_threads() {
 /// The interop types are named at the top level too, beside their modules.
 #[test]
 fn the_interop_types_are_named_at_the_top_level_too() {
+    let _alone = alone();
     use redis_semaphore::{
         BookSemaphore, BookSemaphoreBuilder, BookVariant, PublishCommand,
         RPermitExpirableSemaphore, RSemaphore,
@@ -47,4 +70,39 @@ fn the_interop_types_are_named_at_the_top_level_too() {
     let builder: BookSemaphoreBuilder = client.book_semaphore("top", 1);
     let _: BookSemaphore = builder.variant(variant).build().unwrap();
     let _ = PublishCommand::Both;
+}
+
+/// Clients made and dropped in a loop (one per job, say) leave no thread and no
+/// connection behind. The pool of each `Client` ran three `r2d2-worker-N` threads
+/// (r2d2's own thread pool, which opens the pool's connections), and they outlived the
+/// client by up to r2d2's reaper period (30 s): a program that made a client per job
+/// piled up thousands of threads. They are now the client's `redsem-pool-N` threads,
+/// which end as the pool does.
+#[test]
+fn clients_made_and_dropped_in_a_loop_leave_no_thread_and_no_connection() {
+    let _alone = alone();
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let (threads, connections) = (all_threads(), connected_clients(&mut admin));
+    for round in 0..5 {
+        let client = Client::open(server.url()).unwrap();
+        let sem = client.semaphore("loop", 1).unwrap();
+        let held = sem.acquire().unwrap();
+        // a blocked acquire starts the wake-up listener too
+        let other = sem.clone();
+        let waiter = std::thread::spawn(move || other.acquire_timeout(Duration::from_secs(10)));
+        wait_until(Duration::from_secs(5), "the waiter is queued", || {
+            sem.queue_len().unwrap() == 1
+        });
+        drop(held);
+        let served = waiter.join().unwrap().unwrap();
+        assert!(served.is_some(), "round {round}: the waiter was not served");
+        drop((served, sem, client));
+    }
+    wait_until(
+        Duration::from_secs(5),
+        "the dropped clients' threads and connections to end",
+        || all_threads() <= threads && connected_clients(&mut admin) == connections,
+    );
+    assert_eq!(library_threads(), 0);
 }
