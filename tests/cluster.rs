@@ -1276,3 +1276,248 @@ fn redisson_releases_on_a_hung_node_end_by_the_operation_timeout() {
         "releases on a hung node outlasted the operation timeout {OP:?}: {slow:#?}"
     );
 }
+
+/// The primary (an index in `nodes`) other than `k`, and the cluster ids of both.
+fn other_primary(cluster: &RedisCluster, k: usize) -> (usize, String, String) {
+    let id_of = |i: usize| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut cluster.nodes[i].conn())
+            .unwrap()
+    };
+    let other = (0..cluster.nodes.len())
+        .find(|&i| {
+            i != k
+                && redis::cmd("ROLE")
+                    .query::<Vec<redis::Value>>(&mut cluster.nodes[i].conn())
+                    .is_ok_and(|r| r.first() == Some(&redis::Value::BulkString(b"master".to_vec())))
+        })
+        .expect("another primary");
+    (other, id_of(k), id_of(other))
+}
+
+/// Slot migration review (2026-11-27, fifth session), pinned: while a semaphore's slot
+/// is being migrated away (`CLUSTER SETSLOT .. MIGRATING`, its keys not moved yet), its
+/// node runs a script only when every key the script names exists there, and refuses
+/// any command of the script on a key missing there ("Script attempted to access a non
+/// local key"). A waiter's look that purged (or served) the last queued waiter, which
+/// deletes the queue key, and then queued its caller failed at that ZADD, after the
+/// purge's writes and before the state was saved: 'qn' said 1 with no queue, so the
+/// next call's check_keys repaired the semaphore and dropped its live holder. The look
+/// now saves what it did and answers TRYAGAIN (its caller not queued), a transient
+/// error the cluster client and the waiter retry.
+#[test]
+fn a_waiter_s_look_on_a_slot_being_migrated_away_loses_no_holder() {
+    use support::{acquire_reply, acquire_script, call_on, release_script, server_ms};
+
+    let cluster = RedisCluster::start();
+    let name = "mig";
+    let h = format!("redsem:{{{name}}}:h");
+    let i = format!("redsem:{{{name}}}:i");
+    let src = cluster.primary_of(&h);
+    let (dst, src_id, dst_id) = other_primary(&cluster, src);
+    let mut conn = cluster.nodes[src].conn();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&h)
+        .query(&mut conn)
+        .unwrap();
+
+    let acquire = acquire_script();
+    let look = |conn: &mut redis::Connection, id: &str, mode: &str, hb_ms: u64| {
+        call_on(&acquire, name)
+            .arg(id)
+            .arg(1)
+            .arg(1)
+            .arg(60_000)
+            .arg(1_000)
+            .arg(hb_ms)
+            .arg("1|test|")
+            .arg(mode)
+            .arg("1")
+            .arg(format!("chan:{id}"))
+            .arg("0")
+            .invoke::<redis::Value>(conn)
+    };
+    let holder = uuid::Uuid::new_v4().to_string();
+    let dead_waiter = uuid::Uuid::new_v4().to_string();
+    let waiter = uuid::Uuid::new_v4().to_string();
+    // a holder of the only permit, and a waiter whose heartbeat (300 ms) then ends
+    assert_eq!(
+        acquire_reply(&look(&mut conn, &holder, "t", 1_000).unwrap())[0],
+        1
+    );
+    let queued_at = server_ms(&mut conn);
+    assert_eq!(
+        acquire_reply(&look(&mut conn, &dead_waiter, "w", 300).unwrap())[0],
+        0
+    );
+    support::wait_past_server_ms(&mut conn, queued_at + 400);
+
+    // the slot starts to move to another primary; no key has moved yet
+    redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&src_id)
+        .query::<()>(&mut cluster.nodes[dst].conn())
+        .unwrap();
+    redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&dst_id)
+        .query::<()>(&mut conn)
+        .unwrap();
+
+    // a new waiter looks: it purges the dead waiter (the queue key goes) and must queue
+    let r = look(&mut conn, &waiter, "w", 1_000);
+    let failed_with = r
+        .as_ref()
+        .err()
+        .map(|e| (e.code().map(str::to_owned), e.to_string()));
+
+    // the migration is called off (the keys never left)
+    for k in [src, dst] {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("STABLE")
+            .query::<()>(&mut cluster.nodes[k].conn())
+            .unwrap();
+    }
+    // the holder's permit is still there: its release frees it while live
+    let released: i64 = call_on(&release_script(), name)
+        .arg(&holder)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(
+        released, 1,
+        "the live holder was dropped after the look on the migrating slot ({failed_with:?})"
+    );
+    let qn: Option<i64> = redis::cmd("HGET")
+        .arg(&i)
+        .arg("qn")
+        .query(&mut conn)
+        .unwrap();
+    let queued: i64 = redis::cmd("ZCARD")
+        .arg(format!("redsem:{{{name}}}:q"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        qn.unwrap_or(0),
+        queued,
+        "'qn' and the queue disagree after the look ({r:?})"
+    );
+    // the look either queued its caller or failed with a transient error
+    if let Some((code, msg)) = failed_with {
+        assert_eq!(code.as_deref(), Some("TRYAGAIN"), "{msg}");
+        assert!(msg.contains("migrating"), "{msg}");
+    }
+}
+
+/// Sets `slot` to `state` (IMPORTING, MIGRATING: `id` the other node; NODE: `id` the
+/// new owner; STABLE) on node `k`.
+fn setslot(cluster: &RedisCluster, k: usize, slot: u16, state: &str, id: Option<&str>) {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SETSLOT").arg(slot).arg(state);
+    if let Some(id) = id {
+        cmd.arg(id);
+    }
+    cmd.query::<()>(&mut cluster.nodes[k].conn()).unwrap();
+}
+
+/// Slot migration review (2026-11-27, fifth session), pinned: a semaphore's slot moves
+/// to another primary (the steps of `redis-cli --cluster reshard`: IMPORTING and
+/// MIGRATING, MIGRATE of its keys, SETSLOT NODE) while a holder renews and a fair
+/// waiter and a counting waiter wait. The holder stays valid past its lease (renewed
+/// through the move), the new owner lists it, and the waiters are woken by releases
+/// after the move (the wake-up listener's one connection hears PUBLISH from every node).
+#[test]
+fn holders_and_waiters_across_a_slot_migration() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(1_500))
+        .build(cluster.url())
+        .unwrap();
+    let lease = Duration::from_secs(2);
+    let sem = client
+        .semaphore_builder("mv")
+        .limit(1)
+        .lease(lease)
+        .build()
+        .unwrap();
+    let counting = client.counting_semaphore("mv").unwrap();
+    let h = "redsem:{mv}:h";
+    let src = cluster.primary_of(h);
+    let (dst, src_id, dst_id) = other_primary(&cluster, src);
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(h)
+        .query(&mut cluster.nodes[src].conn())
+        .unwrap();
+
+    let held = sem.acquire().unwrap();
+    let waiter = queued_waiter(&sem, Duration::from_secs(5));
+    assert!(counting.try_set_permits(0).unwrap());
+    let counted = {
+        let counting = counting.clone();
+        thread::spawn(move || counting.acquire_timeout(1, Duration::from_secs(30)))
+    };
+    wait_until(Duration::from_secs(5), "the counting waiter queued", || {
+        counting.queue_len().unwrap() == 1
+    });
+
+    setslot(&cluster, dst, slot, "IMPORTING", Some(&src_id));
+    setslot(&cluster, src, slot, "MIGRATING", Some(&dst_id));
+    // while the slot is open, with the keys on the old node: a renewal still works
+    held.refresh().unwrap();
+    let mut conn = cluster.nodes[src].conn();
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1_000)
+        .query(&mut conn)
+        .unwrap();
+    assert!(keys.len() >= 4, "{keys:?}");
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cluster.nodes[dst].port())
+        .arg("")
+        .arg(0)
+        .arg(5_000)
+        .arg("KEYS")
+        .arg(&keys)
+        .query::<()>(&mut conn)
+        .unwrap();
+    for k in 0..cluster.nodes.len() {
+        let primary = redis::cmd("ROLE")
+            .query::<Vec<redis::Value>>(&mut cluster.nodes[k].conn())
+            .is_ok_and(|r| r.first() == Some(&redis::Value::BulkString(b"master".to_vec())));
+        if primary {
+            setslot(&cluster, k, slot, "NODE", Some(&dst_id));
+        }
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "every node to see the move",
+        || cluster.primary_of(h) == dst,
+    );
+    // scenario timing: a whole lease passes after the move, so the holder is still
+    // valid only if it was renewed on the new owner
+    thread::sleep(lease + Duration::from_millis(200));
+    assert!(
+        !held.is_lost() && held.lease_left() > Duration::ZERO,
+        "the holder lost its permit across the move"
+    );
+    let holders = sem.holders().unwrap();
+    assert!(holders.iter().any(|x| x.id == held.id()), "{holders:?}");
+    assert_eq!(sem.queue_len().unwrap(), 1);
+    drop(held);
+    let (got, _) = waiter.join().unwrap();
+    assert!(matches!(got, Ok(Some(_))), "the waiter: {got:?}");
+    counting.release(1).unwrap();
+    let got = counted.join().unwrap();
+    assert!(matches!(got, Ok(true)), "the counting waiter: {got:?}");
+    assert_eq!(counting.available_permits().unwrap(), 0);
+}

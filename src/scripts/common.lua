@@ -92,6 +92,12 @@
 --     the documented rule never is;
 --   - a Lua error: every unpack() is of a bounded list (K9, batches of at most 64
 --     operations, refresh chunks of 500 ids);
+--   - a slot migrating away on Redis Cluster (SETSLOT .. MIGRATING): the node runs a
+--     script only while it holds every key the script names, and refuses a command on
+--     a key it does not hold, so a key the script itself deleted (q, by the ZREM of its
+--     last waiter) cannot be made again there. Only a waiter's queueing makes q after
+--     earlier writes of the call; it does so with redis.pcall, and on a refusal saves
+--     what the call did and answers TRYAGAIN without queueing its caller (op_acquire);
 --   - records edited by hand: a holder record whose slot list names a slot SETBIT
 --     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
 --     full logic), and the next call repairs the disagreement; a waiter record that

@@ -34,7 +34,10 @@
 -- comes after its cutoff writes nothing, so a call whose reply the client stopped
 -- waiting for cannot leave a grant behind that the client's clean-up has missed.
 -- Fails only before its first write: a bad id is refused by the caller (acquire.lua,
--- batch.lua) before anything runs.
+-- batch.lua) before anything runs. One exception on Redis Cluster: a waiter's queueing
+-- on a slot migrating away, after the call purged or served the queue's last waiter,
+-- saves what the call did (whole operations) and answers TRYAGAIN, its caller neither
+-- granted nor queued, so the call's repeat is the same call.
 
 local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, chan, cutoff)
     if cutoff > 0 and now >= cutoff then return {-2, now} end
@@ -87,7 +90,29 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     else
         q_made = st.qn == 0
         st.qseq = st.qseq + 1
-        redis.call('ZADD', Q, int(st.qseq), id)
+        if q_made then
+            -- Making q can fail after this script wrote: on Redis Cluster, while the
+            -- slot migrates away (SETSLOT .. MIGRATING), the node refuses any command
+            -- on a key it does not hold ("non local key"), and q may be gone because
+            -- this very call purged or served the last waiter (the script only runs
+            -- there when all four keys existed). The caller's first write, so nothing
+            -- of its own is written yet: save what the purge and serve did (whole
+            -- operations, K1-K9 hold) and answer an error, TRYAGAIN for the migration
+            -- (transient: the client looks again, the keys are then on one node)
+            local made = redis.pcall('ZADD', Q, int(st.qseq), id)
+            if type(made) == 'table' and made.err then
+                st.qseq = st.qseq - 1
+                save(st)
+                if string.find(made.err, 'non local key', 1, true) then
+                    return redis.error_reply('TRYAGAIN redis-semaphore: the semaphore\'s '
+                        .. 'slot is migrating away from this node, which cannot make its '
+                        .. 'queue key; the caller was not queued')
+                end
+                return redis.error_reply(made.err)
+            end
+        else
+            redis.call('ZADD', Q, int(st.qseq), id)
+        end
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
         put(st, 'w:' .. id, int(n) .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|'
             .. int(hb) .. '|' .. chan .. '|' .. origin)
