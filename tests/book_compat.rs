@@ -765,3 +765,91 @@ fn a_lock_taken_by_a_set_whose_reply_was_lost_is_released_by_its_id() {
     proxy.delay_sent(b"NX", Duration::ZERO);
     assert!(sem.try_acquire().unwrap().is_some(), "acquires go on");
 }
+
+/// A refresh whose `ZADD` reply was lost (here: the request held up past the operation
+/// timeout, so it runs after the client gave up) must not bring a purged entry back to
+/// life. The book's `ZADD` re-adds an id that is gone and counts on its reply to take
+/// it out again; when that reply is lost, the id stays in the time zset (without its
+/// ticket, so it ranks nowhere), and the next refresh found it there and reported the
+/// permit renewed, with a fresh `lease_left()`, while another client held the only
+/// permit. (Found by a review of the book variants.)
+#[test]
+fn a_refresh_whose_reply_was_lost_does_not_revive_a_purged_entry() {
+    const OP: Duration = Duration::from_millis(300);
+    for variant in [
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+        BookVariant::NodeFair,
+    ] {
+        let (server, proxy, client) = support::proxied(OP);
+        let mut conn = server.conn();
+        let time_key = match variant {
+            BookVariant::NodeFair => format!("{NAME}:time"),
+            _ => NAME.to_owned(),
+        };
+        let in_time = |conn: &mut redis::Connection, id: &str| {
+            redis::cmd("ZSCORE")
+                .arg(&time_key)
+                .arg(id)
+                .query::<Option<String>>(conn)
+                .unwrap()
+                .is_some()
+        };
+        let zadds = |conn: &mut redis::Connection| {
+            support::command_calls(conn)
+                .get("zadd")
+                .copied()
+                .unwrap_or(0)
+        };
+        // a refresh whose request is held up past the operation timeout: it times out,
+        // and the request runs after the client gave up
+        let lost_refresh = |conn: &mut redis::Connection, p: &Permit| {
+            let before = zadds(conn);
+            proxy.delay_sent(b"ZADD", OP + OP / 2);
+            let r = p.refresh();
+            assert!(matches!(&r, Err(e) if e.is_timeout()), "{variant:?}: {r:?}");
+            support::wait_until(Duration::from_secs(5), "the held-up ZADD ran", || {
+                zadds(conn) > before
+            });
+            proxy.delay_sent(b"ZADD", Duration::ZERO);
+        };
+        let sem = book(&client, variant, 1).build().unwrap();
+        let p = sem.try_acquire().unwrap().expect("the only permit");
+
+        // A refresh whose reply is lost while the entry is held renews it all the same:
+        // the next refresh succeeds.
+        lost_refresh(&mut conn, &p);
+        p.refresh().unwrap();
+        assert!(!p.is_lost());
+
+        // A client whose clock runs 11 s ahead purges the holder and takes the permit.
+        let ahead = book(&client, variant, 1)
+            .clock_offset_ms(11_000)
+            .build()
+            .unwrap();
+        let q = ahead
+            .try_acquire()
+            .unwrap()
+            .expect("the purged holder's permit");
+        assert!(!in_time(&mut conn, p.id()), "{variant:?}: not purged");
+
+        // The holder's refresh, its reply lost; then another.
+        lost_refresh(&mut conn, &p);
+        match p.refresh() {
+            Err(Error::PermitLost { id, .. }) => assert_eq!(id, p.id()),
+            other => panic!(
+                "{variant:?}: refresh of a permit another client took: {other:?} \
+                 (lease_left {:?})",
+                p.lease_left()
+            ),
+        }
+        assert!(p.is_lost());
+        assert_eq!(p.lease_left(), Duration::ZERO);
+        assert!(
+            !in_time(&mut conn, p.id()),
+            "{variant:?}: the id left behind"
+        );
+        q.release().unwrap();
+        drop(p);
+    }
+}

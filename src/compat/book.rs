@@ -38,8 +38,8 @@
 //!   and 10 000 ms): each acquirer purges with its own timeout and ranks against its
 //!   own limit.
 //! - What it keeps of the crate's guarantees: the [`Permit`] guard (released on drop,
-//!   from both zsets), [`Permit::refresh`] (`ZADD NAME:time`, listing 16's step on the
-//!   port's keys; Node holders never refresh, so theirs end after `timeout`), polling
+//!   from both zsets), [`Permit::refresh`] (`ZADD NAME:time XX`, listing 16's step on
+//!   the port's keys; Node holders never refresh, so theirs end after `timeout`), polling
 //!   waits with deadlines, clear errors. What it gives up: the limit under load (the
 //!   race), server time (scores are client clocks: keep them NTP-synced; a clock ahead
 //!   by Δ ends others' leases Δ early), background keepalive (nothing renews a permit
@@ -61,6 +61,12 @@
 //!   polls (a try, then a short sleep), as the book's users do. Permits are never
 //!   renewed behind your back: call [`Permit::refresh`] (fair variants only, listing
 //!   16) before the timeout runs out.
+//! - **Refresh never re-adds.** Listing 16's `ZADD` puts a purged id back and takes
+//!   it out again on seeing that it added it; here the refresh is one transaction of
+//!   `ZADD XX GT` on the time zset (an id that is gone stays gone, a score never
+//!   moves back) and a look at both zsets, so a refresh whose reply was lost cannot
+//!   leave the id behind for the next refresh to find and report renewed. The permit is lost when its id is missing
+//!   from either zset.
 //! - **No fencing slots.** [`Permit::slots`] is empty; [`Permit::token`] is the value
 //!   of `NAME:counter` (`semaphore:count` for `NodeFair`) taken by the fair variants
 //!   (increasing in grant order, but the race above can give two holders over the
@@ -78,7 +84,8 @@
 //! # Lost permits
 //!
 //! A book permit is marked lost (and [`Permit::lost`] fires) when
-//! [`Permit::refresh`] finds its entry gone; nothing watches it in the background.
+//! [`Permit::refresh`] finds its entry gone (from the time zset or, its ticket, from
+//! the owner zset); nothing watches it in the background.
 //! [`Permit::lease_left`] counts down the timeout from the score the acquire (or the
 //! last successful refresh) wrote, by this process's monotonic clock: with
 //! [`TimeUnit::Millis`] from the clock reading truncated to the millisecond, and by
@@ -839,8 +846,10 @@ impl Grantor for BookInner {
     }
 
     /// Listing 16 for the fair variants (for `NodeFair` on `NAME:time`: the port has no
-    /// refresh, and this is the same step on its keys); the basic semaphore has no
-    /// refresh in the book (re-scoring its entry would move it behind later acquirers).
+    /// refresh, and this is the same step on its keys), as `ZADD XX` so that a refresh
+    /// whose reply was lost never leaves a purged id behind (see [`book::rescore`]);
+    /// the basic semaphore has no refresh in the book (re-scoring its entry would move
+    /// it behind later acquirers).
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         if self.variant == BookVariant::Basic {
             return Err(Error::InvalidArgument(
@@ -851,14 +860,14 @@ impl Grantor for BookInner {
         Counters::bump(&self.stats().refresh_calls);
         let mut conn = self.conn()?;
         let stamp = self.stamp();
-        let added = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
+        let held = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
             .map_err(|e| self.err(e).during("refresh"))?;
-        if !added {
+        if held {
             permit.renewed(stamp.ends);
             return Ok(());
         }
-        // Our ZADD put the id back although it was gone: take it out again, as the
-        // book does, and report the loss.
+        // Gone from the time zset (purged), or its ticket gone: take out what is left,
+        // as the book's refresh does through its release, and report the loss.
         let reason = permit.gone_reason();
         let cleaned = self.remove(&mut conn, &permit.id);
         let err = self.lost(permit, reason);

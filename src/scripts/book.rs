@@ -177,20 +177,42 @@ pub(crate) fn fair_remove(
     Ok(timeout_zset == 1)
 }
 
-/// Listing 16: re-score `id` in the time zset with `now`; whether the `ZADD` added it
-/// (it was gone: the caller takes it out again, as the book does).
+/// Listing 16, made safe to send twice: in one transaction, re-score `id` in the time
+/// zset with `now` only if it is there and `now` is later (`ZADD XX GT`: a refresh
+/// held up on a connection given up on, arriving after a later one, cannot move the
+/// entry back), and read whether it is in both zsets. Whether it is (still held; `false`: gone, the caller reports the loss and
+/// takes out what is left, as the book's release does).
+///
+/// The book's `ZADD` (without `XX`) adds the id back when it is gone and relies on its
+/// reply to take it out again: when that reply is lost, the id stays in the time zset
+/// without its ticket, and a second refresh found it there and reported the permit
+/// renewed. With `XX` a refresh never adds an entry, so it gives the same answer
+/// however often it is sent; other clients see a subset of what the book's refresh
+/// shows them (never the brief re-added entry).
 pub(crate) fn rescore(
     conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     now: &str,
     id: &str,
 ) -> RedisResult<bool> {
-    let added: i64 = redis::cmd("ZADD")
+    let (in_time, in_owner): (redis::Value, redis::Value) = redis::pipe()
+        .atomic()
+        .cmd("ZADD")
         .arg(&keys.time)
+        .arg("XX")
+        .arg("GT")
         .arg(now)
         .arg(id)
+        .ignore()
+        .cmd("ZSCORE")
+        .arg(&keys.time)
+        .arg(id)
+        .cmd("ZSCORE")
+        .arg(&keys.owner)
+        .arg(id)
         .query(conn)?;
-    Ok(added == 1)
+    let present = |v: &redis::Value| !matches!(v, redis::Value::Nil);
+    Ok(present(&in_time) && present(&in_owner))
 }
 
 /// The entries of the time zset scored above `cutoff`.
