@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -218,6 +219,8 @@ pub(crate) struct ManagerInner {
     pub(crate) op_timeout: Duration,
     /// The last connect error, when it happened, and whether it was a timeout.
     last_failure: Mutex<Option<(Instant, Error, bool)>>,
+    /// The client is gone ([`Manager::close`]): its pool opens no new connection.
+    closed: AtomicBool,
 }
 
 impl Deref for Manager {
@@ -238,7 +241,19 @@ impl Manager {
             connect_timeout,
             op_timeout,
             last_failure: Mutex::new(None),
+            closed: AtomicBool::new(false),
         }))
+    }
+
+    /// The client whose pool this manager fills is gone (its last [`Shared`](
+    /// crate::shared::Shared) dropped): r2d2's connects still queued or retried on the
+    /// pool's threads fail at once from now on. Each of those jobs holds the pool while
+    /// it runs, so against a server that hangs, one connecting kept the pool alive for
+    /// the next (and a failed one scheduled its retry): the pool's threads went on
+    /// connecting to it for as long as it hung. Now they end with the connects in
+    /// flight, within a connect timeout.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Opens one connection, with its timeouts set; when no password is sent on
@@ -393,6 +408,12 @@ impl r2d2::ManageConnection for Manager {
     type Error = Error;
 
     fn connect(&self) -> Result<RConn> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Connect {
+                addr: self.addr(),
+                message: "the client is gone: its pool opens no new connection".into(),
+            });
+        }
         self.open()
     }
 

@@ -27,6 +27,17 @@ pub(crate) struct Shared {
     pub(crate) clock: std::sync::Arc<Clock>,
 }
 
+impl Drop for Shared {
+    /// Nothing can check a connection out of the client's own pool any more: the
+    /// connects r2d2 still has queued or retries are not made ([`Manager::close`](
+    /// crate::pool::Manager::close)), so the pool's threads end with those in flight.
+    fn drop(&mut self) {
+        if let Pool::Own(_, manager) = &self.pool {
+            manager.close();
+        }
+    }
+}
+
 impl Shared {
     /// Whether the client's own pool connects to a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {

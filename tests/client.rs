@@ -106,3 +106,46 @@ fn clients_made_and_dropped_in_a_loop_leave_no_thread_and_no_connection() {
     );
     assert_eq!(library_threads(), 0);
 }
+
+/// Review (fifth session): a client dropped while its pool was opening a connection to
+/// a server that hangs (accepts, never answers) left its pool threads connecting to it
+/// for as long as the server hung: each connect job r2d2 runs holds the pool while it
+/// connects, so a job that came due while another was connecting found the pool alive
+/// and connected again, and a failed connect scheduled its retry the same way (three
+/// `redsem-pool-N` threads and about two new sockets a second, still going 45 s after
+/// the drop in a run before the fix). Once the client is gone its pool opens no new
+/// connection: the threads end with the connects in flight, within a connect timeout.
+#[test]
+fn a_client_dropped_while_its_pool_connects_to_a_hung_server_leaves_no_thread() {
+    let _alone = alone();
+    let server = RedisServer::start();
+    let connect_timeout = Duration::from_millis(1_000);
+    let client = Client::builder()
+        .connect_timeout(connect_timeout)
+        .operation_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_millis(300))
+        .build(server.url())
+        .unwrap();
+    let sem = client.semaphore("hung-connect", 1).unwrap();
+    let paused = server.pause();
+    // the checkout gives up after its timeout; the pool's connects go on meanwhile
+    let err = sem
+        .try_acquire()
+        .expect_err("a server that hangs grants nothing");
+    assert!(err.is_timeout() || err.is_retryable(), "{err:?}");
+    assert!(library_threads() > 0);
+    drop((sem, client));
+    // the connects in flight end by their connect timeout, and no other starts
+    wait_until(
+        3 * connect_timeout,
+        "the dropped client's pool threads to end while the server hangs",
+        || library_threads() == 0,
+    );
+    drop(paused);
+    let mut admin = server.conn();
+    wait_until(
+        Duration::from_secs(5),
+        "no connection of the dropped client left",
+        || connected_clients(&mut admin) == 1,
+    );
+}
