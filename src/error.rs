@@ -443,8 +443,19 @@ pub(crate) fn reply_code(e: &redis::ServerError) -> &str {
 }
 
 /// The code of the error a script's `redis.call` raised, in Redis 6.2's text of the
-/// script's error: the capital letters after the last ": -".
+/// script's error: the capital letters after the last ": -". And `TRYAGAIN` for the
+/// one a semaphore script raises itself (`error()` of a string, which Redis wraps in an
+/// `ERR`: "ERR TRYAGAIN redis-semaphore: ..." on Redis 7, "Error running script ...:
+/// @user_script:9: TRYAGAIN redis-semaphore: ..." on 6.2) when its node cannot repair
+/// the keys while their slot migrates away (common.lua, `repair`).
 fn wrapped_code(detail: &str) -> Option<&str> {
+    const OWN_TRYAGAIN: &str = "TRYAGAIN redis-semaphore: ";
+    if detail.starts_with(OWN_TRYAGAIN)
+        || (detail.starts_with("Error running script")
+            && detail.contains(&format!(": {OWN_TRYAGAIN}")))
+    {
+        return Some("TRYAGAIN");
+    }
     if !detail.starts_with("Error running script") {
         return None;
     }
@@ -479,6 +490,23 @@ mod tests {
         assert!(!Error::Redis(plain).is_retryable());
         assert_eq!(wrapped_code("Error running script: -"), None);
         assert_eq!(wrapped_code("READONLY"), None);
+        // the TRYAGAIN a semaphore script raises itself (common.lua, repair), as
+        // Redis 7 and Redis 6.2 wrap it
+        for own in [
+            "TRYAGAIN redis-semaphore: the semaphore's keys disagree script: d7e2, on \
+             @user_script:534.",
+            "Error running script (call to f_d7e2): @user_script:534: TRYAGAIN \
+             redis-semaphore: the semaphore's keys disagree",
+        ] {
+            let e = redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                own.to_owned(),
+            ));
+            assert_eq!(server_code(&e), Some("TRYAGAIN"), "{own}");
+            assert!(Error::Redis(e).is_retryable(), "{own}");
+        }
+        assert_eq!(wrapped_code("TRYAGAIN elsewhere"), None);
     }
 
     #[test]

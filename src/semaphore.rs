@@ -1956,7 +1956,7 @@ pub(crate) fn is_outage(e: &Error) -> bool {
                 || e.is_cluster_error()
                 || matches!(
                     crate::error::server_code(e),
-                    Some("NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN")
+                    Some("NOREPLICAS" | "READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN")
                 )
         }
         _ => false,

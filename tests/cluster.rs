@@ -1521,3 +1521,107 @@ fn holders_and_waiters_across_a_slot_migration() {
     assert!(matches!(got, Ok(true)), "the counting waiter: {got:?}");
     assert_eq!(counting.available_permits().unwrap(), 0);
 }
+
+/// Slot migration review (2026-11-27, fifth session, second look): the repair of keys
+/// that disagree (check_keys, common.lua) deleted the four keys and made them again.
+/// On a slot migrating away the node refuses to make a key it does not hold, so the
+/// repair failed at its first `ZADD` after its `DEL`: the semaphore lost its keys with
+/// what the repair keeps (the stored limit, the token counter), and the caller got a
+/// non-retryable "non local key" error. The repair now finds out that it cannot make
+/// keys before it deletes any, and answers TRYAGAIN with nothing written.
+#[test]
+fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
+    use support::{acquire_reply, acquire_script, call_on};
+
+    let cluster = RedisCluster::start();
+    let name = "mig-repair";
+    let h = format!("redsem:{{{name}}}:h");
+    let i = format!("redsem:{{{name}}}:i");
+    let src = cluster.primary_of(&h);
+    let (dst, src_id, dst_id) = other_primary(&cluster, src);
+    let mut conn = cluster.nodes[src].conn();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&h)
+        .query(&mut conn)
+        .unwrap();
+
+    let acquire = acquire_script();
+    let look = |conn: &mut redis::Connection, id: &str, mode: &str| {
+        call_on(&acquire, name)
+            .arg(id)
+            .arg(1)
+            .arg(1)
+            .arg(60_000)
+            .arg(1_000)
+            .arg(60_000)
+            .arg("1|test|")
+            .arg(mode)
+            .arg("1")
+            .arg(format!("chan:{id}"))
+            .arg("0")
+            .invoke::<redis::Value>(conn)
+    };
+    // a holder and a queued waiter (so all four keys exist), and a stored limit of 1
+    let holder = uuid::Uuid::new_v4().to_string();
+    let waiter = uuid::Uuid::new_v4().to_string();
+    assert_eq!(acquire_reply(&look(&mut conn, &holder, "t").unwrap())[0], 1);
+    assert_eq!(acquire_reply(&look(&mut conn, &waiter, "w").unwrap())[0], 0);
+    let ctr: i64 = redis::cmd("HGET")
+        .arg(&i)
+        .arg("ctr")
+        .query(&mut conn)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(&i)
+        .arg("limit")
+        .arg(1)
+        .arg("lk")
+        .arg(600_000)
+        .exec(&mut conn)
+        .unwrap();
+    // the keys disagree (the hash counts a permit the bitmap does not hold): the next
+    // full call repairs them
+    redis::cmd("HSET")
+        .arg(&i)
+        .arg("used")
+        .arg(2)
+        .exec(&mut conn)
+        .unwrap();
+
+    setslot(&cluster, dst, slot, "IMPORTING", Some(&src_id));
+    setslot(&cluster, src, slot, "MIGRATING", Some(&dst_id));
+    let other = uuid::Uuid::new_v4().to_string();
+    let r = look(&mut conn, &other, "w");
+    for k in [src, dst] {
+        setslot(&cluster, k, slot, "STABLE", None);
+    }
+
+    let kept: (Option<String>, Option<i64>) = redis::cmd("HMGET")
+        .arg(&i)
+        .arg("limit")
+        .arg("ctr")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        kept,
+        (Some("1".to_owned()), Some(ctr)),
+        "the stored limit and the token counter after the look on the migrating slot ({r:?})"
+    );
+    // the look failed with a transient error (a string error raised by the script:
+    // Redis wraps it in an ERR, which the library reads as the TRYAGAIN it is)
+    let e = r.expect_err("a look that needs a repair its node cannot make");
+    assert!(e.to_string().contains("TRYAGAIN redis-semaphore"), "{e}");
+    assert!(e.to_string().contains("migrates away"), "{e}");
+    let e = Error::Redis(e);
+    assert!(e.is_retryable(), "{e:?}");
+    // the slot stable again, the next call repairs, keeping the stored limit
+    let again = look(&mut conn, &other, "t").unwrap();
+    assert_eq!(acquire_reply(&again)[0], 1, "{again:?}");
+    let limit: Option<String> = redis::cmd("HGET")
+        .arg(&i)
+        .arg("limit")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(limit.as_deref(), Some("1"));
+}

@@ -97,7 +97,11 @@
 --     a key it does not hold, so a key the script itself deleted (q, by the ZREM of its
 --     last waiter) cannot be made again there. Only a waiter's queueing makes q after
 --     earlier writes of the call; it does so with redis.pcall, and on a refusal saves
---     what the call did and answers TRYAGAIN without queueing its caller (op_acquire);
+--     what the call did and answers TRYAGAIN without queueing its caller (op_acquire).
+--     The repair of keys that disagree deletes all four and makes them again: it
+--     first looks at a key of the slot that never exists, which such a node refuses,
+--     and raises TRYAGAIN before its DEL (repair; the client reads the code from the
+--     text Redis wraps it in, error.rs);
 --   - records edited by hand: a holder record whose slot list names a slot SETBIT
 --     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
 --     full logic), and the next call repairs the disagreement; a waiter record that
@@ -201,6 +205,18 @@ local function repair(info_is_hash)
     local kept = {false, false, false, false, false}
     if info_is_hash then
         kept = redis.call('HMGET', I, 'ctr', 'limit', 'cl', 'exp', 'lk')
+    end
+    -- The keys are made again after the DEL, which a node whose slot migrates away
+    -- (Redis Cluster, SETSLOT .. MIGRATING) refuses for a key it does not hold: the
+    -- DEL would go through and the first ZADD fail, the counters kept above lost with
+    -- the keys. Such a node refuses any command on a key it does not hold, so a look
+    -- at a key of the slot that never exists finds it out before anything is written
+    -- (a read: cheap, and only on this rare path); the caller looks again (TRYAGAIN),
+    -- once the keys have moved or the migration was called off.
+    local probe = redis.pcall('EXISTS', H .. ':probe')
+    if type(probe) == 'table' and probe.err and string.find(probe.err, 'non local key', 1, true) then
+        error('TRYAGAIN redis-semaphore: the semaphore\'s keys disagree and need a repair, '
+            .. 'which this node cannot make while its slot migrates away; nothing was written', 0)
     end
     redis.call('DEL', H, I, S, Q)
     local exp = tonumber(kept[4]) or 0
