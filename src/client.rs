@@ -29,11 +29,14 @@ use redis::io::tcp::TcpSettings;
 ///
 /// `Client` is cheap to clone; clones share the pool and the thread. When the last
 /// handle is dropped, together with every [`Semaphore`](crate::Semaphore) and [`Permit`] made from it,
-/// the background thread is stopped and joined, and the threads on which the pool
-/// opens its connections end with the pool. Releases the client still owes (the
-/// grant of an acquire whose reply was lost, a waiter that left without its cancel)
-/// are then sent on a thread of their own, which the drop does not wait for, each once
-/// its caller's give-up time has passed and for at most three operation timeouts.
+/// the background thread is stopped and joined, and the threads on which the client's
+/// own pool opens its connections end with it (its pool opens no new connection once
+/// nothing of the client can take one; a connect in flight ends within the connect
+/// timeout). Releases the client still owes (the grant of an acquire whose reply was
+/// lost, a waiter that left without its cancel, a give-back of permits too few
+/// replicas acknowledged that failed) are then sent on a thread of their own, which
+/// the drop does not wait for, each once its caller's give-up time has passed and for
+/// at most three operation timeouts.
 ///
 /// # Examples
 ///
@@ -245,8 +248,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the URL cannot be parsed and for a TLS URL without
-    /// a TLS feature.
+    /// [`Error::InvalidArgument`] when the URL cannot be parsed or is refused (above),
+    /// and for a TLS URL without a TLS feature.
     pub fn open(target: impl IntoRedisTarget) -> Result<Client> {
         Client::builder().build(target)
     }
@@ -612,7 +615,11 @@ impl ClientBuilder {
     }
 
     /// The user name for the sentinels of a `redis+sentinel://` URL (the URL's own
-    /// user and password are for the data nodes). Unset by default.
+    /// user and password are for the data nodes). Unset by default. Give that ACL user
+    /// `+sentinel|master` as well as `+sentinel|get-master-addr-by-name`: lookups read
+    /// the service's configuration epoch with it, and without it they go unguarded
+    /// against a sentinel that has not learnt a failover (see the deployment notes,
+    /// "Sentinel").
     pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
         self.sentinel_username = Some(username.into()).filter(|u| !u.is_empty());
         self
@@ -643,7 +650,7 @@ impl ClientBuilder {
     ///
     /// [`Error::InvalidArgument`] for a zero size, a timeout under 1 ms, more than
     /// [`MAX_CONNECTIONS`] connections, a timeout over [`MAX_TIMEOUT`], a URL that cannot be
-    /// parsed, a TLS URL without a TLS feature, TLS files that cannot be read or
+    /// parsed or that [`Client::open`] says is refused, a TLS URL without a TLS feature, TLS files that cannot be read or
     /// parsed (naming the file) or set for a URL without TLS, and TLS files with a
     /// `rediss+cluster://` URL in a build without the `tls-rustls` feature (redis-rs's
     /// cluster client takes certificates only with rustls).

@@ -5,7 +5,10 @@
 //! shows a URL goes through.
 //!
 //! `redis://`, `rediss://`, `unix://` (and redis-rs's other single-server forms) are
-//! parsed by redis-rs itself. `redis+sentinel://`, `rediss+sentinel://`,
+//! parsed by redis-rs itself; what it would take and then ignore or get wrong is
+//! refused here: `#insecure` on a TLS URL (this crate has no insecure mode), the `db`,
+//! `user` and `pass` query parameters of a TCP URL (read only in `unix://` URLs) and
+//! a negative database. `redis+sentinel://`, `rediss+sentinel://`,
 //! `redis+cluster://` and `rediss+cluster://` are parsed here:
 //!
 //! ```text
@@ -13,7 +16,9 @@
 //! redis+cluster://[user:password@]h1[:6379][,h2[:6379]...][/]
 //! ```
 //!
-//! The user name and password are percent-decoded; hosts may be `[IPv6]`.
+//! The user name and password are percent-decoded; hosts may be `[IPv6]`. A host
+//! listed twice, a wildcard address (`0.0.0.0`, `[::]`) and a bracketed host that is
+//! no IPv6 address are refused, naming the host.
 
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 use std::path::Path;

@@ -128,7 +128,11 @@ pub enum Error {
     /// A permit was granted, but fewer replicas than
     /// [`SemaphoreBuilder::wait_replicas`](crate::SemaphoreBuilder::wait_replicas) asks
     /// for acknowledged it within its timeout, so a failover could lose it. The permit
-    /// has been given back (best effort: if that release fails too, the lease ends it).
+    /// has been given back; a give-back that failed (a dropped connection, a timeout)
+    /// is sent again by the client's background thread until the lease has surely
+    /// ended. (A Redisson-layout acquire with the replica wait fails with it too; when
+    /// its give-back failed, with [`Error::NoSyncedReplicas`], the give-back going on
+    /// in the background.)
     #[error(
         "{acked} of {wanted} replica(s) acknowledged the grant of semaphore {name:?} in \
          time; the permit was given back"
@@ -147,7 +151,9 @@ pub enum Error {
     /// ran on the primary, but none of its connected replicas acknowledged it in time:
     /// Redisson's `NoSyncedSlavesException`. The write stands on the primary; a failover
     /// now could lose it. (An acquire gives its permits back and fails with
-    /// [`Error::ReplicasNotAcked`] instead.)
+    /// [`Error::ReplicasNotAcked`] instead; with this error only when that give-back
+    /// did not end by the wait's bound or failed: it goes on in the background, a
+    /// failed one sent again by the client's background thread.)
     #[error(
         "none of the {connected} connected replica(s) acknowledged the {operation} of \
          semaphore {name:?} in time; the write stands on the primary"

@@ -151,7 +151,7 @@ impl Permit {
     /// From now on nothing renews the lease until the other process adopts it: adopt
     /// within what [`lease_left`](Permit::lease_left) said at this call, or the permit
     /// comes back to the semaphore. A permit a blocking acquire was served from the
-    /// queue holds a heartbeat's lease (about a second) until its first renewal: call
+    /// queue holds at most a heartbeat's lease (about a second) until its first renewal: call
     /// [`refresh`](Permit::refresh) first when the hand-over takes longer.
     ///
     /// ```no_run

@@ -1,6 +1,11 @@
 //! Connections: our own r2d2 manager (connect timeout, per-command timeouts,
 //! TCP_NODELAY, connect errors sorted) to one server, a Sentinel service's current
 //! primary or a Redis Cluster, or a pool the user built, behind one checkout call.
+//! A checkout of the client's own pool passes over a connection that still owes the
+//! reply of a request that timed out while another can be had (an idle one, or a new
+//! one within a quarter of the operation timeout), so that a call does not wait for
+//! another call's late reply; once the client is gone, that pool opens no new
+//! connection.
 
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};

@@ -5,7 +5,10 @@
 //! Invariants it keeps:
 //!
 //! - **One call per semaphore per tick.** Permits are grouped by (semaphore, lease);
-//!   a tick sends all ids of a group in one `refresh` script call, whatever their number.
+//!   a tick sends all ids of a group in one `refresh` script call, up to 1,000 of
+//!   them (a larger group in chunks of 1,000, one call each). When a chunk fails, the
+//!   chunks answered before it count (their permits renewed, or lost when found gone),
+//!   and only the rest wait for the retry.
 //! - **A dropped permit is never renewed.** A permit leaves its group before its release
 //!   is sent, and the script only renews ids that are still held (`ZADD XX`), so a
 //!   renewal racing a release cannot bring the permit back.
@@ -19,12 +22,18 @@
 //!   (nor longer than the operation timeout, nor less than [`MIN_WAIT`]); a deadline
 //!   that passes during a call is declared right after that call. So `lost()` fires at
 //!   the deadline, give or take `MIN_WAIT`, not when a dead server's timeouts run out.
+//!   Each group keeps a lower bound of its earliest deadline, so a wake reads the
+//!   deadlines of no group whose earliest is still ahead.
 //!   On a Redis Cluster every call runs on a thread of its own ([`call_by`]), waited
 //!   for [`SHORT_WAIT`] at most, and applies its answer itself when it comes: a node
 //!   that hangs then holds back neither the losses nor the renewals on the other
 //!   nodes (calls about semaphores that were slow go last, and have a quarter of the
 //!   pool). At most one call per semaphore, and calls on half the pool, are on their
 //!   way.
+//! - **What is owed is sent.** Releases owed after a lost reply, and give-backs of
+//!   permits too few replicas acknowledged that failed (also a Redisson layout's),
+//!   are sent again until they succeed or their end passes, and once more, on a
+//!   thread of their own, when the last client handle is gone.
 //! - **The thread never dies of an error.** Failures are logged and retried at the next
 //!   tick; one group's bad reply does not touch the others. It holds only [`Shared`]
 //!   (pool and registry), never a client handle, and ends when the last handle drops

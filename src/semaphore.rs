@@ -407,9 +407,10 @@ impl SemaphoreBuilder {
     /// [`Error::ReplicasNotAcked`]; a try-acquire or a timed acquire does not wait
     /// again. A release that fails (or does not end within the operation timeout) is
     /// sent again by the client's background thread until the lease has surely ended.
-    /// It costs two round trips and up to `timeout` per grant (see `BENCHMARKS.md`). A `timeout` close to the client's operation timeout is
-    /// shortened so that the server's answer (which may come up to 100 ms after its
-    /// own timeout) still comes within the operation timeout.
+    /// It costs two round trips and up to `timeout` per grant (see `BENCHMARKS.md`). A
+    /// `timeout` close to the client's operation timeout is shortened so that the
+    /// server's answer (which may come up to 100 ms after its own timeout) still comes
+    /// within the operation timeout.
     ///
     /// What it gives: a permit this call returns is in the memory of `replicas`
     /// replicas, so a failover that promotes one of them keeps it. What it does not
@@ -817,7 +818,8 @@ impl Semaphore {
 
     /// Takes over a permit another process handed over with
     /// [`Permit::into_parts`](crate::Permit::into_parts): renews its lease now (with this
-    /// handle's lease) and from then on as any permit of this handle, and gives it
+    /// handle's lease, unless its max hold has passed, below) and from then on as any
+    /// permit of this handle, and gives it
     /// back when the returned `Permit` is dropped or released. Its id, fencing token
     /// and slots are the original grant's, and this handle's
     /// [`max_hold`](SemaphoreBuilder::max_hold) counts from that grant (by the server's

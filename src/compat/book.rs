@@ -38,7 +38,7 @@
 //!   and 10 000 ms): each acquirer purges with its own timeout and ranks against its
 //!   own limit.
 //! - What it keeps of the crate's guarantees: the [`Permit`] guard (released on drop,
-//!   from both zsets), [`Permit::refresh`] (`ZADD NAME:time XX`, listing 16's step on
+//!   from both zsets), [`Permit::refresh`] (`ZADD NAME:time XX GT`, listing 16's step on
 //!   the port's keys; Node holders never refresh, so theirs end after `timeout`), polling
 //!   waits with deadlines, clear errors. What it gives up: the limit under load (the
 //!   race), server time (scores are client clocks: keep them NTP-synced; a clock ahead
@@ -65,8 +65,9 @@
 //!   it out again on seeing that it added it; here the refresh is one transaction of
 //!   `ZADD XX GT` on the time zset (an id that is gone stays gone, a score never
 //!   moves back) and a look at both zsets, so a refresh whose reply was lost cannot
-//!   leave the id behind for the next refresh to find and report renewed. The permit is lost when its id is missing
-//!   from either zset.
+//!   leave the id behind for the next refresh to find and report renewed. The permit
+//!   is lost when its id is missing from either zset. A user needs `+zscore` for it
+//!   (the book's ACL rule, [deployment](crate::guide::deployment)).
 //! - **No fencing slots.** [`Permit::slots`] is empty; [`Permit::token`] is the value
 //!   of `NAME:counter` (`semaphore:count` for `NodeFair`) taken by the fair variants
 //!   (increasing in grant order, but the race above can give two holders over the
@@ -846,7 +847,7 @@ impl Grantor for BookInner {
     }
 
     /// Listing 16 for the fair variants (for `NodeFair` on `NAME:time`: the port has no
-    /// refresh, and this is the same step on its keys), as `ZADD XX` so that a refresh
+    /// refresh, and this is the same step on its keys), as `ZADD XX GT` so that a refresh
     /// whose reply was lost never leaves a purged id behind (see [`book::rescore`]);
     /// the basic semaphore has no refresh in the book (re-scoring its entry would move
     /// it behind later acquirers).

@@ -18,7 +18,9 @@
 //! each call of these types that changes a counter there also writes a short-lived
 //! operation key of this library, `{NAME}:redsem-op:<uuid>` (`NAME:redsem-op:<uuid>`
 //! for a name with a `{`), kept for twice the operation timeout and ten seconds more;
-//! a resent run finds it and changes nothing. A resent `RPermitExpirableSemaphore`
+//! a resent run finds it and changes nothing. (A failed `RSemaphore` give-back of
+//! permits no replica acknowledged carries one on every deployment, kept longer: see
+//! "Failover" below.) A resent `RPermitExpirableSemaphore`
 //! acquire finds its new ids already held and takes nothing again. (Redisson's own
 //! client, which resends as well, has neither.)
 //!
@@ -922,7 +924,8 @@ impl RSemaphore {
     /// Takes `permits` if the counter has them now, in one round trip; never waits.
     /// The whole call, the wait for a pooled connection when all are busy included,
     /// ends within the operation timeout (and the replica wait, when one is set; when
-    /// no replica acknowledged, the give-back of the permits runs before it returns).
+    /// no replica acknowledged, the give-back of the permits runs before it returns,
+    /// and one that fails is left to the client's background thread).
     ///
     /// # Errors
     ///
@@ -1687,7 +1690,8 @@ impl RPermitExpirableSemaphore {
     /// `tryAcquire()` / `tryAcquire(-1, lease)`). The whole call, the wait for a pooled
     /// connection when all are busy included, ends within the operation timeout (and
     /// the replica wait, when one is set; when no replica acknowledged, the give-back
-    /// of the permits runs before it returns).
+    /// of the permits runs before it returns, and one that fails is left to the
+    /// client's background thread).
     ///
     /// # Errors
     ///

@@ -7,7 +7,10 @@
 -- Errors: a bad id, a count or limit that is no integer from 1 to MAX_LIMIT, a lease,
 -- pad or heartbeat that is no integer from 1 to MAX_MS, a missing origin or channel:
 -- all before anything is written (check_acquire); a key of another type, WRONGTYPE
--- from load() (check_keys in common.lua), also before. The fast path (acquire_entry.lua)
+-- from load() (check_keys in common.lua), also before. One after writes, on Redis
+-- Cluster: a waiter's queueing on a slot migrating away, after this call purged or
+-- served the queue's last waiter, saves what the call did and answers TRYAGAIN, its
+-- caller neither granted nor queued (op_acquire, ops.lua). The fast path (acquire_entry.lua)
 -- answers a plain call before these run; it writes only with the arguments it uses
 -- shown valid, and a "no" writes nothing.
 

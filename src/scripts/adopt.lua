@@ -1,6 +1,7 @@
 -- adopt: a process takes over a permit that another handed over (Permit::into_parts):
 -- the grant must still be held, live, with the token and slots the parts name; then
--- its lease is renewed as refresh.lua renews one.
+-- its lease is renewed as refresh.lua renews one, unless it was granted the adopter's
+-- max_hold ago or more: then it is taken over as it is, not renewed (reply 2).
 --
 -- ARGV: 1 lease ms, 2 pad ms, 3 id, 4 token, 5 slots (both as the holder record
 --       writes them: '17', '0,3'), 6 the adopter's max_hold ms (absent or '': none)
@@ -18,7 +19,7 @@
 --        {-2}  held, but its lease has ended: not renewed (this call purges it)
 --        {-3}  held, but with another token or other slots than the parts name:
 --              not renewed
--- Errors: a bad lease or id, or a key of another type (WRONGTYPE from load(), see
+-- Errors: a bad lease, max_hold or id, or a key of another type (WRONGTYPE from load(), see
 -- check_keys in common.lua), before anything is written (load() may repair partial
 -- loss, after which nothing can fail).
 --
