@@ -185,7 +185,10 @@ impl Permit {
     /// - [`Error::PermitLost`]: it was no longer held at all.
     /// - Redis and pool errors; the lease then ends by itself (a
     ///   [`compat::redisson`](crate::compat::redisson) permit-expirable permit without
-    ///   a lease has none: it stays taken until released by its id).
+    ///   a lease has none: it stays taken until released by its id). A transient one
+    ///   ([`Error::is_retryable`]: `TRYAGAIN` while a cluster slot migrates, a
+    ///   failover, a timeout) of this crate's leased semaphore is sent again by the
+    ///   background thread until it runs or the lease has ended.
     ///
     /// In every case the permit is no longer held afterwards.
     pub fn release(mut self) -> Result<()> {

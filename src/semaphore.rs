@@ -2142,7 +2142,26 @@ impl Grantor for SemInner {
 
     fn release(&self, permit: &PermitState) -> Result<()> {
         let deadline = Instant::now() + self.client.inner.shared.op_timeout;
-        self.release_by(permit, deadline)
+        let result = self.release_by(permit, deadline);
+        if let Err(e) = &result
+            && e.is_retryable()
+        {
+            // a transient refusal (TRYAGAIN while the slot migrates, a failover, a
+            // timeout): sent again by the background thread until the lease has surely
+            // ended, not left taken for the rest of its lease (a second release of a
+            // permit already given back changes nothing)
+            let client = &self.client.inner;
+            let now = Instant::now();
+            client.shared.registry.lock().clean_up(
+                &self.keys,
+                &permit.id,
+                now,
+                now + self.lease(),
+                false,
+            );
+            client.nudge();
+        }
+        result
     }
 }
 

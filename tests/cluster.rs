@@ -1625,3 +1625,57 @@ fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
         .unwrap();
     assert_eq!(limit.as_deref(), Some("1"));
 }
+
+/// Slot migration review (2026-11-27, fifth session, TRYAGAIN paths): while a
+/// semaphore's slot is open for migration with its keys not moved yet, the node
+/// answers TRYAGAIN (the cluster's own, for a call naming a key it holds and one it does
+/// not: the queue key while nobody queues; or the repair's, raised by the script). A
+/// release (or a drop) refused so was not sent again: the error said retryable, but the
+/// permit stayed taken until its lease ran out (a minute here), long after the slot
+/// was usable again. It is now owed to the background thread, which sends it again
+/// until it runs.
+#[test]
+fn a_release_refused_while_the_slot_migrates_is_sent_again_once_it_can_run() {
+    let cluster = RedisCluster::start();
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(1_500))
+        .build(cluster.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("relmig")
+        .limit(2)
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let h = "redsem:{relmig}:h";
+    let src = cluster.primary_of(h);
+    let (dst, src_id, dst_id) = other_primary(&cluster, src);
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(h)
+        .query(&mut cluster.nodes[src].conn())
+        .unwrap();
+    let released = sem.acquire().unwrap();
+    let dropped = sem.acquire().unwrap();
+    assert_eq!(sem.available().unwrap(), 0);
+
+    setslot(&cluster, dst, slot, "IMPORTING", Some(&src_id));
+    setslot(&cluster, src, slot, "MIGRATING", Some(&dst_id));
+    let e = released
+        .release()
+        .expect_err("a release on the slot open for migration, its keys half there");
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(e.to_string().to_uppercase().contains("TRYAGAIN"), "{e}");
+    drop(dropped);
+    // the migration is called off (the keys never left): the slot is usable again
+    for k in [src, dst] {
+        setslot(&cluster, k, slot, "STABLE", None);
+    }
+    // both permits come back well within their lease (60 s), by the background
+    // thread's resend
+    wait_until(
+        Duration::from_secs(10),
+        "the refused release and drop sent again",
+        || sem.available().unwrap() == 2,
+    );
+}
