@@ -1090,3 +1090,98 @@ fn an_auto_refreshed_permit_is_renewed_after_the_handle_that_made_its_group_is_g
     });
     assert!(!permit.is_lost(), "renewed, not lost");
 }
+
+fn kill_subscribers(conn: &mut redis::Connection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(conn)
+        .unwrap()
+}
+
+/// Regression: a blocked acquire whose subscription was lost (CLIENT KILL TYPE pubsub,
+/// a dropped connection) polled every 50 ms for the rest of its wait, for ever with
+/// `acquire()`, and never subscribed again (with a pool given to `from_pool`, the dead
+/// connection stayed checked out all that time). It now subscribes again (at most once
+/// a second) and a release wakes it through the channel.
+#[test]
+fn a_waiter_whose_subscription_is_killed_subscribes_again() {
+    let server = RedisServer::start();
+    let own = Client::open(server.url()).unwrap();
+    let pool = r2d2::Pool::builder()
+        .max_size(4)
+        .build(server.client())
+        .unwrap();
+    let given = Client::from_pool(pool.clone()).unwrap();
+    for (what, client) in [("own pool", &own), ("from_pool", &given)] {
+        let rs = client
+            .redisson_semaphore(NAME)
+            .with_recheck(Duration::from_secs(3600));
+        let mut conn = server.conn();
+        let _: () = redis::cmd("DEL").arg(NAME).query(&mut conn).unwrap();
+        assert!(rs.try_set_permits(0).unwrap());
+        assert!(!rs.try_acquire(1).unwrap());
+        let base = evalsha_calls(&mut conn);
+        let waiter = {
+            let rs = rs.clone();
+            std::thread::spawn(move || rs.acquire_timeout(1, Duration::from_secs(60)))
+        };
+        wait_rust_waiting(&mut conn, base);
+        assert_eq!(kill_subscribers(&mut conn), 1, "{what}");
+        wait_until(
+            REPLY,
+            &format!("the waiter to subscribe again ({what})"),
+            || numsub(&mut conn) == 1,
+        );
+        assert_eq!(rs.release(1).unwrap(), 1);
+        assert!(waiter.join().unwrap().unwrap(), "{what}: not woken");
+        assert_eq!(counter(&mut conn), Some(0));
+        wait_until(REPLY, "the waiter to unsubscribe", || {
+            numsub(&mut conn) == 0
+        });
+    }
+    // every connection of the given pool is back (the killed one discarded)
+    wait_until(REPLY, "the given pool's connections to be back", || {
+        let s = pool.state();
+        s.idle_connections == s.connections
+    });
+}
+
+/// Regression: a lease scored below 0 in `{NAME}:timeout` (written by hand, or
+/// `-inf`) is never reclaimed, yet the acquire script reports it as the nearest lease
+/// deadline; a blocked acquire retried at it every few milliseconds for its whole wait
+/// (57 tries in 500 ms, for ever with `acquire`). It now waits for a message (or its
+/// re-check) as when no lease runs. And a silent wait tries twice in all (before and
+/// after subscribing): each read of the channel ended a little before its time (the
+/// read timeout is set short), and each such end made one more try near the wait's
+/// end (4 tries in 500 ms).
+#[test]
+fn a_silent_wait_does_not_try_again_before_its_time() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client);
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(0).unwrap());
+    for score in [None, Some("-1"), Some("-inf")] {
+        let _: () = redis::cmd("DEL").arg(TIMEOUT_KEY).query(&mut conn).unwrap();
+        if let Some(score) = score {
+            let _: i64 = redis::cmd("ZADD")
+                .arg(TIMEOUT_KEY)
+                .arg(score)
+                .arg(&[7u8; 16][..])
+                .query(&mut conn)
+                .unwrap();
+        }
+        // the script is loaded: each try is one EVALSHA
+        assert!(sem.try_acquire(None).unwrap().is_none());
+        let base = evalsha_calls(&mut conn);
+        let got = sem
+            .acquire_timeout(Duration::from_millis(500), Some(LONG))
+            .unwrap();
+        assert!(got.is_none());
+        let tries = evalsha_calls(&mut conn) - base;
+        // one try, one after subscribing (the re-check is an hour)
+        assert_eq!(tries, 2, "lease score {score:?}: tries in a 500 ms wait");
+    }
+}

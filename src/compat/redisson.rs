@@ -99,7 +99,10 @@
 //! then waits for a message before each new try. A message is a decimal count of the
 //! permits that may proceed: a positive count makes the waiter try again, zero or
 //! below wakes nobody, as in Redisson. A waiter also tries again every second (a lost
-//! message) and, on `RPermitExpirableSemaphore`, at the nearest lease deadline.
+//! message) and, on `RPermitExpirableSemaphore`, at the nearest lease deadline (a
+//! lease scored below 0, which nothing reclaims, is no deadline). A subscription lost
+//! during the wait (a dropped connection, `CLIENT KILL TYPE pubsub`) is made again,
+//! at most once a second; until then the waiter polls every 50 ms.
 //! Releases, `add_permits` and `try_set_permits` publish with `PUBLISH` by default,
 //! as Redisson does on one server, Sentinel or master/replica set-ups. On Redis
 //! Cluster the default is [`PublishCommand::Both`]: `SPUBLISH` for Redisson's waiters
@@ -464,14 +467,50 @@ impl Common {
         let stats = &self.shared().stats;
         Counters::bump(&stats.waits);
         let started = Instant::now();
-        // the subscription's set-up (connect, SUBSCRIBE) ends by the deadline: the
-        // bound is the timeout and the one try in flight at it, not a connect timeout
-        // and an operation timeout more
-        let mut holder = match self.publish {
-            PublishCommand::Publish | PublishCommand::Both => {
-                match open_subscriber(self.shared(), deadline) {
-                    Ok(c) => Some(c),
+        // a subscription lost during the wait (a dropped connection, CLIENT KILL TYPE
+        // pubsub, a server restart) is made again, at most once per RECHECK: the
+        // wait does not fall back to polling for the rest of it
+        let mut subscribe_at = Instant::now();
+        // whether a subscription was lost and not made again yet (one that could never
+        // be made, on a pooled cluster connection say, keeps polling as before)
+        let mut resubscribe = false;
+        loop {
+            subscribe_at = subscribe_at.max(Instant::now()) + RECHECK;
+            // the subscription's set-up (connect, SUBSCRIBE) ends by the deadline: the
+            // bound is the timeout and the one try in flight at it, not a connect
+            // timeout and an operation timeout more
+            let mut holder = match self.publish {
+                PublishCommand::Publish | PublishCommand::Both => {
+                    match open_subscriber(self.shared(), deadline) {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            log::warn!(
+                                "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
+                                self.keys.channel
+                            );
+                            None
+                        }
+                    }
+                }
+                PublishCommand::SPublish => None,
+            };
+            if let (Some(h), Some(end)) = (holder.as_mut(), end) {
+                // a pooled connection is brought back in step by the wait's bound (the
+                // rest on a thread of its own)
+                h.leave_by(end);
+            }
+            let sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
+                let budget = deadline.map_or(op, |d| left_until(d).min(op));
+                // the connection is this wait's own (or the user's pool sets its
+                // timeouts again on the next checkout)
+                let _ = c.io_within(Some(budget));
+                let mut ps = c.as_pubsub();
+                match ps.subscribe(&self.keys.channel) {
+                    Ok(()) => Some(ps),
                     Err(e) => {
+                        // left without waiting on a server that did not answer (the
+                        // holder's connection is closed, or brought back in step)
+                        quit_pubsub(ps);
                         log::warn!(
                             "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
                             self.keys.channel
@@ -479,79 +518,64 @@ impl Common {
                         None
                     }
                 }
+            });
+            let mut sub = Leaving { ps: sub };
+            if sub.ps.is_some() {
+                resubscribe = false;
             }
-            PublishCommand::SPublish => None,
-        };
-        if let (Some(h), Some(end)) = (holder.as_mut(), end) {
-            // a pooled connection is brought back in step by the wait's bound (the rest
-            // on a thread of its own)
-            h.leave_by(end);
-        }
-        let sub = holder.as_mut().and_then(|c| c.get()).and_then(|c| {
-            let budget = deadline.map_or(op, |d| left_until(d).min(op));
-            // the connection is this wait's own (or the user's pool sets its
-            // timeouts again on the next checkout)
-            let _ = c.io_within(Some(budget));
-            let mut ps = c.as_pubsub();
-            match ps.subscribe(&self.keys.channel) {
-                Ok(()) => Some(ps),
-                Err(e) => {
-                    // left without waiting on a server that did not answer (the
-                    // holder's connection is closed, or brought back in step)
-                    quit_pubsub(ps);
-                    log::warn!(
-                        "redis-semaphore: cannot subscribe to {} (polling instead): {e}",
-                        self.keys.channel
-                    );
-                    None
+            loop {
+                let retry_at = match attempt(end)? {
+                    Attempt::Got(t) => {
+                        stats.waited(started.elapsed());
+                        return Ok(Some(t));
+                    }
+                    Attempt::RetryAt(ms) => Some(ms),
+                    Attempt::Wait => None,
+                };
+                let now = Instant::now();
+                // a subscriber hears PUBLISH only: where Redisson may SPUBLISH (Both),
+                // it also looks again as often as a waiter that cannot subscribe
+                let every = match sub.ps {
+                    Some(_) if self.publish != PublishCommand::Both => self.recheck,
+                    Some(_) => self.recheck.min(NO_PUSH_POLL),
+                    None => NO_PUSH_POLL,
+                };
+                let mut until = now + every;
+                if let Some(d) = deadline {
+                    until = until.min(d);
                 }
-            }
-        });
-        let mut sub = Leaving { ps: sub };
-        loop {
-            let retry_at = match attempt(end)? {
-                Attempt::Got(t) => {
-                    stats.waited(started.elapsed());
-                    return Ok(Some(t));
+                if let Some(ms) = retry_at {
+                    // the nearest lease deadline, by this client's clock (at least 1 ms
+                    // on, so clocks that disagree cannot make a busy loop)
+                    let left = u64::try_from(ms.saturating_sub(now_ms())).unwrap_or(0);
+                    until = until.min(now + Duration::from_millis(left.max(1)));
                 }
-                Attempt::RetryAt(ms) => Some(ms),
-                Attempt::Wait => None,
-            };
-            let now = Instant::now();
-            // a subscriber hears PUBLISH only: where Redisson may SPUBLISH (Both), it
-            // also looks again as often as a waiter that cannot subscribe
-            let every = match sub.ps {
-                Some(_) if self.publish != PublishCommand::Both => self.recheck,
-                Some(_) => self.recheck.min(NO_PUSH_POLL),
-                None => NO_PUSH_POLL,
-            };
-            let mut until = now + every;
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            if let Some(ms) = retry_at {
-                // the nearest lease deadline, by this client's clock (at least 1 ms on,
-                // so clocks that disagree cannot make a busy loop)
-                let left = u64::try_from(ms.saturating_sub(now_ms())).unwrap_or(0);
-                until = until.min(now + Duration::from_millis(left.max(1)));
-            }
-            match sub.ps.as_mut() {
-                Some(ps) => {
-                    if let Err(e) = wait_message(ps, until) {
-                        log::warn!(
-                            "redis-semaphore: subscription to {} lost (polling instead): {e}",
-                            self.keys.channel
-                        );
-                        if let Some(ps) = sub.ps.take() {
-                            quit_pubsub(ps);
+                match sub.ps.as_mut() {
+                    Some(ps) => {
+                        if let Err(e) = wait_message(ps, until) {
+                            log::warn!(
+                                "redis-semaphore: subscription to {} lost (subscribing again, \
+                                 polling until then): {e}",
+                                self.keys.channel
+                            );
+                            if let Some(ps) = sub.ps.take() {
+                                quit_pubsub(ps);
+                            }
+                            resubscribe = true;
                         }
                     }
+                    None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
                 }
-                None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                Counters::bump(&stats.wait_gave_up);
-                return Ok(None);
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    Counters::bump(&stats.wait_gave_up);
+                    return Ok(None);
+                }
+                if resubscribe && Instant::now() >= subscribe_at {
+                    // the subscription (and its connection) is left here, a new one
+                    // made, and the next try comes after it (a release between the
+                    // two is found by that try)
+                    break;
+                }
             }
         }
     }
@@ -604,7 +628,10 @@ fn wait_message(ps: &mut redis::PubSub<'_>, until: Instant) -> redis::RedisResul
                     None => log::warn!("redis-semaphore: ignoring a non-numeric wake-up"),
                 }
             }
-            Err(e) if e.is_timeout() => return Ok(()),
+            // the read timeout is set a little short of what is left (see
+            // `pubsub_read_within`): read again until `until`, or every timed-out
+            // read would make one more try of the acquire near the wait's end
+            Err(e) if e.is_timeout() => {}
             Err(e) => return Err(e),
         }
     }
@@ -1670,6 +1697,10 @@ impl RPermitExpirableSemaphore {
                     .collect();
                 Attempt::Got(permits)
             }
+            // a lease scored below 0 (written by hand, or `-inf`) is never reclaimed
+            // (reclaim takes [0, now], as Redisson's does): retrying at it would try
+            // again every millisecond for the whole wait
+            PesAcquire::RetryAt(ms) if ms < 0 => Attempt::Wait,
             PesAcquire::RetryAt(ms) => Attempt::RetryAt(ms),
             PesAcquire::Wait => Attempt::Wait,
         })
