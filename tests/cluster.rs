@@ -1308,84 +1308,41 @@ fn other_primary(cluster: &RedisCluster, k: usize) -> (usize, String, String) {
 /// error the cluster client and the waiter retry.
 #[test]
 fn a_waiter_s_look_on_a_slot_being_migrated_away_loses_no_holder() {
-    use support::{acquire_reply, acquire_script, call_on, release_script, server_ms};
+    use support::{acquire_reply, call_on, release_script, server_ms};
 
     let cluster = RedisCluster::start();
     let name = "mig";
-    let h = format!("redsem:{{{name}}}:h");
     let i = format!("redsem:{{{name}}}:i");
-    let src = cluster.primary_of(&h);
-    let (dst, src_id, dst_id) = other_primary(&cluster, src);
-    let mut conn = cluster.nodes[src].conn();
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&h)
-        .query(&mut conn)
-        .unwrap();
+    let mig = Migration::of(&cluster, name);
+    let mut conn = cluster.nodes[mig.src].conn();
 
-    let acquire = acquire_script();
-    let look = |conn: &mut redis::Connection, id: &str, mode: &str, hb_ms: u64| {
-        call_on(&acquire, name)
-            .arg(id)
-            .arg(1)
-            .arg(1)
-            .arg(60_000)
-            .arg(1_000)
-            .arg(hb_ms)
-            .arg("1|test|")
-            .arg(mode)
-            .arg("1")
-            .arg(format!("chan:{id}"))
-            .arg("0")
-            .invoke::<redis::Value>(conn)
-    };
     let holder = uuid::Uuid::new_v4().to_string();
     let dead_waiter = uuid::Uuid::new_v4().to_string();
     let waiter = uuid::Uuid::new_v4().to_string();
     // a holder of the only permit, and a waiter whose heartbeat (300 ms) then ends
     assert_eq!(
-        acquire_reply(&look(&mut conn, &holder, "t", 1_000).unwrap())[0],
+        acquire_reply(&look(&mut conn, name, &holder, "t", 1_000).unwrap())[0],
         1
     );
     let queued_at = server_ms(&mut conn);
     assert_eq!(
-        acquire_reply(&look(&mut conn, &dead_waiter, "w", 300).unwrap())[0],
+        acquire_reply(&look(&mut conn, name, &dead_waiter, "w", 300).unwrap())[0],
         0
     );
     support::wait_past_server_ms(&mut conn, queued_at + 400);
 
     // the slot starts to move to another primary; no key has moved yet
-    redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&src_id)
-        .query::<()>(&mut cluster.nodes[dst].conn())
-        .unwrap();
-    redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("MIGRATING")
-        .arg(&dst_id)
-        .query::<()>(&mut conn)
-        .unwrap();
+    mig.open(&cluster);
 
     // a new waiter looks: it purges the dead waiter (the queue key goes) and must queue
-    let r = look(&mut conn, &waiter, "w", 1_000);
+    let r = look(&mut conn, name, &waiter, "w", 1_000);
     let failed_with = r
         .as_ref()
         .err()
         .map(|e| (e.code().map(str::to_owned), e.to_string()));
 
     // the migration is called off (the keys never left)
-    for k in [src, dst] {
-        redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg("STABLE")
-            .query::<()>(&mut cluster.nodes[k].conn())
-            .unwrap();
-    }
+    mig.call_off(&cluster);
     // the holder's permit is still there: its release frees it while live
     let released: i64 = call_on(&release_script(), name)
         .arg(&holder)
@@ -1427,6 +1384,86 @@ fn setslot(cluster: &RedisCluster, k: usize, slot: u16, state: &str, id: Option<
     cmd.query::<()>(&mut cluster.nodes[k].conn()).unwrap();
 }
 
+/// The slot of semaphore `name`, its primary (`src`) and another primary (`dst`) with
+/// their node ids: what a migration of the slot from `src` to `dst` needs.
+struct Migration {
+    slot: u16,
+    src: usize,
+    dst: usize,
+    src_id: String,
+    dst_id: String,
+}
+
+impl Migration {
+    fn of(cluster: &RedisCluster, name: &str) -> Migration {
+        let h = format!("redsem:{{{name}}}:h");
+        let src = cluster.primary_of(&h);
+        let (dst, src_id, dst_id) = other_primary(cluster, src);
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&h)
+            .query(&mut cluster.nodes[src].conn())
+            .unwrap();
+        Migration {
+            slot,
+            src,
+            dst,
+            src_id,
+            dst_id,
+        }
+    }
+
+    /// Opens the migration (IMPORTING on `dst`, MIGRATING on `src`); no key moves.
+    fn open(&self, cluster: &RedisCluster) {
+        setslot(
+            cluster,
+            self.dst,
+            self.slot,
+            "IMPORTING",
+            Some(&self.src_id),
+        );
+        setslot(
+            cluster,
+            self.src,
+            self.slot,
+            "MIGRATING",
+            Some(&self.dst_id),
+        );
+    }
+
+    /// Calls the migration off (STABLE on both nodes): the keys never left.
+    fn call_off(&self, cluster: &RedisCluster) {
+        for k in [self.src, self.dst] {
+            setslot(cluster, k, self.slot, "STABLE", None);
+        }
+    }
+}
+
+/// One run of the acquire script for `id` on semaphore `name` (limit 1, one permit, a
+/// 60 s lease), in `mode` ('t' a try, 'w' a look that queues), with a heartbeat of
+/// `hb_ms`, on `conn` (a connection to the semaphore's node).
+fn look(
+    conn: &mut redis::Connection,
+    name: &str,
+    id: &str,
+    mode: &str,
+    hb_ms: u64,
+) -> redis::RedisResult<redis::Value> {
+    support::call_on(&support::acquire_script(), name)
+        .arg(id)
+        .arg(1)
+        .arg(1)
+        .arg(60_000)
+        .arg(1_000)
+        .arg(hb_ms)
+        .arg("1|test|")
+        .arg(mode)
+        .arg("1")
+        .arg(format!("chan:{id}"))
+        .arg("0")
+        .invoke::<redis::Value>(conn)
+}
+
 /// Slot migration review (2026-11-27, fifth session), pinned: a semaphore's slot moves
 /// to another primary (the steps of `redis-cli --cluster reshard`: IMPORTING and
 /// MIGRATING, MIGRATE of its keys, SETSLOT NODE) while a holder renews and a fair
@@ -1448,14 +1485,13 @@ fn holders_and_waiters_across_a_slot_migration() {
         .build()
         .unwrap();
     let counting = client.counting_semaphore("mv").unwrap();
-    let h = "redsem:{mv}:h";
-    let src = cluster.primary_of(h);
-    let (dst, src_id, dst_id) = other_primary(&cluster, src);
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(h)
-        .query(&mut cluster.nodes[src].conn())
-        .unwrap();
+    let Migration {
+        slot,
+        src,
+        dst,
+        src_id,
+        dst_id,
+    } = Migration::of(&cluster, "mv");
 
     let held = sem.acquire().unwrap();
     let waiter = queued_waiter(&sem, Duration::from_secs(5));
@@ -1501,7 +1537,7 @@ fn holders_and_waiters_across_a_slot_migration() {
     wait_until(
         Duration::from_secs(20),
         "every node to see the move",
-        || cluster.primary_of(h) == dst,
+        || cluster.primary_of("redsem:{mv}:h") == dst,
     );
     // scenario timing: a whole lease passes after the move, so the holder is still
     // valid only if it was renewed on the new owner
@@ -1531,42 +1567,25 @@ fn holders_and_waiters_across_a_slot_migration() {
 /// keys before it deletes any, and answers TRYAGAIN with nothing written.
 #[test]
 fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
-    use support::{acquire_reply, acquire_script, call_on};
+    use support::acquire_reply;
 
     let cluster = RedisCluster::start();
     let name = "mig-repair";
-    let h = format!("redsem:{{{name}}}:h");
     let i = format!("redsem:{{{name}}}:i");
-    let src = cluster.primary_of(&h);
-    let (dst, src_id, dst_id) = other_primary(&cluster, src);
-    let mut conn = cluster.nodes[src].conn();
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&h)
-        .query(&mut conn)
-        .unwrap();
+    let mig = Migration::of(&cluster, name);
+    let mut conn = cluster.nodes[mig.src].conn();
 
-    let acquire = acquire_script();
-    let look = |conn: &mut redis::Connection, id: &str, mode: &str| {
-        call_on(&acquire, name)
-            .arg(id)
-            .arg(1)
-            .arg(1)
-            .arg(60_000)
-            .arg(1_000)
-            .arg(60_000)
-            .arg("1|test|")
-            .arg(mode)
-            .arg("1")
-            .arg(format!("chan:{id}"))
-            .arg("0")
-            .invoke::<redis::Value>(conn)
-    };
     // a holder and a queued waiter (so all four keys exist), and a stored limit of 1
     let holder = uuid::Uuid::new_v4().to_string();
     let waiter = uuid::Uuid::new_v4().to_string();
-    assert_eq!(acquire_reply(&look(&mut conn, &holder, "t").unwrap())[0], 1);
-    assert_eq!(acquire_reply(&look(&mut conn, &waiter, "w").unwrap())[0], 0);
+    assert_eq!(
+        acquire_reply(&look(&mut conn, name, &holder, "t", 60_000).unwrap())[0],
+        1
+    );
+    assert_eq!(
+        acquire_reply(&look(&mut conn, name, &waiter, "w", 60_000).unwrap())[0],
+        0
+    );
     let ctr: i64 = redis::cmd("HGET")
         .arg(&i)
         .arg("ctr")
@@ -1589,13 +1608,10 @@ fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
         .exec(&mut conn)
         .unwrap();
 
-    setslot(&cluster, dst, slot, "IMPORTING", Some(&src_id));
-    setslot(&cluster, src, slot, "MIGRATING", Some(&dst_id));
+    mig.open(&cluster);
     let other = uuid::Uuid::new_v4().to_string();
-    let r = look(&mut conn, &other, "w");
-    for k in [src, dst] {
-        setslot(&cluster, k, slot, "STABLE", None);
-    }
+    let r = look(&mut conn, name, &other, "w", 60_000);
+    mig.call_off(&cluster);
 
     let kept: (Option<String>, Option<i64>) = redis::cmd("HMGET")
         .arg(&i)
@@ -1616,7 +1632,7 @@ fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
     let e = Error::Redis(e);
     assert!(e.is_retryable(), "{e:?}");
     // the slot stable again, the next call repairs, keeping the stored limit
-    let again = look(&mut conn, &other, "t").unwrap();
+    let again = look(&mut conn, name, &other, "t", 60_000).unwrap();
     assert_eq!(acquire_reply(&again)[0], 1, "{again:?}");
     let limit: Option<String> = redis::cmd("HGET")
         .arg(&i)
@@ -1647,20 +1663,12 @@ fn a_release_refused_while_the_slot_migrates_is_sent_again_once_it_can_run() {
         .lease(Duration::from_secs(60))
         .build()
         .unwrap();
-    let h = "redsem:{relmig}:h";
-    let src = cluster.primary_of(h);
-    let (dst, src_id, dst_id) = other_primary(&cluster, src);
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(h)
-        .query(&mut cluster.nodes[src].conn())
-        .unwrap();
+    let mig = Migration::of(&cluster, "relmig");
     let released = sem.acquire().unwrap();
     let dropped = sem.acquire().unwrap();
     assert_eq!(sem.available().unwrap(), 0);
 
-    setslot(&cluster, dst, slot, "IMPORTING", Some(&src_id));
-    setslot(&cluster, src, slot, "MIGRATING", Some(&dst_id));
+    mig.open(&cluster);
     let e = released
         .release()
         .expect_err("a release on the slot open for migration, its keys half there");
@@ -1668,9 +1676,7 @@ fn a_release_refused_while_the_slot_migrates_is_sent_again_once_it_can_run() {
     assert!(e.to_string().to_uppercase().contains("TRYAGAIN"), "{e}");
     drop(dropped);
     // the migration is called off (the keys never left): the slot is usable again
-    for k in [src, dst] {
-        setslot(&cluster, k, slot, "STABLE", None);
-    }
+    mig.call_off(&cluster);
     // both permits come back well within their lease (60 s), by the background
     // thread's resend
     wait_until(
