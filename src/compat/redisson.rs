@@ -81,9 +81,10 @@
 //!   to send again. An `RSemaphore`'s has no id, and a send whose reply was lost may
 //!   have run: each of its sends carries one operation key of this library
 //!   (`{NAME}:redsem-op:<uuid>`, written on every deployment for this give-back, kept
-//!   about ten minutes), so it is applied once whatever the number of sends; after
-//!   that time it is not sent again, and permits whose give-back never got through
-//!   stay taken (fewer holders than the limit, never more).
+//!   about twenty minutes), so it is applied once whatever the number of sends; it is
+//!   sent again for ten minutes at most (the other ten are for a send that runs late),
+//!   and permits whose give-back never got through stay taken (fewer holders than the
+//!   limit, never more).
 //! - **A lost reply.** An `RPermitExpirableSemaphore` acquire that fails after it may
 //!   have reached the server (a timeout, a dropped connection) gives back the ids it
 //!   made, at once and once more an operation timeout later, on a thread of its own
@@ -169,6 +170,11 @@ const MAX_MANY: u32 = 10_000;
 /// `RPermitExpirableSemaphore` permit's without a lease): an outage or a failover
 /// shorter than this does not lose them for good.
 const OWED_FOR: Duration = Duration::from_secs(600);
+/// How much longer than [`OWED_FOR`] the operation key of an owed `RSemaphore`
+/// give-back is kept: a send written just before the last moment but run late (held
+/// in a server paused, say, or in a socket buffer) still finds the key and changes
+/// nothing, as long as it runs within this (a tiny key, on a rare path).
+const LATE_SEND_MARGIN: Duration = Duration::from_secs(600);
 
 /// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
 /// semaphore must use one that its waiters subscribe to.
@@ -702,7 +708,8 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
 /// (`once.lua`, on every deployment, kept for the whole time it is sent again and a
 /// margin): whichever run comes first gives the permits back, and every other run
 /// finds the key and changes nothing. No send leaves after `send_by` (the key's
-/// retention runs [`OWED_FOR`] and a margin from the first send): one whose reply was
+/// retention runs [`OWED_FOR`] and [`LATE_SEND_MARGIN`] from the first send, so a send
+/// that runs up to ten minutes late is still applied at most once): one whose reply was
 /// lost for good leaves the permits taken (fewer holders than the limit, never more).
 #[derive(Debug)]
 struct OwedRsGiveBack {
@@ -993,7 +1000,9 @@ impl RSemaphore {
                     return false;
                 }
                 let common = self.common.clone();
-                let once = common.keys.once_kept(OWED_FOR, common.shared().op_timeout);
+                let once = common
+                    .keys
+                    .once_kept(OWED_FOR + LATE_SEND_MARGIN, common.shared().op_timeout);
                 let send_by = deadline_in(OWED_FOR);
                 give_back_by(give_back, move || {
                     let first = common
