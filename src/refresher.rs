@@ -510,8 +510,8 @@ struct Answer {
     /// The last call's answer: an error ends the batch's calls, and the permits of
     /// the chunks after it are not known renewed.
     result: crate::Result<Renewal>,
-    /// Before an error: the permits whose chunks were answered, renewed on the server
-    /// but for those named in `gone`. (Empty once the batch answered in full.)
+    /// The permits whose chunks were answered, renewed on the server but for those
+    /// named in `gone` (read only when `result` is an error).
     answered: Vec<Arc<PermitState>>,
     /// The ids the answered chunks found gone.
     gone: Vec<String>,
@@ -589,24 +589,15 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
 /// waiting on Redis until `by` at most. A call that fails ends the batch's calls; what
 /// the chunks before it said is kept ([`Answer`]).
 fn call_batch(shared: &Shared, batch: &Batch, by: Instant) -> Answer {
-    let mut answered = Vec::new();
-    let mut gone = Vec::new();
-    match call_chunks(shared, batch, by, &mut answered, &mut gone) {
-        Ok(Renewal::Lost(_)) => Answer {
-            result: Ok(Renewal::Lost(gone)),
-            answered: Vec::new(),
-            gone: Vec::new(),
-        },
-        Ok(Renewal::Reset) => Answer {
-            result: Ok(Renewal::Reset),
-            answered: Vec::new(),
-            gone: Vec::new(),
-        },
-        Err(e) => Answer {
-            result: Err(e),
-            answered,
-            gone,
-        },
+    let (mut answered, mut gone) = (Vec::new(), Vec::new());
+    let result = match call_chunks(shared, batch, by, &mut answered, &mut gone) {
+        Ok(Renewal::Lost(_)) => Ok(Renewal::Lost(std::mem::take(&mut gone))),
+        other => other,
+    };
+    Answer {
+        result,
+        answered,
+        gone,
     }
 }
 

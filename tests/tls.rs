@@ -306,23 +306,8 @@ fn a_redisson_wait_whose_subscription_stalls_in_the_tls_handshake_ends_by_its_bo
 #[test]
 fn the_name_checked_in_the_certificate_is_the_host_of_the_url() {
     let certs = TlsCerts::get();
-    let tls_port = support::pick_port();
-    let port = tls_port.to_string();
-    let server = support::RedisServer::start_with(&[
-        "--bind",
-        "127.0.0.1",
-        "::1",
-        "--tls-port",
-        &port,
-        "--tls-cert-file",
-        certs.server_cert.to_str().unwrap(),
-        "--tls-key-file",
-        certs.server_key.to_str().unwrap(),
-        "--tls-ca-cert-file",
-        certs.ca.to_str().unwrap(),
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let TlsServer { server, tls_port } =
+        TlsServer::start_with("no", &["--bind", "127.0.0.1", "::1"]);
     // the server answers on [::1] (plaintext), so a refusal over TLS is the name's
     Client::open(format!("redis://[::1]:{}/", server.port()))
         .unwrap()

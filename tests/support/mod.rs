@@ -1090,10 +1090,15 @@ impl TlsServer {
     /// Starts a server whose TLS port asks for client certificates as `auth_clients`
     /// says (`yes`, `optional` or `no`).
     pub fn start(auth_clients: &str) -> TlsServer {
+        TlsServer::start_with(auth_clients, &[])
+    }
+
+    /// [`start`](Self::start) with `extra` arguments for the server (`--bind ...`).
+    pub fn start_with(auth_clients: &str, extra: &[&str]) -> TlsServer {
         let certs = TlsCerts::get();
         let tls_port = pick_port();
         let port = tls_port.to_string();
-        let server = RedisServer::start_with(&[
+        let mut args = vec![
             "--tls-port",
             &port,
             "--tls-cert-file",
@@ -1104,7 +1109,9 @@ impl TlsServer {
             certs.ca.to_str().unwrap(),
             "--tls-auth-clients",
             auth_clients,
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let server = RedisServer::start_with(&args);
         TlsServer { server, tls_port }
     }
 

@@ -35,14 +35,7 @@ impl Sentinel {
     /// Starts a sentinel monitoring `SERVICE` at `127.0.0.1:primary`, with `extra`
     /// configuration lines (e.g. `requirepass x`, `sentinel auth-pass svc y`).
     pub fn start(primary: u16, extra: &[&str]) -> Sentinel {
-        let dir = tempfile::Builder::new()
-            .prefix("redsem-sentinel-")
-            .tempdir()
-            .expect("create a temporary folder for a sentinel");
-        let password = extra
-            .iter()
-            .find_map(|l| l.strip_prefix("requirepass "))
-            .map(|p| p.trim().to_owned());
+        let (dir, password) = Self::prepare(extra);
         let mut failures = Vec::new();
         for _ in 0..5 {
             let port = pick_port();
@@ -65,14 +58,7 @@ impl Sentinel {
     /// Like [`start`](Self::start), on `port` (from [`pick_port`], for a URL made
     /// before the sentinel starts); panics when it cannot start there.
     pub fn start_on(port: u16, primary: u16, extra: &[&str]) -> Sentinel {
-        let dir = tempfile::Builder::new()
-            .prefix("redsem-sentinel-")
-            .tempdir()
-            .expect("create a temporary folder for a sentinel");
-        let password = extra
-            .iter()
-            .find_map(|l| l.strip_prefix("requirepass "))
-            .map(|p| p.trim().to_owned());
+        let (dir, password) = Self::prepare(extra);
         match Self::spawn(dir.path(), port, primary, extra, password.as_deref()) {
             Ok(child) => Sentinel {
                 child: Some(child),
@@ -82,6 +68,20 @@ impl Sentinel {
             },
             Err((_, msg)) => panic!("sentinel did not start on port {port}: {msg}"),
         }
+    }
+
+    /// A temporary folder for a sentinel, and the password of a `requirepass` line of
+    /// `extra`.
+    fn prepare(extra: &[&str]) -> (tempfile::TempDir, Option<String>) {
+        let dir = tempfile::Builder::new()
+            .prefix("redsem-sentinel-")
+            .tempdir()
+            .expect("create a temporary folder for a sentinel");
+        let password = extra
+            .iter()
+            .find_map(|l| l.strip_prefix("requirepass "))
+            .map(|p| p.trim().to_owned());
+        (dir, password)
     }
 
     /// Spawns on `port`; `Err((true, ..))` when the port was taken (worth another try).
