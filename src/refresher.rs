@@ -316,7 +316,7 @@ fn send_clean_up(
     end: Instant,
 ) -> crate::Result<()> {
     if let Some(what) = custom {
-        return what.give_back(s, end);
+        return what.give_back(&s.pool, s.op_timeout, end);
     }
     s.pool.run_by(Some(end), s.op_timeout, |c2| {
         if waiter {

@@ -180,9 +180,14 @@ pub(crate) trait Renew: Send + Sync {
 /// of times: by the call's own ids, or with an operation key (`once.lua`) that makes a
 /// repeated run change nothing.
 pub(crate) trait GiveBack: Send + Sync + std::fmt::Debug {
-    /// Sends the give-back once on a pooled connection of `shared`, all of it (the
-    /// checkout included) ending by `end`.
-    fn give_back(&self, shared: &crate::shared::Shared, end: Instant) -> crate::Result<()>;
+    /// Sends the give-back once on a connection of `pool` (the client's; calls of
+    /// `op_timeout`), all of it (the checkout included) ending by `end`.
+    fn give_back(
+        &self,
+        pool: &crate::pool::Pool,
+        op_timeout: Duration,
+        end: Instant,
+    ) -> crate::Result<()>;
 }
 
 struct Group {

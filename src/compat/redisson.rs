@@ -721,7 +721,12 @@ struct OwedRsGiveBack {
 }
 
 impl GiveBack for OwedRsGiveBack {
-    fn give_back(&self, shared: &Shared, end: Instant) -> Result<()> {
+    fn give_back(
+        &self,
+        pool: &crate::pool::Pool,
+        op_timeout: Duration,
+        end: Instant,
+    ) -> Result<()> {
         if Instant::now() >= self.send_by {
             return Err(Error::InvalidArgument(format!(
                 "the give-back of {} permit(s) of {:?} is past the time its operation key \
@@ -729,19 +734,17 @@ impl GiveBack for OwedRsGiveBack {
                 self.permits, self.keys.counter
             )));
         }
-        shared
-            .pool
-            .run_by(Some(end), shared.op_timeout, |c| {
-                calls::rs_release(
-                    &mut **c,
-                    &self.keys,
-                    self.publish,
-                    self.permits,
-                    false,
-                    Some(&self.once),
-                )
-            })
-            .map(|_| ())
+        pool.run_by(Some(end), op_timeout, |c| {
+            calls::rs_release(
+                &mut **c,
+                &self.keys,
+                self.publish,
+                self.permits,
+                false,
+                Some(&self.once),
+            )
+        })
+        .map(|_| ())
     }
 }
 
@@ -754,25 +757,31 @@ struct OwedPesGiveBack {
     keys: RedissonKeys,
     publish: &'static str,
     id: [u8; 16],
+    /// The client's pool connects to a Redis Cluster (each send then carries a
+    /// fresh operation key, as every PES release does there).
+    cluster: bool,
 }
 
 impl GiveBack for OwedPesGiveBack {
-    fn give_back(&self, shared: &Shared, end: Instant) -> Result<()> {
-        let once = self.keys.once(shared.is_cluster(), shared.op_timeout);
-        shared
-            .pool
-            .run_by(Some(end), shared.op_timeout, |c| {
-                calls::pes_release(
-                    &mut **c,
-                    &self.keys,
-                    self.publish,
-                    now_ms(),
-                    &self.id,
-                    None,
-                    once.as_ref(),
-                )
-            })
-            .map(|_| ())
+    fn give_back(
+        &self,
+        pool: &crate::pool::Pool,
+        op_timeout: Duration,
+        end: Instant,
+    ) -> Result<()> {
+        let once = self.keys.once(self.cluster, op_timeout);
+        pool.run_by(Some(end), op_timeout, |c| {
+            calls::pes_release(
+                &mut **c,
+                &self.keys,
+                self.publish,
+                now_ms(),
+                &self.id,
+                None,
+                once.as_ref(),
+            )
+        })
+        .map(|_| ())
     }
 }
 
@@ -1627,6 +1636,7 @@ impl RPermitExpirableSemaphore {
                             keys: inner.common.keys.clone(),
                             publish: inner.publish(),
                             id: *id,
+                            cluster: inner.common.shared().is_cluster(),
                         };
                         let until = deadline_in(lease.unwrap_or(OWED_FOR).min(OWED_FOR));
                         inner
