@@ -278,8 +278,9 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
             }
             Err(e) => log::warn!(
                 "redis-semaphore: could not give back permit {} after a failed acquire \
-                 (its lease ends by itself): {e}",
-                c.id
+                 ({}): {e}",
+                c.id,
+                c.given_up()
             ),
         }
     }
@@ -392,8 +393,9 @@ fn give_back_owed(shared: &Arc<Shared>) {
                         }
                         Err(e) => log::warn!(
                             "redis-semaphore: could not give back permit {} after a failed \
-                             acquire (its lease ends by itself): {e}",
-                            c.id
+                             acquire ({}): {e}",
+                            c.id,
+                            c.given_up()
                         ),
                     }
                 }

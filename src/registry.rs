@@ -300,6 +300,18 @@ pub(crate) struct Cleanup {
     pub(crate) custom: Option<Arc<dyn GiveBack>>,
 }
 
+impl Cleanup {
+    /// What becomes of the permit once its clean-up is given up, for the warning.
+    pub(crate) fn given_up(&self) -> &'static str {
+        if self.custom.is_some() {
+            "it stays taken until its lease ends, if it has one: fewer holders than the \
+             limit, never more"
+        } else {
+            "its lease ends by itself"
+        }
+    }
+}
+
 impl Registry {
     /// Adds a permit; returns whether the thread must be woken to look at its schedule
     /// (it sleeps past the permit's first renewal, or its loss when not renewed).

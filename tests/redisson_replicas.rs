@@ -287,3 +287,106 @@ fn an_rsemaphore_give_back_sent_again_after_a_lost_reply_is_applied_once() {
     drop(client);
     assert_eq!(counter(&primary, "rs"), Some(2));
 }
+
+/// Sixth session: the operation key of an owed `RSemaphore` give-back was kept a fixed
+/// time after the run that applied it (twenty minutes), so a send held up longer than
+/// that (in a paused server, say) ran after the key had gone and gave the permits back
+/// a second time: the counter above the limit. Every send now carries a deadline in
+/// the server's clock, fixed before the first send: a run after it is refused before
+/// it writes, and the key lives until the deadline. Here: the give-back's key lives
+/// until its deadline (about eleven minutes, not a fixed time from the run), and a run
+/// of the same call after its deadline (sent by hand: the server's clock cannot be
+/// moved on here) changes nothing, with or without the key.
+#[test]
+fn an_rsemaphore_give_back_run_after_its_deadline_changes_nothing() {
+    let (primary, replica, proxy, client) = support::proxied_primary();
+    let rs = client
+        .redisson_semaphore("rs")
+        .with_replica_wait(Duration::from_millis(200))
+        .unwrap();
+    assert!(rs.try_set_permits(2).unwrap());
+    let rs_release = redisson_sha!("once.lua", "redisson_rs_release.lua");
+    {
+        let _stalled = replica.pause();
+        proxy.cut_when_sent(rs_release.as_bytes());
+        match rs.try_acquire(1) {
+            Err(Error::NoSyncedReplicas { .. }) => {}
+            other => panic!("expected NoSyncedReplicas, got {other:?}"),
+        }
+        proxy.heal();
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the RSemaphore permit is given back in the background",
+        || counter(&primary, "rs") == Some(2),
+    );
+    let mut conn = primary.conn();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("{rs}:redsem-op:*")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "one operation key for every send: {keys:?}");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    let expires_at: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&keys[0])
+        .query(&mut conn)
+        .unwrap_or(-3);
+    if expires_at != -3 {
+        // Redis 7: the key's expiry is its deadline and a second, eleven minutes on
+        let ahead = expires_at - now_ms;
+        assert!(
+            (600_000..=661_000).contains(&ahead),
+            "the key expires {ahead} ms from now"
+        );
+    }
+    let pttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut conn).unwrap();
+    assert!((600_000..=661_000).contains(&pttl), "PTTL {pttl}");
+
+    // runs of the give-back after their deadline: with the applied call's key, and
+    // with a fresh key (a first send held until after its deadline)
+    let fresh = "{rs}:redsem-op:00000000-0000-4000-8000-000000000000".to_owned();
+    for key in [keys[0].clone(), fresh.clone()] {
+        let late: redis::RedisResult<redis::Value> = redis::cmd("EVALSHA")
+            .arg(&rs_release)
+            .arg(3)
+            .arg("rs")
+            .arg("redisson_sc:{rs}")
+            .arg(&key)
+            .arg("PUBLISH")
+            .arg(1)
+            .arg(0)
+            .arg(format!("@{}", now_ms - 1))
+            .query(&mut conn);
+        let e = late.expect_err("a run after its deadline is refused");
+        assert!(
+            e.to_string().contains("arrived after its deadline"),
+            "unexpected error: {e}"
+        );
+        assert_eq!(
+            counter(&primary, "rs"),
+            Some(2),
+            "a late run changed the count"
+        );
+    }
+    let exists: i64 = redis::cmd("EXISTS").arg(&fresh).query(&mut conn).unwrap();
+    assert_eq!(exists, 0, "a refused run wrote its key");
+    // the same call before its deadline still finds the key and changes nothing
+    let deadline = now_ms + 600_000;
+    let again: Vec<i64> = redis::cmd("EVALSHA")
+        .arg(&rs_release)
+        .arg(3)
+        .arg("rs")
+        .arg("redisson_sc:{rs}")
+        .arg(&keys[0])
+        .arg("PUBLISH")
+        .arg(1)
+        .arg(0)
+        .arg(format!("@{deadline}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(again, vec![1, 2], "the first run's reply");
+    assert_eq!(counter(&primary, "rs"), Some(2));
+    drop(client);
+    assert_eq!(counter(&primary, "rs"), Some(2));
+}

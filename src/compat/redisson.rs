@@ -80,11 +80,13 @@
 //!   owed after a lost reply are. An expirable permit's give-back is by its id, safe
 //!   to send again. An `RSemaphore`'s has no id, and a send whose reply was lost may
 //!   have run: each of its sends carries one operation key of this library
-//!   (`{NAME}:redsem-op:<uuid>`, written on every deployment for this give-back, kept
-//!   about twenty minutes), so it is applied once whatever the number of sends; it is
-//!   sent again for ten minutes at most (the other ten are for a send that runs late),
-//!   and permits whose give-back never got through stay taken (fewer holders than the
-//!   limit, never more).
+//!   (`{NAME}:redsem-op:<uuid>`, written on every deployment for this give-back), so
+//!   it is applied once whatever the number of sends. Before the first send the client
+//!   reads the server's time and fixes a deadline eleven minutes on: a send that runs
+//!   after it (held up in a paused server, say) is refused before it writes, and the
+//!   key is kept until then, so no send, however late, finds it gone. It is sent again
+//!   for ten minutes at most, and permits whose give-back never got through stay taken
+//!   (fewer holders than the limit, never more).
 //! - **A lost reply.** An `RPermitExpirableSemaphore` acquire that fails after it may
 //!   have reached the server (a timeout, a dropped connection) gives back the ids it
 //!   made, at once and once more an operation timeout later, on a thread of its own
@@ -136,8 +138,8 @@
 //! # Ok::<(), redis_semaphore::Error>(())
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
@@ -170,11 +172,12 @@ const MAX_MANY: u32 = 10_000;
 /// `RPermitExpirableSemaphore` permit's without a lease): an outage or a failover
 /// shorter than this does not lose them for good.
 const OWED_FOR: Duration = Duration::from_secs(600);
-/// How much longer than [`OWED_FOR`] the operation key of an owed `RSemaphore`
-/// give-back is kept: a send written just before the last moment but run late (held
-/// in a server paused, say, or in a socket buffer) still finds the key and changes
-/// nothing, as long as it runs within this (a tiny key, on a rare path).
-const LATE_SEND_MARGIN: Duration = Duration::from_secs(600);
+/// How much longer than [`OWED_FOR`] (from the server time read before its first send)
+/// an owed `RSemaphore` give-back may still run: a send written just before the last
+/// moment still applies if it runs within this, and any send that runs later (held in
+/// a paused server, say, or a socket buffer) is refused by the script, so it can never
+/// find its operation key gone and apply a second time.
+const LATE_SEND_MARGIN: Duration = Duration::from_secs(60);
 
 /// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
 /// semaphore must use one that its waiters subscribe to.
@@ -705,19 +708,30 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
 /// A failed send may have run (its reply lost or late), and a second "release n"
 /// would then put n permits too many in the counter: more holders than the limit
 /// later. So every send of it, the first included, carries the same operation key
-/// (`once.lua`, on every deployment, kept for the whole time it is sent again and a
-/// margin): whichever run comes first gives the permits back, and every other run
-/// finds the key and changes nothing. No send leaves after `send_by` (the key's
-/// retention runs [`OWED_FOR`] and [`LATE_SEND_MARGIN`] from the first send, so a send
-/// that runs up to ten minutes late is still applied at most once): one whose reply was
-/// lost for good leaves the permits taken (fewer holders than the limit, never more).
+/// (`once.lua`, on every deployment): whichever run comes first gives the permits
+/// back, and every other run finds the key and changes nothing. The key's deadline is
+/// a server time fixed before the first send ([`rs_give_back_once`]): a run after it
+/// is refused before any write, and the key outlives it, so however late a send runs
+/// it applies at most once. No send leaves after `send_by`; one whose reply was lost
+/// for good leaves the permits taken (fewer holders than the limit, never more).
 #[derive(Debug)]
 struct OwedRsGiveBack {
     keys: RedissonKeys,
     publish: &'static str,
     permits: u32,
-    once: Once,
+    /// The operation key, once the server's time has been read for it (none of the
+    /// sends has left before).
+    once: OnceLock<Once>,
     send_by: Instant,
+}
+
+/// The operation key of an `RSemaphore` give-back, read before its first send: its
+/// runs are refused once the server's clock (read now, on the node of the counter)
+/// has passed [`OWED_FOR`] and [`LATE_SEND_MARGIN`] from now.
+fn rs_give_back_once(conn: &mut dyn redis::ConnectionLike, keys: &RedissonKeys) -> Result<Once> {
+    let now = calls::counter_server_time_ms(conn, keys)?;
+    let ahead = (OWED_FOR + LATE_SEND_MARGIN).as_millis() as i64;
+    Ok(keys.once_until(now.saturating_add(ahead)))
 }
 
 impl GiveBack for OwedRsGiveBack {
@@ -735,13 +749,20 @@ impl GiveBack for OwedRsGiveBack {
             )));
         }
         pool.run_by(Some(end), op_timeout, |c| {
+            let once = match self.once.get() {
+                Some(once) => once,
+                None => {
+                    let once = rs_give_back_once(&mut **c, &self.keys)?;
+                    self.once.get_or_init(|| once)
+                }
+            };
             calls::rs_release(
                 &mut **c,
                 &self.keys,
                 self.publish,
                 self.permits,
                 false,
-                Some(&self.once),
+                Some(once),
             )
         })
         .map(|_| ())
@@ -1009,13 +1030,15 @@ impl RSemaphore {
                     return false;
                 }
                 let common = self.common.clone();
-                let once = common
-                    .keys
-                    .once_kept(OWED_FOR + LATE_SEND_MARGIN, common.shared().op_timeout);
                 let send_by = deadline_in(OWED_FOR);
                 give_back_by(give_back, move || {
-                    let first = common
-                        .run(|c, k| calls::rs_release(c, k, publish, permits, false, Some(&once)));
+                    // the key's deadline is read before the first send leaves; a
+                    // failure to read it sends nothing, and the background reads it
+                    let mut once: Option<Once> = None;
+                    let first = common.run(|c, k| {
+                        let once = once.insert(rs_give_back_once(c, k)?);
+                        calls::rs_release(c, k, publish, permits, false, Some(once))
+                    });
                     let Err(e) = first else { return true };
                     log::warn!(
                         "redis-semaphore: could not give back {permits} permit(s) of {} that no \
@@ -1026,7 +1049,7 @@ impl RSemaphore {
                         keys: common.keys.clone(),
                         publish,
                         permits,
-                        once,
+                        once: once.map(OnceLock::from).unwrap_or_default(),
                         send_by,
                     };
                     common.owe_give_back(

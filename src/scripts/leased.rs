@@ -697,7 +697,7 @@ pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike, keys: &Keys) -> Resu
 
 /// `TIME`'s seconds and microseconds in milliseconds, checked: microseconds below a
 /// million, and a time in the range of server times.
-fn time_ms(secs: i64, micros: i64) -> Result<i64> {
+pub(super) fn time_ms(secs: i64, micros: i64) -> Result<i64> {
     let ms = secs
         .checked_mul(1000)
         .filter(|_| (0..1_000_000).contains(&micros))

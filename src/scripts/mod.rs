@@ -98,14 +98,17 @@ pub(crate) struct CountingKeys {
     op_prefix: String,
 }
 
-/// A call's operation key on Redis Cluster (`once.lua`): the cluster client resends a
+/// A call's operation key (`once.lua`): on Redis Cluster the cluster client resends a
 /// command whose reply did not come in time, and the script's first run records its
-/// reply here, so that a resent run changes nothing.
+/// reply here, so that a resent run changes nothing; a give-back owed to the
+/// background thread is sent again for minutes, each send under one such key.
 #[derive(Debug, Clone)]
 pub(crate) struct Once {
     key: String,
-    /// How long the key stays (ms): longer than every resend of the call can come.
-    retention_ms: u64,
+    /// The script's last argument: how long the key stays (ms, longer than every
+    /// resend of the call can come), or `@` and the server time after which a run of
+    /// the call is refused (the key then stays until that time and a second).
+    retention: String,
 }
 
 impl Once {
@@ -114,20 +117,26 @@ impl Once {
     /// call is sent within one operation timeout (at most 2^32 - 1 ms, 49 days, which
     /// the scripts take). `None` on one server, where nothing resends.
     fn on_cluster(cluster: bool, prefix: &str, op_timeout: Duration) -> Option<Once> {
-        cluster.then(|| Once::kept_for(prefix, Duration::ZERO, op_timeout))
+        cluster.then(|| {
+            let retention = op_timeout
+                .saturating_mul(2)
+                .saturating_add(Duration::from_secs(10));
+            Once {
+                key: format!("{prefix}{}", uuid::Uuid::new_v4()),
+                retention: (retention.as_millis().min(u128::from(u32::MAX)) as u64).to_string(),
+            }
+        })
     }
 
-    /// A fresh operation key under `prefix` on every deployment, for a call that is
-    /// sent again by this library for up to `resent_for` after its first send (a
-    /// give-back owed to the background thread): kept that long, twice the operation
-    /// timeout and ten seconds more (at most 2^32 - 1 ms in all).
-    fn kept_for(prefix: &str, resent_for: Duration, op_timeout: Duration) -> Once {
-        let retention = resent_for
-            .saturating_add(op_timeout.saturating_mul(2))
-            .saturating_add(Duration::from_secs(10));
+    /// A fresh operation key under `prefix` on every deployment, for a call this
+    /// library sends again in the background: every run after server time
+    /// `not_after_ms` is refused before its first write, and the run that applies
+    /// keeps the key until then (and a second). Fixed before the first send, it makes
+    /// the call apply at most once however late a send of it runs.
+    fn until(prefix: &str, not_after_ms: i64) -> Once {
         Once {
             key: format!("{prefix}{}", uuid::Uuid::new_v4()),
-            retention_ms: retention.as_millis().min(u128::from(u32::MAX)) as u64,
+            retention: format!("@{}", not_after_ms.max(1)),
         }
     }
 }
@@ -137,7 +146,7 @@ impl Once {
 /// after the other arguments is all that matters).
 pub(crate) fn with_once(inv: &mut Invocation<'_>, once: Option<&Once>) {
     if let Some(o) = once {
-        inv.key(&o.key).arg(o.retention_ms);
+        inv.key(&o.key).arg(&o.retention);
     }
 }
 

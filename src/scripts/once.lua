@@ -8,8 +8,14 @@
 -- before any write) and answers that reply, changing nothing. Without the key (one
 -- server, where nothing resends; Redisson's own clients) both do nothing. `base`: how
 -- many keys the script's layout has.
--- Errors: a retention that is no integer from 1 is refused by once_done, and the key
--- of another type fails its GET, both before any write.
+-- A call this library itself sends again for minutes (a give-back owed to the
+-- background thread) passes instead '@' and a server time D (ms), fixed before its
+-- first send: a run after D is refused before any write, and the applying run keeps
+-- the key until D and a second. So a send held anywhere (a paused server, a socket
+-- buffer) for however long never finds the key gone and applies a second time.
+-- Errors: a retention that is no integer from 1 (or '@' and no integer from 1), and
+-- a run after its D, are refused by once_done, and the key of another type fails its
+-- GET, all before any write.
 
 -- The reply text a run of this same call recorded, nil when none, or an error reply
 -- (nothing written) the caller returns.
@@ -17,7 +23,18 @@ local function once_done(base)
     local key = KEYS[base + 1]
     if not key then return nil end
     local r = ARGV[#ARGV]
-    if not string.find(r, '^[1-9]%d*$') or #r > 13 then
+    local at = string.match(r, '^@([1-9]%d*)$')
+    if at then
+        if #at > 15 then
+            return nil, redis.error_reply('ERR the operation deadline must be server ms, found '
+                .. string.sub(r, 1, 40))
+        end
+        local t = redis.call('TIME')
+        if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(at) then
+            return nil, redis.error_reply('ERR redis-semaphore: the operation arrived after its '
+                .. 'deadline (server ms ' .. at .. '); nothing changed')
+        end
+    elseif not string.find(r, '^[1-9]%d*$') or #r > 13 then
         return nil, redis.error_reply('ERR the operation key retention must be integer ms, found '
             .. string.sub(r, 1, 40))
     end
@@ -29,5 +46,11 @@ end
 -- Records `text` as this call's reply (with an operation key).
 local function once_record(base, text)
     local key = KEYS[base + 1]
-    if key then redis.call('SET', key, text, 'PX', ARGV[#ARGV]) end
+    if not key then return end
+    local at = string.match(ARGV[#ARGV], '^@(%d+)$')
+    if at then
+        redis.call('SET', key, text, 'PXAT', string.format('%d', tonumber(at) + 1000))
+    else
+        redis.call('SET', key, text, 'PX', ARGV[#ARGV])
+    end
 end

@@ -104,13 +104,10 @@ impl RedissonKeys {
     }
 
     /// A fresh operation key for one call, on every deployment, for a call this
-    /// library sends again for up to `resent_for` (see `Once::kept_for`).
-    pub(crate) fn once_kept(
-        &self,
-        resent_for: std::time::Duration,
-        op_timeout: std::time::Duration,
-    ) -> Once {
-        Once::kept_for(&self.op_prefix, resent_for, op_timeout)
+    /// library sends again in the background: no run after server time
+    /// `not_after_ms` applies (see `Once::until`).
+    pub(crate) fn once_until(&self, not_after_ms: i64) -> Once {
+        Once::until(&self.op_prefix, not_after_ms)
     }
 
     /// The counter and the channel (the `RSemaphore` scripts and try-set).
@@ -168,6 +165,20 @@ pub(crate) fn rs_release(
         [0, _] => Ok(None),
         other => Err(Error::reply("redisson_rs_release", format!("{other:?}"))),
     }
+}
+
+/// `TIME` of the node that holds the counter of `keys`, in ms (the deadline of an owed
+/// give-back's operation key is set in this clock).
+pub(crate) fn counter_server_time_ms(
+    conn: &mut dyn ConnectionLike,
+    keys: &RedissonKeys,
+) -> Result<i64> {
+    let (secs, micros): (i64, i64) = super::SERVER_TIME
+        .prepare_invoke()
+        .key(&keys.counter)
+        .invoke(conn)
+        .map_err(Error::Redis)?;
+    super::leased::time_ms(secs, micros)
 }
 
 /// `RSemaphore.drainPermits()`: the counter before (0 when missing).
