@@ -1642,6 +1642,124 @@ fn a_repair_on_a_slot_being_migrated_away_keeps_the_stored_limit() {
     assert_eq!(limit.as_deref(), Some("1"));
 }
 
+/// Sixth session: a batch of a release and then a try, on a slot open for migration
+/// (its keys still on the node, a leftover queue key among them, so the node runs the
+/// script), used to fail after its first write in two ways: (1) the release left the
+/// semaphore idle and deleted its keys, and the try then read a key the node no longer
+/// held ("non local key"); (2) the release's record named a slot that was not set
+/// (edited by hand), and the full logic's repair of the disagreeing keys then raised
+/// TRYAGAIN after the release's writes. Now an idle release keeps the keys while more
+/// operations follow in the batch, and a script whose own release left the keys
+/// disagreeing grants nothing more and leaves the repair to the next call.
+#[test]
+fn a_batch_on_a_slot_being_migrated_away_does_not_fail_after_its_writes() {
+    use support::acquire_reply;
+
+    let cluster = RedisCluster::start();
+    let (acquire, batch) = (support::acquire_script(), support::batch_script());
+    for (name, limit, damage) in [("mig-batch-idle", 1, false), ("mig-batch-damaged", 2, true)] {
+        let i = format!("redsem:{{{name}}}:i");
+        let q = format!("redsem:{{{name}}}:q");
+        let mig = Migration::of(&cluster, name);
+        let mut conn = cluster.nodes[mig.src].conn();
+        let acquire_args = |id: &str| -> Vec<String> {
+            [
+                id,
+                "1",
+                &limit.to_string(),
+                "60000",
+                "1000",
+                "60000",
+                "1|test|",
+                "t",
+                "1",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([format!("chan:{id}"), "0".to_owned()])
+            .collect()
+        };
+        let try_acquire = |conn: &mut redis::Connection, id: &str| {
+            let mut inv = support::call_on(&acquire, name);
+            for a in acquire_args(id) {
+                inv.arg(a);
+            }
+            acquire_reply(&inv.invoke::<redis::Value>(conn).unwrap())
+        };
+        let holders: Vec<String> = (0..limit)
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        for h in &holders {
+            assert_eq!(try_acquire(&mut conn, h)[0], 1);
+        }
+        if damage {
+            // the first holder's record names slot 5, which is not set (slots 0 and
+            // 1 are): 'used' and the bitmap still agree until it is released
+            let rec: String = redis::cmd("HGET")
+                .arg(&i)
+                .arg(&holders[0])
+                .query(&mut conn)
+                .unwrap();
+            let mut parts: Vec<&str> = rec.split('|').collect();
+            parts[2] = "5";
+            redis::cmd("HSET")
+                .arg(&i)
+                .arg(&holders[0])
+                .arg(parts.join("|"))
+                .exec(&mut conn)
+                .unwrap();
+        }
+        // a queue key left while nobody queues (made by hand, or by an older version)
+        redis::cmd("ZADD")
+            .arg(&q)
+            .arg(1)
+            .arg(uuid::Uuid::new_v4().to_string())
+            .exec(&mut conn)
+            .unwrap();
+
+        mig.open(&cluster);
+        let other = uuid::Uuid::new_v4().to_string();
+        let mut inv = support::call_on(&batch, name);
+        inv.arg("r").arg(&holders[0]).arg("a");
+        for a in acquire_args(&other) {
+            inv.arg(a);
+        }
+        let r = inv.invoke::<Vec<redis::Value>>(&mut conn);
+        mig.call_off(&cluster);
+
+        let replies = r.unwrap_or_else(|e| panic!("{name}: the batch failed: {e}"));
+        assert_eq!(replies.len(), 2, "{name}: {replies:?}");
+        assert_eq!(replies[0], redis::Value::Int(1), "{name}: the release");
+        let granted = acquire_reply(&replies[1])[0];
+        assert_eq!(
+            granted,
+            if damage { 0 } else { 1 },
+            "{name}: the try ({replies:?})"
+        );
+        let left: Option<String> = redis::cmd("HGET")
+            .arg(&i)
+            .arg(&holders[0])
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(left, None, "{name}: the released holder's record");
+        // the slot stable again, the next call (repairing the damaged semaphore first)
+        // works and leaves the semaphore within its limit
+        let next = uuid::Uuid::new_v4().to_string();
+        let reply = try_acquire(&mut conn, &next);
+        let used: i64 = redis::cmd("HGET")
+            .arg(&i)
+            .arg("used")
+            .query(&mut conn)
+            .unwrap();
+        assert!(used <= limit, "{name}: used {used} ({reply:?})");
+        let bits: i64 = redis::cmd("BITCOUNT")
+            .arg(format!("redsem:{{{name}}}:s"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(bits, used, "{name}: the bitmap agrees with 'used' again");
+    }
+}
+
 /// Slot migration review (2026-11-27, fifth session, TRYAGAIN paths): while a
 /// semaphore's slot is open for migration with its keys not moved yet, the node
 /// answers TRYAGAIN (the cluster's own, for a call naming a key it holds and one it does

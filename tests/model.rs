@@ -1317,16 +1317,17 @@ impl Run<'_> {
         let mut fast = 0;
         let mut in_prefix = true;
         let mut idle_at = None;
-        for op in ops {
+        for (at, op) in ops.iter().enumerate() {
             if in_prefix {
                 // an idle release on damaged keys ends the prefix too, but is taken on
-                // the fast path: the keys are gone after it, nothing is damaged, and
+                // the fast path when it is the batch's last operation (earlier ones
+                // keep the keys): the keys are gone after it, nothing is damaged, and
                 // the model's own logic goes on
                 in_prefix = match op {
                     BatchOp::Try { who, n } => self.fast_no(Some(&direct_id(*who)), *n),
                     BatchOp::Release(k) => {
                         let id = self.known[k % self.known.len()].clone();
-                        if self.fast_idle(&id) {
+                        if at + 1 == ops.len() && self.fast_idle(&id) {
                             idle_at = Some(fast);
                         }
                         false

@@ -54,7 +54,11 @@ do
     while bat_next <= bat_count do
         local tag, reply = ARGV[k], nil
         if tag == 'r' then
-            reply = fast_release(ARGV[k + 1], false)
+            -- (an idle release that is not the batch's last operation keeps the
+            -- keys: on a Redis Cluster slot that migrates away, no key the script
+            -- deleted can be read or made again, so an operation after such a DEL
+            -- would fail after this write)
+            reply = fast_release(ARGV[k + 1], bat_next < bat_count)
             k = k + 2
         elseif tag == 'a' then
             j, n = k + 2, tonumber(ARGV[k + 2])

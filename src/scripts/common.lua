@@ -101,7 +101,11 @@
 --     The repair of keys that disagree deletes all four and makes them again: it
 --     first looks at a key of the slot that never exists, which such a node refuses,
 --     and raises TRYAGAIN before its DEL (repair; the client reads the code from the
---     text Redis wraps it in, error.rs);
+--     text Redis wraps it in, error.rs). In a batch the fast operations may have
+--     written before: they leave the keys agreeing, except a release whose record
+--     names slots that were not set, which marks the script `damaged` so that
+--     check_keys() leaves the repair to the next call; and an idle release deletes
+--     the keys only as the batch's last operation (no later one can then need them);
 --   - records edited by hand: a holder record whose slot list names a slot SETBIT
 --     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
 --     full logic), and the next call repairs the disagreement; a waiter record that
@@ -279,7 +283,9 @@ local function check_keys()
     if right == 3 then
         local v = redis.call('HMGET', I, 'exp', 'used', 'qn')
         local used = tonumber(v[2])
-        if v[1] and used and redis.call('BITCOUNT', S) == used then
+        -- (`damaged`: this script's own writes left 'used' and s apart, so the repair
+        -- waits for the next call, whose check comes before any write)
+        if v[1] and used and (damaged or redis.call('BITCOUNT', S) == used) then
             if (tonumber(v[3]) or 0) == 0 then
                 if q_type ~= 'none' then redis.call('DEL', Q) end
                 return nil

@@ -1,7 +1,8 @@
 -- The fast release, and the write of what fast operations left pending (see
 -- fast.lua, whose state they use).
 
--- Release `id`; nil when not plain.
+-- Release `id`; nil when not plain. `keep`: never delete the keys (see the idle
+-- release below).
 -- Plain: the hash holds its state and a record for `id`, nobody is queued (so nobody
 -- is served, and q is not needed: K1), h and s exist with their types and agree (h
 -- holds its sentinel and, when a deadline may have passed, `id`; s has exactly
@@ -11,7 +12,7 @@
 --
 -- Idle semaphores leave no keys behind: a holder's own release (not `keep`, which
 -- force_release passes so that the holder it names learns LostReason::Released, not
--- Reset) that leaves nobody holding or queued, and no stored limit, deletes the
+-- Reset, and a batch for every operation but its last) that leaves nobody holding or queued, and no stored limit, deletes the
 -- keys instead of writing them, so an idle semaphore costs no memory (its keys would
 -- otherwise stay until 'exp', about a lease). Nothing is lost: there are no holders or waiters, 'qseq' orders only
 -- waiters present, 'cl' is shown to operators only, and 'ctr' is needed only to keep
@@ -59,9 +60,14 @@ local function fast_release(id, keep)
     for slot in string.gmatch(slots, '%d+') do
         cleared = cleared + redis.call('SETBIT', S, slot, '0')
     end
-    -- a record that named slots not set (edited by hand) leaves 'used' and s apart:
-    -- the next operation checks again, and the full logic repairs
-    if cleared ~= p then keys_agree = false end
+    -- a record that named slots not set (edited by hand) leaves 'used' and s apart,
+    -- after this call's writes: as the full logic's free_slots does, nothing more is
+    -- granted in this script (`damaged`), and the next call's check_keys() repairs
+    -- (a repair here could fail after the writes, on a slot that migrates away)
+    if cleared ~= p then
+        keys_agree = false
+        damaged = true
+    end
     redis.call('ZREM', H, id)
     redis.call('HDEL', I, id)
     v[2], v[8] = used, true
