@@ -86,7 +86,13 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
             return;
         }
         shared.registry.lock().awake();
-        tick(&shared, &asides, &wake);
+        // A panic in code of the user's that a round calls (a logger, a metrics
+        // recorder) ends that round, not the thread: the other permits are renewed as
+        // before, and those the round had taken out end by their deadlines (the
+        // `lease_left` of their holders) or are taken in again at their next event.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tick(&shared, &asides, &wake)
+        }));
     }
 }
 

@@ -1815,12 +1815,10 @@ impl Semaphore {
         if nudge {
             client.nudge();
         }
-        log::debug!(
-            "redis-semaphore: {} granted {n} permit(s) to {}",
-            sem.name,
-            state.id
-        );
-        Permit {
+        // the guard exists before any code of the user's runs (the logger): were that
+        // to panic, the guard's drop gives the grant back, which the refresher would
+        // otherwise renew for as long as the client lives
+        let permit = Permit {
             grantor: Arc::clone(&self.inner) as Arc<dyn crate::permit::Grantor>,
             state,
             lost_rx,
@@ -1828,7 +1826,13 @@ impl Semaphore {
             slots,
             permits: n,
             released: false,
-        }
+        };
+        log::debug!(
+            "redis-semaphore: {} granted {n} permit(s) to {}",
+            sem.name,
+            permit.state.id
+        );
+        permit
     }
 
     /// Registers a waiter's heartbeat ("w:" + id) with the refresher, which renews it
