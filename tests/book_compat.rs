@@ -338,6 +338,26 @@ fn refresh_renews_fair_permits_and_reports_their_loss() {
     p.release().unwrap();
 }
 
+/// A basic permit's refresh is refused with an error that names the semaphore, as
+/// every error of an operation on one does: it said only "the book's basic semaphore
+/// cannot be refreshed", and a program with several semaphores could not tell which.
+/// (Found by a review of the book variants.)
+#[test]
+fn a_refused_refresh_of_a_basic_permit_names_the_semaphore() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let basic = book(&client, BookVariant::Basic, 1).build().unwrap();
+    let p = basic.try_acquire().unwrap().unwrap();
+    match p.refresh() {
+        Err(e @ Error::InvalidArgument(_)) => {
+            assert!(e.to_string().contains(NAME), "{e}")
+        }
+        other => panic!("refresh of a basic permit: {other:?}"),
+    }
+    assert!(!p.is_lost());
+    p.release().unwrap();
+}
+
 /// The Java and Node ports score in whole milliseconds: Rust clients on that unit
 /// share a semaphore, write integer scores near the current time in ms, and so does
 /// the Python client on `--unit ms`.
@@ -851,5 +871,93 @@ fn a_refresh_whose_reply_was_lost_does_not_revive_a_purged_entry() {
         );
         q.release().unwrap();
         drop(p);
+    }
+}
+
+/// A try whose request gets no reply in time ends within the operation timeout, as the
+/// crate's leased semaphore's does: what it owes the others (taking out the entry the
+/// request may still add when it runs late, and `FairWithLock`'s release of
+/// `lock:NAME`) is done on a thread of its own, not behind the request on the
+/// caller's connection. Both were done inline, each waiting for the late reply or
+/// another operation timeout: a try (and an `acquire_timeout`, past its deadline) took
+/// about twice the operation timeout, and a `FairWithLock` try whose lock release got
+/// no reply in time returned its permit after about as long. The clean-up still runs:
+/// the entry the late request added is taken out, and the lock is released. (Found by
+/// a review of the book variants.)
+#[test]
+fn a_try_without_a_reply_in_time_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(1);
+    let bound = OP + OP / 4;
+    for variant in [
+        BookVariant::Basic,
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+        BookVariant::NodeFair,
+    ] {
+        let (server, proxy, client) = support::proxied(OP);
+        let mut conn = server.conn();
+        let (time_key, owner_key) = match variant {
+            BookVariant::NodeFair => (format!("{NAME}:time"), format!("{NAME}:count")),
+            _ => (NAME.to_owned(), format!("{NAME}:owner")),
+        };
+        let calls = |conn: &mut redis::Connection, cmd: &str| {
+            support::command_calls(conn).get(cmd).copied().unwrap_or(0)
+        };
+        let sem = book(&client, variant, 2).build().unwrap();
+
+        // The request that adds the entry held up past the operation timeout: the try
+        // times out, and the request runs after the client gave up.
+        let before = calls(&mut conn, "zadd");
+        proxy.delay_sent(b"ZADD", OP + OP / 2);
+        let started = std::time::Instant::now();
+        let r = sem.try_acquire();
+        let took = started.elapsed();
+        assert!(matches!(&r, Err(e) if e.is_timeout()), "{variant:?}: {r:?}");
+        assert!(
+            took < bound,
+            "{variant:?}: a try whose reply was late took {took:?} (operation timeout {OP:?})"
+        );
+        support::wait_until(Duration::from_secs(5), "the held-up ZADD ran", || {
+            calls(&mut conn, "zadd") > before
+        });
+        proxy.delay_sent(b"ZADD", Duration::ZERO);
+        support::wait_until(
+            Duration::from_secs(5),
+            "the late entry taken out and the lock released",
+            || {
+                zcard(&mut conn, &time_key) == 0
+                    && zcard(&mut conn, &owner_key) == 0
+                    && !lock_exists(&mut conn)
+            },
+        );
+        sem.try_acquire()
+            .unwrap()
+            .expect("acquires go on")
+            .release()
+            .unwrap();
+
+        if variant == BookVariant::FairWithLock {
+            // Granted, but the release of the lock gets no reply in time: the permit is
+            // returned within the operation timeout, and the lock released aside.
+            let before = calls(&mut conn, "watch");
+            proxy.delay_sent(b"WATCH", OP + OP / 2);
+            let started = std::time::Instant::now();
+            let p = sem.try_acquire().unwrap().expect("a free permit");
+            let took = started.elapsed();
+            assert!(
+                took < bound,
+                "a try whose lock release got no reply in time took {took:?} \
+                 (operation timeout {OP:?})"
+            );
+            assert!(!p.is_lost());
+            support::wait_until(Duration::from_secs(5), "the held-up WATCH ran", || {
+                calls(&mut conn, "watch") > before
+            });
+            proxy.delay_sent(b"WATCH", Duration::ZERO);
+            support::wait_until(Duration::from_secs(5), "the lock released", || {
+                !lock_exists(&mut conn)
+            });
+            p.release().unwrap();
+        }
     }
 }

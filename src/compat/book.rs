@@ -598,34 +598,73 @@ impl BookInner {
     /// the caller's deadline, which also ends `FairWithLock`'s spin for the lock.
     fn attempt(
         &self,
-        conn: &mut BookConn,
+        mut conn: BookConn,
         until: Option<Instant>,
     ) -> Result<Option<(String, u64, Stamp)>> {
         let id = uuid::Uuid::new_v4().to_string();
         let outcome = match self.variant {
-            BookVariant::Basic => self.acquire_basic(conn, &id),
-            BookVariant::Fair | BookVariant::NodeFair => self.acquire_fair(conn, &id),
-            BookVariant::FairWithLock => self.acquire_with_lock(conn, &id, until),
+            BookVariant::Basic => self.acquire_basic(&mut conn, &id),
+            BookVariant::Fair | BookVariant::NodeFair => self.acquire_fair(&mut conn, &id),
+            BookVariant::FairWithLock => self.acquire_with_lock(&mut conn, &id, until),
         };
         match outcome {
             Ok(Some((token, stamp))) => Ok(Some((id, token, stamp))),
             Ok(None) => Ok(None),
             Err(e) => {
                 // A failed transaction may still have added the entry (a read timeout
-                // after the server ran it): take it out rather than let it hold a
-                // place until it expires. On this connection while it is open (one
-                // more round trip; a pool of one connection has no other to give),
-                // else on another, waiting for it no longer than the operation timeout.
-                if conn.is_open() {
-                    let _ = self.remove(conn, &id);
-                } else {
-                    let op = self.client.inner.shared.op_timeout;
-                    if let Ok(mut c) = self.conn_by(Some(Instant::now() + op)) {
-                        let _ = self.remove(&mut c, &id);
-                    }
-                }
+                // after the server ran it, or a request held up on its way that runs
+                // later): take it out rather than let it hold a place until it
+                // expires. Aside, so that the caller's try ends with the call that
+                // failed (inline, the clean-up waited behind that call's late reply,
+                // or one more operation timeout); see `remove_aside`.
+                self.remove_aside(conn, id);
                 Err(e)
             }
+        }
+    }
+
+    /// Takes out the entry of `id` on a thread of its own: on `conn` while it is open,
+    /// behind the request that failed (which the server then runs first: a late entry
+    /// is taken out, not left behind; a pool of one connection has no other to give),
+    /// else on another, waiting for it no longer than the operation timeout. The
+    /// thread holds the client's shared state, not a handle: its last drop still stops
+    /// its threads.
+    fn remove_aside(&self, conn: BookConn, id: String) {
+        let shared = Arc::clone(&self.client.inner.shared);
+        let (variant, keys, name) = (self.variant, self.keys.clone(), self.name.clone());
+        let op = shared.op_timeout;
+        let clean_up = move || {
+            let mut conn = if conn.is_open() {
+                conn
+            } else {
+                drop(conn);
+                match shared.pool.get(Some(op)) {
+                    Ok(c) => BookConn {
+                        conn: c,
+                        op,
+                        deadline: Some(Instant::now() + op),
+                    },
+                    Err(e) => {
+                        log::debug!(
+                            "redis-semaphore: book semaphore {name:?}: no connection to \
+                             take out a failed acquire's entry: {e}"
+                        );
+                        return;
+                    }
+                }
+            };
+            if let Err(e) = remove_entry(variant, &mut conn, &keys, &id) {
+                log::debug!(
+                    "redis-semaphore: book semaphore {name:?}: taking out a failed \
+                     acquire's entry: {e}"
+                );
+            }
+        };
+        if let Err(e) = crate::threads::run_aside("redsem-give-back", Instant::now(), clean_up) {
+            log::warn!(
+                "redis-semaphore: cannot start a thread to take out a failed book acquire's \
+                 entry (it ends with its timeout): {e}"
+            );
         }
     }
 
@@ -667,6 +706,13 @@ impl BookInner {
             return Ok(None);
         };
         let outcome = self.acquire_fair(conn, id);
+        if outcome.is_err() {
+            // Python's `finally: release_lock(...)`, aside: this connection may owe the
+            // reply of the call that failed, and a release behind it would wait for
+            // that reply (or one more operation timeout) before the try could end
+            self.release_lock_aside(lock_id);
+            return outcome;
+        }
         // Python's `finally: release_lock(...)`. A failure to release does not take
         // the permit back; the lock is released by its id on a thread of its own
         // (`release_lock_aside`), not left to expire after `lock_timeout`.
@@ -757,28 +803,34 @@ impl BookInner {
     /// The book's `release_lock`: `WATCH`, `GET`, and `MULTI`/`DEL`/`EXEC` when the
     /// value is ours, retried when the transaction aborts. `false`: not ours any more.
     fn release_lock(&self, conn: &mut BookConn, lock_id: &str) -> Result<bool> {
-        // The book retries for ever; the only writer that can abort our EXEC is the
-        // lock's own expiry, after which GET no longer matches, so a few rounds suffice.
-        for _ in 0..16 {
-            match book::lock_release_round(conn, &self.keys, lock_id) {
-                Ok(Some(released)) => return Ok(released),
-                Ok(None) => continue,
-                Err(e) => return Err(self.err(e)),
+        // All of it within one operation timeout: after a call that got no reply in
+        // time, the round's `UNWATCH` (and any further round) gets what is left, not an
+        // operation timeout of its own (it is sent all the same, so the server still
+        // ends the WATCH before the connection's next transaction).
+        let end = Instant::now() + self.client.inner.shared.op_timeout;
+        let outer = conn.deadline;
+        conn.deadline = Some(outer.map_or(end, |d| d.min(end)));
+        let released = (|| {
+            // The book retries for ever; the only writer that can abort our EXEC is the
+            // lock's own expiry, after which GET no longer matches, so a few rounds
+            // suffice.
+            for _ in 0..16 {
+                match book::lock_release_round(conn, &self.keys, lock_id) {
+                    Ok(Some(released)) => return Ok(released),
+                    Ok(None) => continue,
+                    Err(e) => return Err(self.err(e)),
+                }
             }
-        }
-        Ok(false)
+            Ok(false)
+        })();
+        conn.deadline = outer;
+        released
     }
 
     /// Listing 13 (basic) or 15 (fair; the Node port's clean-up, from both of its
     /// zsets): whether the entry was still there.
     fn remove(&self, conn: &mut BookConn, id: &str) -> Result<bool> {
-        match self.variant {
-            BookVariant::Basic => book::basic_remove(conn, &self.keys, id),
-            BookVariant::Fair | BookVariant::FairWithLock | BookVariant::NodeFair => {
-                book::fair_remove(conn, &self.keys, id)
-            }
-        }
-        .map_err(|e| self.err(e))
+        remove_entry(self.variant, conn, &self.keys, id).map_err(|e| self.err(e))
     }
 
     fn lost(&self, permit: &PermitState, reason: LostReason) -> Error {
@@ -788,6 +840,22 @@ impl BookInner {
         Error::PermitLost {
             id: permit.id.clone(),
             reason: permit.lost_reason().unwrap_or(reason),
+        }
+    }
+}
+
+/// Listing 13 (basic) or 15 (fair; the Node port's clean-up, from both of its zsets)
+/// for `variant`: whether the entry was still there.
+fn remove_entry(
+    variant: BookVariant,
+    conn: &mut BookConn,
+    keys: &BookKeys,
+    id: &str,
+) -> RedisResult<bool> {
+    match variant {
+        BookVariant::Basic => book::basic_remove(conn, keys, id),
+        BookVariant::Fair | BookVariant::FairWithLock | BookVariant::NodeFair => {
+            book::fair_remove(conn, keys, id)
         }
     }
 }
@@ -853,10 +921,11 @@ impl Grantor for BookInner {
     /// it behind later acquirers).
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         if self.variant == BookVariant::Basic {
-            return Err(Error::InvalidArgument(
-                "the book's basic semaphore cannot be refreshed (listing 16 is for the fair variants)"
-                    .into(),
-            ));
+            return Err(Error::InvalidArgument(format!(
+                "semaphore {:?} is the book's basic semaphore, which cannot be refreshed \
+                 (listing 16 is for the fair variants)",
+                self.name
+            )));
         }
         Counters::bump(&self.stats().refresh_calls);
         let mut conn = self.conn()?;
@@ -920,13 +989,13 @@ impl BookSemaphore {
     fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
         // a try never waits (at most one operation timeout for a connection); the
         // polls of the blocking acquires wait for one as any call does
-        let mut conn = match until {
+        let conn = match until {
             None => self.inner.conn_for_try()?,
             Some(_) => self.inner.conn()?,
         };
         match self
             .inner
-            .attempt(&mut conn, until)
+            .attempt(conn, until)
             .map_err(|e| e.during("acquire"))?
         {
             Some((id, token, stamp)) => Ok(Some(self.permit(id, token, stamp))),
