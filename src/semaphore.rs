@@ -1353,6 +1353,20 @@ impl Semaphore {
             .lease()
             .clamp(Duration::from_millis(250), Duration::from_secs(5));
         loop {
+            // No look goes out once the deadline has passed: a look that came back
+            // after it (the one in flight at the deadline) is followed by the cancel,
+            // never by another look with an operation timeout of its own, whatever woke
+            // the waiter (a lost heartbeat, "look again", a grant message to check),
+            // which the `select!` below may pick over the expired timer. (A waiter none
+            // of whose looks was answered has sent none: the loop comes back here only
+            // after an answer. Nothing of it is queued, and there is nothing to cancel.)
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if !waiter.answered {
+                    waiter.finish();
+                    return Ok(None);
+                }
+                return self.give_up(waiter, true, deadline);
+            }
             let retry_after = match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
                 Attempt::Granted(p) => {
                     waiter.finish();

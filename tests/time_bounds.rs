@@ -1324,3 +1324,71 @@ fn calls_on_another_semaphore_do_not_wait_for_a_held_call_s_connection() {
     );
     proxy.delay_sent(b"held-a", Duration::ZERO);
 }
+
+/// A leased `acquire_timeout` is bounded by its timeout and one operation timeout (the
+/// look in flight at the deadline). A look that came back after the deadline was
+/// followed by another one, sent after the deadline with a whole operation timeout of
+/// its own, whenever a wake-up was ready beside the expired timer: the waiter's
+/// `select!` picked one of them at random, and took a lost heartbeat (or a "look
+/// again", or a grant message to check) as a reason to look again without asking
+/// whether its time was up. Here every script call reaches the server 3 s late: the
+/// listener's reconnection tells the eight waiters to look again 0.3 s before their
+/// deadline, their heartbeats are found lost while those looks hang, and each waiter
+/// that then looked again returned about 5.7 s after its deadline, against a bound of
+/// 4 s (each waiter had an even chance of that second look: with eight, about one
+/// run in 256 passed). No look is sent after the deadline
+/// now: the wait leaves the queue instead.
+#[test]
+fn a_queued_acquire_timeout_sends_no_look_after_its_deadline() {
+    const OP: Duration = Duration::from_secs(4);
+    const TIMEOUT: Duration = Duration::from_millis(1500);
+    const SLOW: Duration = Duration::from_secs(3);
+    const WAITERS: usize = 8;
+    let (server, proxy, client) = proxied(OP);
+    let direct = Client::open(server.url()).unwrap();
+    let watch = direct.semaphore("leased-late-look", 1).unwrap();
+    let held = watch.acquire().unwrap();
+    let sem = client.semaphore("leased-late-look", 1).unwrap();
+    // a first wait that gives up loads the scripts (the cancel's too) and starts the
+    // client's listener
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(10))
+            .unwrap()
+            .is_none()
+    );
+    let start = Instant::now();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let sem = sem.clone();
+            thread::spawn(move || timed(|| sem.acquire_timeout(TIMEOUT).map(|p| p.is_some())))
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "the waiters queue", || {
+        watch.queue_len().unwrap() == WAITERS as u32
+    });
+    let arm_at = start + TIMEOUT - Duration::from_millis(300);
+    assert!(
+        Instant::now() < arm_at,
+        "the scenario needs the waiters queued before their last look"
+    );
+    // The scenario's timing, not a wait for a condition: the last looks start 0.3 s
+    // before the deadline, so that they are in flight at it.
+    thread::sleep(arm_at.saturating_duration_since(Instant::now()));
+    // every script call through the proxy reaches the server 3 s late (after the
+    // deadline, within the operation timeout): the looks answer "not yet", late
+    proxy.delay_sent(b"EVALSHA", SLOW);
+    // the listener's connection dropped: once subscribed again it tells every waiter
+    // to look again
+    let mut admin = server.conn();
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .exec(&mut admin)
+        .unwrap();
+    for w in waiters {
+        let (r, took) = w.join().unwrap();
+        assert_gave_up_in_time(&r, took, TIMEOUT, OP);
+    }
+    drop(held);
+}
