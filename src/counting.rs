@@ -68,11 +68,14 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 /// do expire.) An evicting `maxmemory-policy` that removes it resets the semaphore to
 /// unset, that is to 0 permits.
 ///
-/// **An acquire that fails with a timeout is in doubt.** The script may have run and
-/// taken the permits although the reply was lost ([`Error::is_timeout`]); without an
-/// owner the library cannot tell, and it does not give them back. So is a release or
-/// an `add_permits` that fails with a timeout: repeating it may give twice. A
-/// timed-out call took effect once or not at all, also on Redis Cluster, whose client
+/// **An acquire that fails with a timeout or a dropped connection is in doubt.** The
+/// script may have run and taken the permits although the reply was lost: a timeout
+/// ([`Error::is_timeout`]), or the connection failing while the reply was awaited (an
+/// I/O error such as "unexpected end of file" or a reset, which `is_timeout` does not
+/// report; both are [`Error::is_retryable`]). Without an owner the library cannot
+/// tell, and it does not give them back. So is a release, an `add_permits` or a
+/// `drain_permits` that fails so: repeating it may give (or take) twice. A call in
+/// doubt took effect once or not at all, also on Redis Cluster, whose client
 /// resends a command whose reply is late: there each call that changes the count carries an
 /// operation key (`redsem:{name}:op:<uuid>`, kept for twice the operation timeout
 /// and ten seconds more), and a resent run of it changes nothing.
@@ -284,7 +287,8 @@ impl CountingSemaphore {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for 0; [`Error::WrongType`]; Redis and pool errors.
-    /// A timeout leaves the acquire in doubt (see the type's docs).
+    /// A timeout or a dropped connection leaves the acquire in doubt (see the type's
+    /// docs).
     pub fn try_acquire(&self, permits: u32) -> Result<bool> {
         Error::check_permits(permits)?;
         // never waits: the wait for a connection and the call share one operation
@@ -349,11 +353,13 @@ impl CountingSemaphore {
     /// [`Error::InvalidArgument`] for 0; [`Error::CountOutOfRange`] past
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     ///
-    /// A timeout ([`Error::is_timeout`]) leaves the release in doubt, as an acquire's:
-    /// the script may have run and raised the count although the reply was lost. Do not
-    /// call it again on a timeout (although [`Error::is_retryable`] says a later call
-    /// may succeed): a release repeated after one that took effect gives twice, and
-    /// lets more acquires through than there are permits.
+    /// A timeout ([`Error::is_timeout`]), or a connection that failed while the reply
+    /// was awaited (an I/O error, which `is_timeout` does not report), leaves the
+    /// release in doubt, as an acquire's: the script may have run and raised the count
+    /// although the reply was lost. Do not call it again on such an error (although
+    /// [`Error::is_retryable`] says a later call may succeed): a release repeated after
+    /// one that took effect gives twice, and lets more acquires through than there are
+    /// permits.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
         self.run_once("release", None, |c, k, once| {

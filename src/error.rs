@@ -42,7 +42,8 @@ pub enum Error {
     /// A timed-out command may still have run on the server; the library then gives
     /// back whatever it may have been granted to a [`Permit`](crate::Permit). (A
     /// [`CountingSemaphore`](crate::CountingSemaphore) acquire or release has no owner
-    /// to check: a timeout leaves it in doubt, as its docs say.)
+    /// to check: a timeout, or a connection that failed while the reply was awaited,
+    /// leaves it in doubt, as its docs say.)
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 

@@ -1760,6 +1760,100 @@ fn a_batch_on_a_slot_being_migrated_away_does_not_fail_after_its_writes() {
     }
 }
 
+/// Sixth session, counting semaphore: the cancel script (a waiter that gives up) carries
+/// no operation key, so on a slot open for migration with its keys still on the node it
+/// runs there. It used to fail after its first write: the leaving waiter, the last one
+/// queued, took the waiter keys with it (ZREM of a key's last member deletes the key),
+/// or the purge of dead waiters did, and the wake-up pass then read a key the node no
+/// longer held ("non local key"): the waiter had left, yet `acquire_timeout` failed
+/// (and a drop logged a warning). So did a cancel that first deleted a waiter key of
+/// another type, then took the waiter out of it. Now the pass reads everything first
+/// and removes the leaving and dead waiters last, one command per key, and touches no
+/// key the script deleted.
+#[test]
+fn a_counting_cancel_on_a_slot_being_migrated_away_does_not_fail_after_its_writes() {
+    let cluster = RedisCluster::start();
+    let script = |file: &str| {
+        let body = match file {
+            "acquire" => include_str!("../src/scripts/counting_acquire.lua"),
+            _ => include_str!("../src/scripts/counting_cancel.lua"),
+        };
+        redis::Script::new(&format!(
+            "{}{}{}",
+            include_str!("../src/scripts/once.lua"),
+            include_str!("../src/scripts/counting_common.lua"),
+            body
+        ))
+    };
+    let (acquire, cancel) = (script("acquire"), script("cancel"));
+    // (1) the leaving waiter is the last one queued; (2) it has left already (its
+    // entry lapsed), and the only one queued is dead; (3) as (1), with a queue key of
+    // another type
+    for (name, leaving_queued, wrong_type) in [
+        ("mig-cancel-last", true, false),
+        ("mig-cancel-dead", false, false),
+        ("mig-cancel-wrong", true, true),
+    ] {
+        let mig = Migration::of(&cluster, name);
+        let mut conn = cluster.nodes[mig.src].conn();
+        let key = |k: &str| format!("redsem:{{{name}}}:{k}");
+        let run = |conn: &mut redis::Connection, script: &redis::Script, args: &[&str]| {
+            let mut inv = script.prepare_invoke();
+            for k in ["count", "cq", "ch", "cw"] {
+                inv.key(key(k));
+            }
+            for a in args {
+                inv.arg(*a);
+            }
+            inv.invoke::<redis::Value>(conn)
+        };
+        // one permit free, and a waiter for two
+        redis::cmd("SET")
+            .arg(key("count"))
+            .arg(1)
+            .exec(&mut conn)
+            .unwrap();
+        let who = if leaving_queued { "me" } else { "dead" };
+        run(
+            &mut conn,
+            &acquire,
+            &["2", "w", who, "redsem:c:none", "60000", "1000"],
+        )
+        .unwrap();
+        if !leaving_queued {
+            // its heartbeat long passed
+            redis::cmd("ZADD")
+                .arg(key("ch"))
+                .arg(1)
+                .arg(who)
+                .exec(&mut conn)
+                .unwrap();
+        }
+        if wrong_type {
+            redis::pipe()
+                .del(key("cq"))
+                .set(key("cq"), "x")
+                .exec(&mut conn)
+                .unwrap();
+        }
+
+        mig.open(&cluster);
+        let r = run(&mut conn, &cancel, &["me"]);
+        mig.call_off(&cluster);
+
+        r.unwrap_or_else(|e| panic!("{name}: the cancel failed: {e}"));
+        for k in ["cq", "ch", "cw"] {
+            let exists: bool = redis::cmd("EXISTS").arg(key(k)).query(&mut conn).unwrap();
+            assert!(!exists, "{name}: {k} is left");
+        }
+        let count: String = redis::cmd("GET")
+            .arg(key("count"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(count, "1", "{name}");
+    }
+}
+
 /// Slot migration review (2026-11-27, fifth session, TRYAGAIN paths): while a
 /// semaphore's slot is open for migration with its keys not moved yet, the node
 /// answers TRYAGAIN (the cluster's own, for a call naming a key it holds and one it does

@@ -1181,3 +1181,41 @@ fn a_timeout_names_the_operation_and_the_semaphore() {
         support::assert_timeout(op(), what, "named");
     }
 }
+
+/// Review (sixth session), pinned: a release whose connection fails while its reply is
+/// awaited may have run, as a timed-out one may; the error is then no timeout
+/// (`is_timeout()` is false) and says retryable, and the docs used to call only a
+/// timeout in doubt, so a caller who followed them released twice. The docs now say a
+/// dropped connection leaves the call in doubt too; this pins what they describe.
+#[test]
+fn a_release_whose_connection_drops_before_its_reply_ran_and_is_no_timeout() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(10))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client.counting_semaphore("dropped").unwrap();
+    assert!(sem.try_set_permits(0).unwrap());
+    // the reply held back (a slow network) far longer than the test needs to see the
+    // release run and reset the connection
+    proxy.delay_replies(Duration::from_secs(4));
+    let releasing = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.release(1))
+    };
+    let mut conn = server.conn();
+    wait_until(WAIT, "the release ran on the server", || {
+        let count: Option<String> = redis::cmd("GET")
+            .arg("redsem:{dropped}:count")
+            .query(&mut conn)
+            .unwrap();
+        count.as_deref() == Some("1")
+    });
+    proxy.reset();
+    let err = releasing.join().unwrap().unwrap_err();
+    assert!(!err.is_timeout(), "{err}");
+    assert!(err.is_retryable(), "{err}");
+    proxy.delay_replies(Duration::ZERO);
+    assert_eq!(sem.balance().unwrap(), Some(1), "the release took effect");
+}

@@ -50,7 +50,8 @@
 --     script reads the count before it writes;
 --   - a waiter key of another type: fix_waiter_keys() deletes it before anything else
 --     (the waiter keys hold only wake-up hints, so no permit is lost; waiters put
---     themselves back at their next look);
+--     themselves back at their next look), and wake() touches none of the keys it
+--     deleted again (a node of a slot open for migration would refuse that, below);
 --   - a change out of range: check_range() fails before the write;
 --   - out of memory: Redis refuses only a script's first write;
 --   - PUBLISH refused by ACL: sent with redis.pcall, its error ignored (a waiter also
@@ -63,8 +64,16 @@
 --   - ZMSCORE in wake(), after the count was written: HB is a zset or absent
 --     (fix_waiter_keys() ran first), and the command exists on every supported
 --     server (Redis 6.2+, as the README says).
+--   - a waiter key this script deleted (ZREM of its last member), read again: on a
+--     Redis Cluster slot open for migration the node refuses a command on a key it
+--     does not hold ("non local key"), one the script itself deleted too. A script
+--     that changes the count names its operation key, which never exists before its
+--     first run, so the node refuses that script before it runs (TRYAGAIN); the
+--     cancel names none and runs, and wake() reads every waiter key before it removes
+--     anything, and removes with one command per key, last.
 -- Work per call is bounded: a wake-up pass looks at SCAN waiters (and drops the dead
--- among them), a purge at 256.
+-- among them), past at most 257 it drops anyway (256 dead, the leaving one); a purge
+-- at 256.
 
 local C, Q, HB, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -116,6 +125,9 @@ end
 -- A waiter key of another type is deleted before anything else is written; the count
 -- is read first, so a bad count fails the script before that write. Each body calls
 -- it once its arguments are checked (a bad argument then fails before this DEL).
+-- The keys it deleted are in `deleted`: wake() touches none of them again (see the
+-- failure points).
+local deleted = {}
 local function fix_waiter_keys()
     local bad = {}
     for _, kt in ipairs({{Q, 'zset'}, {HB, 'zset'}, {W, 'hash'}}) do
@@ -125,6 +137,7 @@ local function fix_waiter_keys()
     if #bad > 0 then
         count()
         redis.call('DEL', unpack(bad))
+        for _, k in ipairs(bad) do deleted[k] = true end
     end
 end
 
@@ -156,39 +169,67 @@ end
 -- C5: with `budget` permits free, tells the queued waiters to look again, in arrival
 -- order, each one whose request still fits in what the earlier ones would take
 -- (first fit: a large request at the head does not hold back smaller ones behind it;
--- the semaphore is not fair). Returns how many were told.
--- purge() drops at most 256 dead waiters, those whose heartbeats passed first, so
--- more dead ones may still stand at the head of the queue: each waiter looked at is
--- checked against its own heartbeat, and a dead one is dropped here instead of being
--- told (a message to a dead waiter would use up the budget of a live one behind it,
--- which would then wait for its re-check timer).
-local function wake(budget)
-    if budget <= 0 then return 0 end
-    purge()
-    local ids = redis.call('ZRANGE', Q, 0, SCAN - 1)
-    if #ids == 0 then return 0 end
-    local recs = redis.call('HMGET', W, unpack(ids))
-    local beats = redis.call('ZMSCORE', HB, unpack(ids))
-    local told, dead = 0, {}
-    for k = 1, #ids do
-        local rec = recs[k]
-        if not beats[k] or tonumber(beats[k]) <= now then
-            dead[#dead + 1] = ids[k]
-        elseif rec then
-            local n, chan = string.match(rec, '^(%d+)|(.*)$')
-            n = tonumber(n)
-            if n and n <= budget and chan ~= '' then
-                redis.pcall('PUBLISH', chan, 'L ' .. ids[k])
-                budget = budget - n
-                told = told + 1
-                if budget <= 0 then break end
+-- the semaphore is not fair), and takes waiter `leaving` (if any: the cancel's) out of
+-- the queue whatever the budget. Returns how many were told.
+-- The dead waiters are dropped (the 256 whose heartbeats passed first, as purge()
+-- takes them), and more dead ones may still stand at the head of the queue: each
+-- waiter looked at is checked against its own heartbeat, and a dead one is dropped
+-- here instead of being told (a message to a dead waiter would use up the budget of
+-- a live one behind it, which would then wait for its re-check timer).
+-- Reads first, removals last, one command per waiter key: ZREM of a key's last member
+-- deletes the key, and on a Redis Cluster slot open for migration the node refuses a
+-- command on a key it does not hold ("non local key"), one this script deleted too.
+-- The cancel, which carries no operation key, runs on such a node while its keys are
+-- still there; it used to read a waiter key its own removals had deleted, and fail
+-- after them.
+local function wake(budget, leaving)
+    local told, gone, skip = 0, {}, {}
+    if leaving then
+        gone[1] = leaving
+        skip[leaving] = true
+    end
+    if budget > 0 then
+        local dead = {}
+        if not deleted[HB] then
+            dead = redis.call('ZRANGEBYSCORE', HB, '-inf', now, 'LIMIT', 0, 256)
+        end
+        for _, d in ipairs(dead) do
+            if not skip[d] then
+                skip[d] = true
+                gone[#gone + 1] = d
+            end
+        end
+        -- the first SCAN queued that are neither dead nor leaving
+        local ids, queued = {}, {}
+        if not deleted[Q] then queued = redis.call('ZRANGE', Q, 0, SCAN + #gone - 1) end
+        for _, q in ipairs(queued) do
+            if not skip[q] and #ids < SCAN then ids[#ids + 1] = q end
+        end
+        if #ids > 0 then
+            local recs, beats = {}, {}
+            if not deleted[W] then recs = redis.call('HMGET', W, unpack(ids)) end
+            if not deleted[HB] then beats = redis.call('ZMSCORE', HB, unpack(ids)) end
+            for k = 1, #ids do
+                local rec = recs[k]
+                if not beats[k] or tonumber(beats[k]) <= now then
+                    gone[#gone + 1] = ids[k]
+                elseif rec and budget > 0 then
+                    local n, chan = string.match(rec, '^(%d+)|(.*)$')
+                    n = tonumber(n)
+                    if n and n <= budget and chan ~= '' then
+                        redis.pcall('PUBLISH', chan, 'L ' .. ids[k])
+                        budget = budget - n
+                        told = told + 1
+                    end
+                end
             end
         end
     end
-    if #dead > 0 then
-        redis.call('ZREM', Q, unpack(dead))
-        redis.call('ZREM', HB, unpack(dead))
-        redis.call('HDEL', W, unpack(dead))
+    if #gone > 0 then
+        for _, k in ipairs({Q, HB}) do
+            if not deleted[k] then redis.call('ZREM', k, unpack(gone)) end
+        end
+        if not deleted[W] then redis.call('HDEL', W, unpack(gone)) end
     end
     return told
 end
