@@ -1061,6 +1061,21 @@ pub(crate) fn connect_error_at(
             message: format!("{text}{hint}{lone}{close}"),
         };
     }
+    if e.kind() == redis::ErrorKind::InvalidClientConfig
+        && text.contains(crate::node::NOT_A_CLUSTER)
+    {
+        // (a seed of a redis+cluster:// URL without cluster mode, see `NodeConn`)
+        let said = e.detail().unwrap_or(&text);
+        let scheme = if tls { "rediss" } else { "redis" };
+        return Error::Connect {
+            addr: addr.to_owned(),
+            message: format!(
+                "{NOT_A_CLUSTER_SEED}: {said} (a {scheme}+cluster:// URL names the nodes of a \
+                 Redis Cluster: use {scheme}:// for a single server, {scheme}+sentinel:// for \
+                 a Sentinel service)"
+            ),
+        };
+    }
     if refused_database(e) {
         // what the server said, without the client library's wording around it (a
         // Sentinel target's detail is its report of the primary it tried)
@@ -1077,6 +1092,7 @@ pub(crate) fn connect_error_at(
         };
     }
     let lower = text.to_ascii_lowercase();
+    let timed_out = e.is_timeout() || every_seed_timed_out(&lower);
     let not_sentinels = not_sentinels(&text);
     let message = if !not_sentinels.is_empty() {
         // (first: the rest of a Sentinel target's report, another sentinel refused or
@@ -1112,9 +1128,14 @@ pub(crate) fn connect_error_at(
         .any(|w| lower.contains(w))
         {
             format!("{TLS_HANDSHAKE_FAILED}: {text}")
-        } else if e.is_timeout() {
+        } else if timed_out {
+            let plain = if addr.starts_with("cluster ") {
+                "redis+cluster://"
+            } else {
+                "redis://"
+            };
             format!(
-                "{NO_TLS_HANDSHAKE} (is this a plaintext port? use redis:// for a server \
+                "{NO_TLS_HANDSHAKE} (is this a plaintext port? use {plain} for a server \
                  without TLS): {text}"
             )
         } else if closed_by_server(e, &lower) {
@@ -1132,7 +1153,7 @@ pub(crate) fn connect_error_at(
         }
     } else if e.is_connection_refusal() || lower.contains("refused") {
         text
-    } else if e.is_timeout() {
+    } else if timed_out {
         format!("{NO_ANSWER}: {text}")
     } else if closed_by_server(e, &lower) {
         format!(
@@ -1190,6 +1211,32 @@ fn not_sentinels(text: &str) -> Vec<String> {
     found
 }
 
+/// Whether the lower-cased text of a connect error of redis-rs's cluster client says
+/// that every seed timed out. It folds the seeds' errors into one I/O error of its own
+/// ("Failed to connect to each cluster node (h1:p1: ERROR; h2:p2: ERROR)"), for which
+/// `is_timeout` is false and `is_connection_dropped` true: a seed that never answered
+/// (a hung server, or a TLS hello sent to a plaintext port) read as a closed
+/// connection.
+fn every_seed_timed_out(lower: &str) -> bool {
+    const EACH: &str = "failed to connect to each cluster node (";
+    let Some(at) = lower.find(EACH) else {
+        return false;
+    };
+    let list = &lower[at + EACH.len()..];
+    let list = list.strip_suffix(')').unwrap_or(list);
+    list.split("; ").all(|seed| {
+        [
+            // (WouldBlock and TimedOut as Linux words them, and the one of `NodeConn`)
+            "resource temporarily unavailable",
+            "timed out",
+            "would block",
+            "time was up",
+        ]
+        .iter()
+        .any(|w| seed.contains(w))
+    })
+}
+
 /// Whether the lower-cased text of a connect error says a host name did not resolve.
 fn is_unknown_host(lower: &str) -> bool {
     [
@@ -1208,6 +1255,9 @@ fn is_unknown_host(lower: &str) -> bool {
 /// (the pool's, `Manager::stalled_within`). [`is_connect_timeout`] reads them.
 const NO_ANSWER: &str = "no answer within the connect timeout";
 const NO_TLS_HANDSHAKE: &str = "no TLS handshake within the connect timeout";
+/// How the message of an [`Error::Connect`] for a `redis+cluster://` seed without cluster
+/// mode starts: a configuration error, not retryable.
+const NOT_A_CLUSTER_SEED: &str = "a seed of the URL is not a Redis Cluster node";
 pub(crate) const NO_CONNECTION: &str = "no connection was made within";
 
 /// Whether an [`Error::Connect`]'s message says a connect timed out (see [`NO_ANSWER`]).
@@ -1260,7 +1310,7 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
 pub(crate) fn is_config_error(e: &Error) -> bool {
     match e {
         Error::Auth { .. } => true,
-        Error::Connect { message, .. } => [TLS_HANDSHAKE_FAILED, DB_REFUSED]
+        Error::Connect { message, .. } => [TLS_HANDSHAKE_FAILED, DB_REFUSED, NOT_A_CLUSTER_SEED]
             .iter()
             .any(|p| message.starts_with(p)),
         _ => false,

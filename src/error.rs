@@ -87,8 +87,10 @@ pub enum Error {
     /// handshake failed (a TLS URL against a plaintext port or the reverse, an unknown
     /// certificate authority, a missing client certificate), or the server refused the
     /// URL's database index (`SELECT` answered an error: an index past the server's
-    /// `databases`, any index but 0 on a cluster node). A refused handshake over
-    /// certificates and a refused database are configuration mistakes: not
+    /// `databases`, any index but 0 on a cluster node), or a seed of a
+    /// `redis+cluster://` URL is a server without cluster mode. A refused handshake over
+    /// certificates, a refused database and a seed without cluster mode are
+    /// configuration mistakes: not
     /// [retryable](Error::is_retryable), and a call fails with them at once. (A
     /// certificate file that cannot be read is [`Error::InvalidArgument`], from
     /// [`ClientBuilder::build`](crate::ClientBuilder::build).)
@@ -399,7 +401,8 @@ impl Error {
     /// client ran out of redirections) and `NOREPLICAS` (`min-replicas-to-write` not met
     /// while replicas reconnect). Not retryable: bad arguments, refused credentials
     /// ([`Error::Auth`]), a TLS handshake refused over certificates, a database index
-    /// the server refused (both [`Error::Connect`]), wrong types, malformed replies,
+    /// the server refused, a cluster seed without cluster mode (all three
+    /// [`Error::Connect`]), wrong types, malformed replies,
     /// lost or expired permits.
     pub fn is_retryable(&self) -> bool {
         match self {

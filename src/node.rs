@@ -24,6 +24,27 @@ use crate::clock::{CallEnd, IoTimeouts, socket_timeout};
 /// The least share of a connect's timeout: a socket timeout cannot be zero.
 const MIN_SHARE: Duration = Duration::from_millis(1);
 
+/// What a server without cluster mode answers `CLUSTER SLOTS` with (Redis and Valkey:
+/// "ERR This instance has cluster support disabled").
+const CLUSTER_DISABLED: &str = "cluster support disabled";
+
+/// The description of the connect error of a seed that is not a cluster node: how
+/// [`crate::connect::connect_error_at`] knows it.
+pub(crate) const NOT_A_CLUSTER: &str = "not a Redis Cluster node";
+
+/// Whether `cmd` is `CLUSTER SLOTS`, the command redis-rs reads the slot map with.
+fn is_slots_command(cmd: &redis::Cmd) -> bool {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(bytes) => bytes,
+        _ => b"",
+    });
+    args.next()
+        .is_some_and(|a| a.eq_ignore_ascii_case(b"CLUSTER"))
+        && args
+            .next()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"SLOTS"))
+}
+
 /// How many replies redis-rs reads when it sets up a connection with `settings`
 /// (without `CLIENT SETINFO`): `AUTH` or `HELLO`, and `SELECT`.
 pub(crate) fn setup_replies(settings: &redis::RedisConnectionInfo) -> u32 {
@@ -117,7 +138,25 @@ impl ConnectionLike for NodeConn {
     }
 
     fn req_command(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
-        self.0.req_command(cmd)
+        let reply = self.0.req_command(cmd)?;
+        // redis-rs reads a seed's error reply to `CLUSTER SLOTS` as an empty slot map:
+        // a server without cluster mode then "connected", and every call failed with
+        // "No connections found", naming neither the address nor the cause
+        if let Value::ServerError(e) = &reply
+            && e.details().is_some_and(|d| d.contains(CLUSTER_DISABLED))
+            && is_slots_command(cmd)
+        {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                NOT_A_CLUSTER,
+                format!(
+                    "it answers CLUSTER SLOTS with: {} {}",
+                    e.code(),
+                    e.details().unwrap_or("")
+                ),
+            )));
+        }
+        Ok(reply)
     }
 
     fn get_db(&self) -> i64 {

@@ -386,6 +386,78 @@ fn bad_cluster_urls_are_refused_with_the_password_hidden() {
     }
 }
 
+/// Review (2026-11-27): a `redis+cluster://` URL naming a server without cluster mode
+/// (a common slip: the URL of a single server given the cluster scheme) connected as
+/// if all were well, since redis-rs reads the seed's error reply to `CLUSTER SLOTS` as
+/// an empty slot map; then `ping` failed with `Error::Redis` "No results received for
+/// multi-node operation" and every call with "No connections found", naming neither the
+/// address nor the cause, and said retryable. The seed's refusal is now a connect error
+/// that names the address and the cause, and is not retryable.
+#[test]
+fn a_cluster_url_naming_a_server_without_cluster_mode_says_so_and_names_it() {
+    let server = support::RedisServer::start();
+    let url = format!("redis+cluster://127.0.0.1:{}", server.port());
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_secs(1))
+        .build(url.as_str())
+        .unwrap();
+    let sem = client.semaphore("jobs", 1).unwrap();
+    for err in [client.ping().unwrap_err(), sem.try_acquire().unwrap_err()] {
+        let text = err.to_string();
+        match &err {
+            Error::Connect { addr, message } => {
+                assert_eq!(addr, &format!("cluster 127.0.0.1:{}", server.port()));
+                assert!(message.contains("not a Redis Cluster node"), "{message}");
+                assert!(message.contains("redis://"), "{message}");
+            }
+            other => panic!("expected Error::Connect, got {other:?}"),
+        }
+        assert!(!err.is_retryable(), "{text}");
+    }
+    // a blocking acquire does not wait through it either: it is no outage
+    let started = Instant::now();
+    assert!(matches!(
+        sem.acquire_timeout(Duration::from_secs(5)),
+        Err(Error::Connect { .. })
+    ));
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+/// Review (2026-11-27): a cluster seed that accepts connections and never answers (a
+/// hung server, or a `rediss+cluster://` URL against a plaintext port, which waits for
+/// a line the TLS hello never ends) was reported as "the server closed the connection
+/// during the handshake" (asking whether it was a TLS port, or over TLS for a client
+/// certificate), and `is_timeout()` was false: redis-rs reports its seeds' connect
+/// errors in one I/O error of its own, whose text alone says they timed out. It is
+/// now "no answer within the connect timeout" ("no TLS handshake" over TLS), as for a
+/// single server.
+#[test]
+fn a_cluster_seed_that_never_answers_is_a_connect_timeout() {
+    let server = support::RedisServer::start();
+    let port = server.port();
+    let _hung = server.pause();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_millis(800))
+        .build(format!("redis+cluster://127.0.0.1:{port}"))
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    let text = err.to_string();
+    match &err {
+        Error::Connect { addr, message } => {
+            assert_eq!(addr, &format!("cluster 127.0.0.1:{port}"));
+            assert!(
+                message.starts_with("no answer within the connect timeout"),
+                "{message}"
+            );
+            assert!(!message.contains("closed the connection"), "{message}");
+        }
+        other => panic!("expected Error::Connect, got {other:?}"),
+    }
+    assert!(err.is_timeout() && err.is_retryable(), "{text}");
+}
+
 /// The clock anchor of a semaphore on a cluster comes from the node that holds it
 /// (`TIME` in a script on its key, not a bare `TIME` that goes to any node), and the
 /// handles of one client share it: a second handle's first call reads no `TIME` of its

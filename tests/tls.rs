@@ -118,6 +118,30 @@ fn a_tls_url_against_a_plaintext_port_names_tls_and_the_address() {
     assert!(text.contains(&addr), "{text}");
 }
 
+/// Review (2026-11-27): the same mistake with a `rediss+cluster://` URL read "the
+/// server closed the connection during or right after the handshake (if it requires a
+/// client certificate, give one...)", sending the user after certificates, and
+/// `is_timeout()` was false: redis-rs folds its seeds' connect errors into one I/O
+/// error whose text alone says they timed out.
+#[test]
+fn a_tls_cluster_url_against_a_plaintext_port_says_no_tls_handshake() {
+    let server = TlsServer::start("no");
+    let plain = server.server.port();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .checkout_timeout(Duration::from_millis(800))
+        .tls_ca_file(&TlsCerts::get().ca)
+        .build(format!("rediss+cluster://localhost:{plain}"))
+        .unwrap();
+    let err = client.ping().unwrap_err();
+    assert!(err.is_timeout() && err.is_retryable(), "{err:?}");
+    let (addr, message) = connect_error(err);
+    assert_eq!(addr, format!("cluster localhost:{plain}"));
+    assert!(message.contains("no TLS handshake"), "{message}");
+    assert!(message.contains("use redis+cluster://"), "{message}");
+    assert!(!message.contains("client certificate"), "{message}");
+}
+
 #[test]
 fn a_plaintext_url_against_a_tls_port_names_tls_and_the_address() {
     let server = TlsServer::start("no");
