@@ -283,8 +283,8 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
                 }));
             }
             Err(e) => log::warn!(
-                "redis-semaphore: could not give back permit {} after a failed acquire \
-                 ({}): {e}",
+                "redis-semaphore: gave up giving back {} (owed after a failed acquire or \
+                 release; {}): {e}",
                 c.id,
                 c.given_up()
             ),
@@ -398,8 +398,8 @@ fn give_back_owed(shared: &Arc<Shared>) {
                             }
                         }
                         Err(e) => log::warn!(
-                            "redis-semaphore: could not give back permit {} after a failed \
-                             acquire ({}): {e}",
+                            "redis-semaphore: gave up giving back {} (owed after a failed \
+                             acquire or release; {}): {e}",
                             c.id,
                             c.given_up()
                         ),

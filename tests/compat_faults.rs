@@ -186,3 +186,38 @@ fn a_book_permit_removed_by_another_is_not_reported_released_after_a_kill() {
         drop(other);
     }
 }
+
+/// A permit-expirable permit's release that got no reply in time (a partition, a
+/// server that stopped answering for longer than the operation timeout) was not sent
+/// again: the release failed with a timeout, and a permit without a lease, which
+/// nothing else ever gives back, stayed taken for good (the semaphore one permit
+/// short for ever; with a lease, taken until it ended). The leased semaphore owes such
+/// a release to the client's background thread, which sends it again; a release by
+/// the permit's own id is safe to send any number of times, and now is too.
+#[test]
+fn a_permit_expirable_release_without_a_reply_in_time_is_sent_again_in_the_background() {
+    const OP: std::time::Duration = std::time::Duration::from_millis(300);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut admin = server.conn();
+    let pes = client.redisson_permit_expirable_semaphore("pt");
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes.try_acquire(None).unwrap().expect("a permit");
+    proxy.cut();
+    let r = permit.release();
+    assert!(
+        r.as_ref().is_err_and(redis_semaphore::Error::is_timeout),
+        "{r:?}"
+    );
+    assert_eq!(
+        zcard(&mut admin, "{pt}:timeout"),
+        1,
+        "the release did not reach the server"
+    );
+    proxy.heal();
+    support::wait_until(
+        std::time::Duration::from_secs(10),
+        "the permit is given back",
+        || zcard(&mut admin, "{pt}:timeout") == 0,
+    );
+    assert_eq!(get(&mut admin, "pt").as_deref(), Some("1"));
+}

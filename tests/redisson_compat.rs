@@ -398,6 +398,27 @@ fn permit_expirable_accepts_pre_3_17_hex_members_on_release_when_asked() {
     assert_eq!(sem.available_permits().unwrap(), 2);
 }
 
+/// A pre-3.17 member is the id as Redisson printed it, lowercase hex; the id a
+/// release takes may be in either case (the 3.17 raw form is found from either), but
+/// the hex member was looked up with the id exactly as given: an uppercase id (as a
+/// log or a user's tool may show it) did not release a pre-3.17 permit, which stayed
+/// held (`PermitLost`, and without a lease for good).
+#[test]
+fn permit_expirable_releases_a_pre_3_17_hex_member_given_its_id_in_upper_case() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client).with_hex_id_release(true);
+    let mut py = Py::repl(&server.url());
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(2).unwrap());
+    let old = py.ids("pes-try-legacy 1 60000").unwrap()[0].clone();
+    assert_eq!(members(&mut conn), vec![old.as_bytes().to_vec()]);
+    let r = sem.release(&old.to_uppercase());
+    assert!(r.is_ok(), "{r:?}");
+    assert!(members(&mut conn).is_empty());
+    assert_eq!(sem.available_permits().unwrap(), 2);
+}
+
 #[test]
 fn permit_expirable_a_counter_of_another_type_fails_release_and_reclaim_before_any_write() {
     let server = RedisServer::start();
@@ -1183,5 +1204,45 @@ fn a_silent_wait_does_not_try_again_before_its_time() {
         let tries = evalsha_calls(&mut conn) - base;
         // one try, one after subscribing (the re-check is an hour)
         assert_eq!(tries, 2, "lease score {score:?}: tries in a 500 ms wait");
+    }
+}
+
+/// An expirable permit's deadline in the lease zset is the acquiring client's clock
+/// read in whole milliseconds plus the lease in whole milliseconds (Redisson's
+/// `System.currentTimeMillis() + lease`), and any client on the same clock reclaims
+/// the permit as soon as its own reading reaches that score. The permit counted its
+/// whole lease, sub-millisecond part included, from the moment its call was sent: it
+/// said it was valid (`lease_left() > 0`) for up to two milliseconds after another
+/// client could reclaim it and take its place (two holders of a one-permit
+/// semaphore; DESIGN "Under faults": the client's deadline is never later than the
+/// server's). The book's layouts already count so (`compat::book`, "Lost permits").
+#[test]
+fn a_permit_expirable_permit_is_not_valid_once_a_client_on_its_clock_may_reclaim_it() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = pes(&client);
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(1).unwrap());
+    for _ in 0..5 {
+        let permit = sem
+            .try_acquire(Some(Duration::from_micros(2_999)))
+            .unwrap()
+            .expect("a permit");
+        let score = zscore(&mut conn, &decode(permit.id())).expect("held");
+        // the first moment a client on this clock reclaims it (a condition polled
+        // without pause: the window is a millisecond or two)
+        let start = Instant::now();
+        while now_ms() < score {
+            assert!(start.elapsed() < Duration::from_secs(5), "the clock stands");
+            std::hint::spin_loop();
+        }
+        let left = permit.lease_left();
+        assert_eq!(
+            left,
+            Duration::ZERO,
+            "still valid by {left:?} at the score {score}, when a client on this clock \
+             reclaims it"
+        );
+        drop(permit);
     }
 }

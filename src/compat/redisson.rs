@@ -93,7 +93,11 @@
 //!   (Redisson leaves them taken: without a lease, for good). A request held up on its
 //!   way for longer than that still takes its permits, until their lease ends if any.
 //!   An `RSemaphore` acquire has no ids: a lost reply may have taken permits nobody
-//!   gives back, as in Redisson.
+//!   gives back, as in Redisson. A [`Permit`]'s release that fails in a way worth
+//!   another try (a timeout, a failover: [`Error::is_retryable`]) is owed to the
+//!   client's background thread and sent again (by its id, safe to repeat) until the
+//!   lease has surely ended, or for ten minutes at most without one, as the crate's
+//!   own releases are.
 //!
 //! # Wake-ups
 //!
@@ -1311,11 +1315,19 @@ fn lease_deadline(now_ms: i64, lease: Option<Duration>) -> i64 {
     }
 }
 
-/// The monotonic instant before which a lease sent at `sent` surely still runs.
+/// The monotonic instant before which a lease sent at `sent` surely still runs: its
+/// score is the clock read after `sent` in whole milliseconds (up to one earlier than
+/// the reading) plus the lease in whole milliseconds ([`lease_deadline`]), and a client
+/// on the same clock reclaims it once its own reading reaches the score. So the lease
+/// counts here in whole milliseconds, less the one of the reading's truncation, as the
+/// background renewals count ([`lease_end`](crate::clock::lease_end)).
 fn valid_until(sent: Instant, lease: Option<Duration>) -> Instant {
-    let far = Duration::from_secs(100 * 365 * 24 * 3600);
-    sent.checked_add(lease.unwrap_or(far))
-        .unwrap_or_else(|| sent + Duration::from_secs(365 * 24 * 3600))
+    match lease {
+        Some(l) => crate::clock::lease_end(sent, Duration::from_millis(l.as_millis() as u64)),
+        None => sent
+            .checked_add(Duration::from_secs(100 * 365 * 24 * 3600))
+            .unwrap_or_else(|| sent + Duration::from_secs(365 * 24 * 3600)),
+    }
 }
 
 /// A permit id as Redisson's API shows it: 32 lowercase hex characters.
@@ -1373,7 +1385,9 @@ impl PesInner {
     /// another: the holder is told its work may have overlapped, never the reverse).
     fn release_raw(&self, hex: &str, deadline: Instant) -> Result<PesReleased> {
         let id = decode_id(hex)?;
-        let legacy = self.accept_hex_ids.then_some(hex);
+        // (a pre-3.17 member is the id as Redisson printed it: lowercase hex)
+        let legacy = self.accept_hex_ids.then(|| hex.to_ascii_lowercase());
+        let legacy = legacy.as_deref();
         let publish = self.publish();
         let now = now_ms();
         let once = self.common.once();
@@ -1462,6 +1476,24 @@ impl Grantor for PesGrant {
             Err(e) => {
                 Counters::bump(&stats.release_failed);
                 Counters::bump(&stats.errors);
+                if e.is_retryable()
+                    && let Ok(id) = decode_id(&permit.id)
+                {
+                    // a timeout, a failover, a refused connection: sent again by the
+                    // background thread until the lease has surely ended (without one,
+                    // for at most OWED_FOR), as the leased semaphore's release is; not
+                    // left taken, for good when the permit has no lease. A release by
+                    // the permit's own id is safe to send any number of times.
+                    let owed = OwedPesGiveBack {
+                        keys: self.inner.common.keys.clone(),
+                        publish: self.inner.publish(),
+                        id,
+                        cluster: shared.is_cluster(),
+                    };
+                    let until = deadline_in(self.lease.unwrap_or(OWED_FOR).min(OWED_FOR));
+                    let what = format!("{} of {:?}", permit.id, self.inner.common.name);
+                    self.inner.common.owe_give_back(what, until, Arc::new(owed));
+                }
                 Err(e)
             }
         }
