@@ -87,9 +87,11 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         }
         shared.registry.lock().awake();
         // A panic in code of the user's that a round calls (a logger, a metrics
-        // recorder) ends that round, not the thread: the other permits are renewed as
-        // before, and those the round had taken out end by their deadlines (the
-        // `lease_left` of their holders) or are taken in again at their next event.
+        // recorder) ends the piece of work it was called for (one loss, one release
+        // owed, one batch's renewal: `lose_each`, `clean_up`, the loops of `tick`),
+        // not the round: nothing the round took out of the registry is dropped, and
+        // one that panics at every round keeps nothing else from being done. Here,
+        // what is left (a panic outside those pieces) ends the round, not the thread.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tick(&shared, &asides, &wake)
         }));
@@ -235,9 +237,7 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         registry.take_fresh_deadline();
         (batches, expired, registry.earliest_deadline_after(now))
     };
-    for p in expired {
-        lose(shared, &p, p.expiry_reason());
-    }
+    lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
     let mut cleanups = shared.registry.lock().take_cleanups(now).into_iter();
     while let Some(c) = cleanups.next() {
         if stopping(wake) {
@@ -248,47 +248,11 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
                 .put_back(std::iter::once(c).chain(cleanups));
             return;
         }
-        settle_passed(shared, &mut horizon);
-        // bounded as the renewals below: a hung server must not hold back the losses
-        // due before the next deadline (a clean-up that runs out is tried again)
-        let by = Instant::now() + until_next(shared, horizon);
-        let (end, wait_until) = call_bounds(shared, by);
-        let (keys, id, waiter, custom) = (
-            Arc::clone(&c.keys),
-            c.id.clone(),
-            c.waiter,
-            c.custom.clone(),
-        );
-        let result = call_by(shared, asides, &c.keys.holders, wait_until, move |s| {
-            send_clean_up(s, &keys, &id, waiter, custom.as_deref(), end)
-        });
-        // (a clean-up left running is tried again too: a second release of a permit
-        // already given back changes nothing)
-        let result = match result {
-            Called::Done(result) => result,
-            Called::LeftRunning => Err(late(format!("the give-back of {} goes on aside", c.id))),
-            Called::NotSent(e) => Err(e),
-        };
-        match result {
-            Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
-            Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
-                log::debug!(
-                    "redis-semaphore: clean-up of {} failed, again soon: {e}",
-                    c.id
-                );
-                // (the entry itself goes back: a compat give-back keeps its own call)
-                shared.registry.lock().put_back(std::iter::once(Cleanup {
-                    at: Instant::now() + RETRY_AFTER_FAILURE,
-                    ..c
-                }));
-            }
-            Err(e) => log::warn!(
-                "redis-semaphore: gave up giving back {} (owed after a failed acquire or \
-                 release; {}): {e}",
-                c.id,
-                c.given_up()
-            ),
-        }
+        // (a panic in a record ends this clean-up's handling, not the round: the
+        // clean-ups after it and the renewals are still done, see `run`)
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            clean_up(shared, asides, c, &mut horizon)
+        }));
     }
     if shared.is_cluster() {
         // the semaphores whose last call was slow last: a hung node's do not make those
@@ -304,12 +268,79 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         if stopping(wake) {
             return;
         }
-        settle_passed(shared, &mut horizon);
-        let wait = until_next(shared, horizon);
-        renew(shared, asides, batch, wait);
+        // (a panic in a record ends this batch's renewal, not the round: one that
+        // panics at every round, the warning of a semaphore whose renewal keeps
+        // failing, say, does not keep the batches after it from being renewed)
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            settle_passed(shared, &mut horizon);
+            let wait = until_next(shared, horizon);
+            renew(shared, asides, batch, wait);
+        }));
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
+}
+
+/// Sends one release owed ([`Cleanup`]) that a round took out of the registry, and
+/// owes it again when its send failed and there is time left, before any record (a
+/// logger that panics on the record must not drop it: its permit would stay taken
+/// until its lease ends, an `RSemaphore` give-back's for good).
+fn clean_up(
+    shared: &Arc<Shared>,
+    asides: &SharedAsides,
+    c: Cleanup,
+    horizon: &mut Option<Instant>,
+) {
+    settle_passed(shared, horizon);
+    // bounded as the renewals below: a hung server must not hold back the losses
+    // due before the next deadline (a clean-up that runs out is tried again)
+    let by = Instant::now() + until_next(shared, *horizon);
+    let (end, wait_until) = call_bounds(shared, by);
+    let (keys, id, waiter, custom) = (
+        Arc::clone(&c.keys),
+        c.id.clone(),
+        c.waiter,
+        c.custom.clone(),
+    );
+    let result = call_by(shared, asides, &c.keys.holders, wait_until, move |s| {
+        send_clean_up(s, &keys, &id, waiter, custom.as_deref(), end)
+    });
+    // (a clean-up left running is tried again too: a second release of a permit
+    // already given back changes nothing)
+    let result = match result {
+        Called::Done(result) => result,
+        Called::LeftRunning => Err(late(format!("the give-back of {} goes on aside", c.id))),
+        Called::NotSent(e) => Err(e),
+    };
+    match result {
+        Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
+        Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
+            let id = c.id.clone();
+            // (the entry itself goes back: a compat give-back keeps its own call;
+            // before the record, which must not drop it by panicking)
+            shared.registry.lock().put_back(std::iter::once(Cleanup {
+                at: Instant::now() + RETRY_AFTER_FAILURE,
+                ..c
+            }));
+            log::debug!("redis-semaphore: clean-up of {id} failed, again soon: {e}");
+        }
+        Err(e) => log::warn!(
+            "redis-semaphore: gave up giving back {} (owed after a failed acquire or \
+             release; {}): {e}",
+            c.id,
+            c.given_up()
+        ),
+    }
+}
+
+/// Declares each of `lost` lost ([`lose`]). A logger or metrics recorder that panics
+/// on the record of one loss (`mark_lost` fires its `lost()` before the record) does
+/// not keep the others from being declared: those past their deadline are out of the
+/// registry already, and nothing else would ever fire their `lost()`.
+fn lose_each(shared: &Shared, lost: impl IntoIterator<Item = (LostReason, Arc<PermitState>)>) {
+    for (reason, p) in lost {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lose(shared, &p, reason)));
+    }
 }
 
 /// Sends one clean-up ([`Cleanup`]), all of it ending by `end`: a compat layout's
@@ -439,9 +470,7 @@ fn settle_passed(shared: &Shared, horizon: &mut Option<Instant>) {
         *horizon = registry.earliest_deadline_after(now);
         expired
     };
-    for p in expired {
-        lose(shared, &p, p.expiry_reason());
-    }
+    lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
 }
 
 /// How long a call of the thread may wait on Redis: never past the next deadline
@@ -582,9 +611,10 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
             (lost, true)
         }
     };
-    for (reason, p) in &lost {
-        lose(shared, p, *reason);
-    }
+    lose_each(
+        shared,
+        lost.iter().map(|(reason, p)| (*reason, Arc::clone(p))),
+    );
     let lost: Vec<_> = lost.into_iter().map(|(_, p)| p).collect();
     shared
         .registry
