@@ -415,25 +415,35 @@ fn give_back_owed(shared: &Arc<Shared>) {
                     } else {
                         Err(late(format!("no time left in this pass for {}", c.id)))
                     };
+                    // (the records after the bookkeeping, and a panic in one (a logger
+                    // of the user's) ends the record, not the thread: the releases
+                    // still owed are not dropped)
+                    let record = |f: &dyn Fn()| {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                    };
                     match result {
                         Ok(_) => {}
                         Err(e) if Instant::now() + RETRY_AFTER_FAILURE < stop_at => {
-                            log::debug!(
-                                "redis-semaphore: clean-up of {} failed, again soon: {e}",
-                                c.id
-                            );
+                            let id = c.id.clone();
                             if tried {
                                 failed.push(c)
                             } else {
                                 untried.push(c)
                             }
+                            record(&|| {
+                                log::debug!(
+                                    "redis-semaphore: clean-up of {id} failed, again soon: {e}"
+                                )
+                            });
                         }
-                        Err(e) => log::warn!(
-                            "redis-semaphore: gave up giving back {} (owed after a failed \
-                             acquire or release; {}): {e}",
-                            c.id,
-                            c.given_up()
-                        ),
+                        Err(e) => record(&|| {
+                            log::warn!(
+                                "redis-semaphore: gave up giving back {} (owed after a failed \
+                                 acquire or release; {}): {e}",
+                                c.id,
+                                c.given_up()
+                            )
+                        }),
                     }
                 }
                 untried.append(&mut failed);

@@ -343,32 +343,43 @@ fn an_rsemaphore_give_back_run_after_its_deadline_changes_nothing() {
     let pttl: i64 = redis::cmd("PTTL").arg(&keys[0]).query(&mut conn).unwrap();
     assert!((600_000..=661_000).contains(&pttl), "PTTL {pttl}");
 
-    // runs of the give-back after their deadline: with the applied call's key, and
-    // with a fresh key (a first send held until after its deadline)
-    let fresh = "{rs}:redsem-op:00000000-0000-4000-8000-000000000000".to_owned();
-    for key in [keys[0].clone(), fresh.clone()] {
-        let late: redis::RedisResult<redis::Value> = redis::cmd("EVALSHA")
+    // runs of the give-back after their deadline: with the applied call's key (the
+    // first run's reply, nothing changed), and with a fresh key (a first send held
+    // until after its deadline: refused, nothing written)
+    let late_run = |key: &str| -> redis::RedisResult<Vec<i64>> {
+        redis::cmd("EVALSHA")
             .arg(&rs_release)
             .arg(3)
             .arg("rs")
             .arg("redisson_sc:{rs}")
-            .arg(&key)
+            .arg(key)
             .arg("PUBLISH")
             .arg(1)
             .arg(0)
             .arg(format!("@{}", now_ms - 1))
-            .query(&mut conn);
-        let e = late.expect_err("a run after its deadline is refused");
-        assert!(
-            e.to_string().contains("arrived after its deadline"),
-            "unexpected error: {e}"
-        );
-        assert_eq!(
-            counter(&primary, "rs"),
-            Some(2),
-            "a late run changed the count"
-        );
-    }
+            .query(&mut primary.conn())
+    };
+    assert_eq!(
+        late_run(&keys[0]).unwrap(),
+        vec![1, 2],
+        "the first run's reply"
+    );
+    assert_eq!(
+        counter(&primary, "rs"),
+        Some(2),
+        "a late run changed the count"
+    );
+    let fresh = "{rs}:redsem-op:00000000-0000-4000-8000-000000000000".to_owned();
+    let e = late_run(&fresh).expect_err("a run after its deadline is refused");
+    assert!(
+        e.to_string().contains("arrived after its deadline"),
+        "unexpected error: {e}"
+    );
+    assert_eq!(
+        counter(&primary, "rs"),
+        Some(2),
+        "a late run changed the count"
+    );
     let exists: i64 = redis::cmd("EXISTS").arg(&fresh).query(&mut conn).unwrap();
     assert_eq!(exists, 0, "a refused run wrote its key");
     // the same call before its deadline still finds the key and changes nothing

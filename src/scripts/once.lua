@@ -10,8 +10,8 @@
 -- many keys the script's layout has.
 -- A call this library itself sends again for minutes (a give-back owed to the
 -- background thread) passes instead '@' and a server time D (ms), fixed before its
--- first send: a run after D is refused before any write, and the applying run keeps
--- the key until D and a second. So a send held anywhere (a paused server, a socket
+-- first send: a run after D that finds no key is refused before any write, and the
+-- applying run keeps the key until D and a second. So a send held anywhere (a paused server, a socket
 -- buffer) for however long never finds the key gone and applies a second time.
 -- Errors: a retention that is no integer from 1 (or '@' and no integer from 1), and
 -- a run after its D, are refused by once_done, and the key of another type fails its
@@ -29,18 +29,22 @@ local function once_done(base)
             return nil, redis.error_reply('ERR the operation deadline must be server ms, found '
                 .. string.sub(r, 1, 40))
         end
-        local t = redis.call('TIME')
-        if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(at) then
-            return nil, redis.error_reply('ERR redis-semaphore: the operation arrived after its '
-                .. 'deadline (server ms ' .. at .. '); nothing changed')
-        end
     elseif not string.find(r, '^[1-9]%d*$') or #r > 13 then
         return nil, redis.error_reply('ERR the operation key retention must be integer ms, found '
             .. string.sub(r, 1, 40))
     end
     local v = redis.call('GET', key)
-    if v == false then return nil end
-    return v
+    if v ~= false then return v end
+    -- (a run after its deadline that finds the key still gets the recorded reply: the
+    -- call was applied; one that finds none is refused)
+    if at then
+        local t = redis.call('TIME')
+        if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(at) then
+            return nil, redis.error_reply('ERR redis-semaphore: the operation arrived after its '
+                .. 'deadline (server ms ' .. at .. '); nothing changed')
+        end
+    end
+    return nil
 end
 
 -- Records `text` as this call's reply (with an operation key).
