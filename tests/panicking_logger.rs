@@ -92,6 +92,31 @@ fn install() {
     log::set_max_level(log::LevelFilter::Debug);
 }
 
+/// Deletes the keys of semaphore `name` by hand: its holders' next renewal finds them
+/// gone.
+fn delete_keys(server: &RedisServer, name: &str) {
+    redis::cmd("DEL")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(format!("redsem:{{{name}}}:i"))
+        .arg(format!("redsem:{{{name}}}:s"))
+        .exec(&mut server.conn())
+        .unwrap();
+}
+
+/// Holds the background thread in the record of the loss of permit `id` of semaphore
+/// `name` (its keys deleted) until [`release`] is called with the text returned.
+fn hold_background_thread(server: &RedisServer, name: &str, id: &str) -> String {
+    let hold = format!("permit {id} lost");
+    HOLDS.lock().unwrap().push(hold.clone());
+    delete_keys(server, name);
+    wait_until(
+        Duration::from_secs(5),
+        "the background thread is held",
+        || HELD.lock().unwrap().contains(&hold),
+    );
+    hold
+}
+
 fn holders(server: &RedisServer, name: &str) -> i64 {
     // the holders' zset less its sentinel member '~' (0 once the keys are gone)
     let n: i64 = redis::cmd("ZCARD")
@@ -158,12 +183,7 @@ fn a_logger_that_panics_in_the_background_thread_does_not_stop_the_renewals() {
     TRIGGERS.lock().unwrap().push(trigger.clone());
     // the doomed semaphore's keys deleted by hand: its next renewal finds the permit
     // gone, and the record of its loss makes the logger panic
-    redis::cmd("DEL")
-        .arg("redsem:{pl-doomed}:h")
-        .arg("redsem:{pl-doomed}:i")
-        .arg("redsem:{pl-doomed}:s")
-        .exec(&mut server.conn())
-        .unwrap();
+    delete_keys(&server, "pl-doomed");
     // (the trigger is taken out as the logger panics on it)
     wait_until(Duration::from_secs(5), "the logger panics", || {
         !TRIGGERS.lock().unwrap().contains(&trigger)
@@ -204,19 +224,7 @@ fn a_logger_that_panics_on_one_loss_does_not_keep_the_others_from_being_declared
         .build()
         .unwrap();
     let c = held.try_acquire().unwrap().expect("a permit");
-    let hold = format!("permit {} lost", c.id());
-    HOLDS.lock().unwrap().push(hold.clone());
-    redis::cmd("DEL")
-        .arg("redsem:{pl-held}:h")
-        .arg("redsem:{pl-held}:i")
-        .arg("redsem:{pl-held}:s")
-        .exec(&mut server.conn())
-        .unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the background thread is held",
-        || HELD.lock().unwrap().contains(&hold),
-    );
+    let hold = hold_background_thread(&server, "pl-held", c.id());
     let manual = client
         .semaphore_builder("pl-manual")
         .limit(2)
@@ -282,19 +290,7 @@ fn a_logger_that_panics_on_one_owed_release_does_not_drop_the_others() {
     let p2 = owed.try_acquire().unwrap().expect("a permit");
     let ids = vec![p1.id().to_owned(), p2.id().to_owned()];
     // the background thread held in the record of the loss of `c` (its keys deleted)
-    let hold = format!("permit {} lost", c.id());
-    HOLDS.lock().unwrap().push(hold.clone());
-    redis::cmd("DEL")
-        .arg("redsem:{pl-owed-held}:h")
-        .arg("redsem:{pl-owed-held}:i")
-        .arg("redsem:{pl-owed-held}:s")
-        .exec(&mut server.conn())
-        .unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the background thread is held",
-        || HELD.lock().unwrap().contains(&hold),
-    );
+    let hold = hold_background_thread(&server, "pl-owed-held", c.id());
     // both releases lost in a partition: owed to the background thread
     proxy.cut();
     assert!(p1.release().is_err());
@@ -338,19 +334,7 @@ fn a_logger_that_panics_at_every_round_does_not_stop_the_other_renewals() {
         .build()
         .unwrap();
     let c = held.try_acquire().unwrap().expect("a permit");
-    let hold = format!("permit {} lost", c.id());
-    HOLDS.lock().unwrap().push(hold.clone());
-    redis::cmd("DEL")
-        .arg("redsem:{pl-always-held}:h")
-        .arg("redsem:{pl-always-held}:i")
-        .arg("redsem:{pl-always-held}:s")
-        .exec(&mut server.conn())
-        .unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the background thread is held",
-        || HELD.lock().unwrap().contains(&hold),
-    );
+    let hold = hold_background_thread(&server, "pl-always-held", c.id());
     let mut bad = Vec::new();
     for k in 0..15 {
         let name = format!("pl-always-bad-{k}");
