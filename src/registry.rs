@@ -408,6 +408,17 @@ impl Registry {
         true
     }
 
+    /// The registered permits of grant `id` of semaphore `name` (under any lease of
+    /// it): what [`Semaphore::force_release`](crate::Semaphore::force_release) of this
+    /// client frees under its own `Permit`s.
+    pub(crate) fn permits_of(&self, name: &str, id: &str) -> Vec<Arc<PermitState>> {
+        self.groups
+            .iter()
+            .filter(|(key, _)| &*key.name == name)
+            .filter_map(|(_, g)| g.permits.get(id).cloned())
+            .collect()
+    }
+
     /// Ends the claim [`Registry::claim`] made.
     pub(crate) fn unclaim(&mut self, name: &str, id: &str) {
         self.claims.retain(|(n, i)| !(n == name && i == id));

@@ -1057,7 +1057,9 @@ impl Semaphore {
     /// renewal (within its refresh interval) its `Permit` still says it is valid,
     /// while the freed slot may already be granted to another holder. Fencing (the
     /// new holder's higher [`token`](crate::Permit::token) for that slot) is what
-    /// tells them apart downstream. Use it for a holder known to be gone.
+    /// tells them apart downstream. Use it for a holder known to be gone. A `Permit`
+    /// of this call's own [`Client`] is told at once: it is marked lost
+    /// ([`LostReason::Released`]) before the call is sent.
     ///
     /// # Errors
     ///
@@ -1069,6 +1071,17 @@ impl Semaphore {
             return Err(Error::InvalidArgument(format!(
                 "{id:?} is not a permit id (36 characters of uuid text)"
             )));
+        }
+        // a permit of this client is lost from now on, before its slot can be granted
+        // again: its next renewal would say so only up to a refresh interval later,
+        // while another Permit of this client may already hold the slot (marked before
+        // the call: one that fails may have run)
+        let shared = &self.inner.client.inner.shared;
+        let own = shared.registry.lock().permits_of(&self.inner.name, id);
+        for p in own {
+            if p.mark_lost(LostReason::Released) {
+                Counters::bump(&shared.stats.lost);
+            }
         }
         let mut conn = self.conn()?;
         // keep the keys, so that the holder learns "released", not "keys gone"

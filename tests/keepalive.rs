@@ -119,6 +119,56 @@ fn force_release_by_another_client_fires_lost_within_about_one_tick() {
     }
 }
 
+/// Found by a review (sixth session): a permit force-released by its own client (through
+/// any handle of the semaphore the client made) went on saying it was valid
+/// (`!is_lost()`, `lease_left()` above zero) until its next renewal, up to a refresh
+/// interval later, though the client itself had just freed its slot: the next grant
+/// of that slot, in the same client, made two `Permit`s saying valid on slot 0 of a
+/// semaphore of limit 1. The client knows its permits: `force_release` marks its own
+/// lost (`LostReason::Released`) before the slot is freed.
+#[test]
+fn a_permit_force_released_by_its_own_client_is_lost_before_its_slot_is_granted_again() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    // a tick is 10 s: no renewal tells the permit during the test
+    let mine = sem(&client, "own-forced", 1, 30_000);
+    let operator = sem(&client, "own-forced", 1, 30_000);
+
+    let p = mine.acquire().unwrap();
+    assert!(operator.force_release(p.id()).unwrap());
+    let next = mine.try_acquire().unwrap().expect("the freed slot");
+    assert_eq!(next.slots(), p.slots());
+    assert_held(&next);
+    assert!(next.lease_left() > Duration::ZERO);
+    assert!(
+        p.is_lost() && p.lease_left() == Duration::ZERO,
+        "two valid permits on slot {:?} of a semaphore of limit 1: the force-released one \
+         says lost {:?}, lease left {:?}",
+        p.slots(),
+        p.lost_reason(),
+        p.lease_left()
+    );
+    assert_eq!(p.lost().try_recv(), Ok(LostReason::Released));
+    assert_eq!(client.stats().lost, 1);
+    match p.release() {
+        Err(Error::PermitLost { reason, .. }) => assert_eq!(reason, LostReason::Released),
+        other => panic!("release of a force-released permit gave {other:?}"),
+    }
+    // the same with a permit that is not renewed in the background
+    let manual = manual_sem(&client, "own-forced-manual", 30_000);
+    let q = manual.acquire().unwrap();
+    assert!(manual.force_release(q.id()).unwrap());
+    assert_eq!(q.lost_reason(), Some(LostReason::Released));
+    assert!(matches!(
+        q.refresh(),
+        Err(Error::PermitLost {
+            reason: LostReason::Released,
+            ..
+        })
+    ));
+    next.release().unwrap();
+}
+
 #[test]
 fn a_server_restart_fires_lost_and_the_same_client_serves_again() {
     let mut server = RedisServer::start();
