@@ -758,6 +758,16 @@ impl Conn {
         }
     }
 
+    /// Whether it goes to a Sentinel service's primary since replaced (the pool never
+    /// hands such a connection out; one held across the switch is, until it comes back):
+    /// for a caller that sends many requests on one checkout.
+    pub(crate) fn is_stale(&self) -> bool {
+        match &self.checkout {
+            Checkout::Own(c) => c.is_stale(),
+            Checkout::User(_) => false,
+        }
+    }
+
     /// Notes that this connection's server answered `READONLY`: a Sentinel service's
     /// primary then counts as replaced ([`PrimaryConn::demoted`]). For callers that
     /// read replies on [`plain`](Self::plain) themselves; nothing for other servers.

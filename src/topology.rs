@@ -437,7 +437,8 @@ impl Known {
     /// sentinels, so nobody demoted it). An answer without an epoch (a sentinel
     /// that refuses `SENTINEL MASTER`) is never refused here.
     fn behind(&self, addr: &(String, u16), epoch: Option<u64>) -> Option<u64> {
-        let bar = self.epoch? + u64::from(self.unverified);
+        // (saturating: an odd sentinel may report the highest epoch there is)
+        let bar = self.epoch?.saturating_add(u64::from(self.unverified));
         let epoch = epoch?;
         (self.addr.as_ref() != Some(addr) && epoch < bar).then_some(bar)
     }
@@ -1198,6 +1199,10 @@ mod tests {
         known.unverified = true;
         assert_eq!(known.behind(&o, Some(1)), Some(2));
         assert_eq!(known.behind(&o, Some(2)), None);
+        // the highest epoch there is, and a switch heard: no overflow
+        known.epoch = Some(u64::MAX);
+        assert_eq!(known.behind(&o, Some(0)), Some(u64::MAX));
+        assert_eq!(known.behind(&o, Some(u64::MAX)), None);
         known.epoch = None;
         assert_eq!(known.behind(&o, Some(0)), None, "no epoch known");
     }

@@ -1,5 +1,6 @@
 //! Sentinel: an answer a sentinel gave before a switch must not undo the switch (found
-//! by a review, 2026-11-27).
+//! by a review, 2026-11-27); a switch heard while a call spins on one connection, and
+//! odd epochs, must not keep the client on the old primary (sixth session).
 //!
 //! A scripted sentinel (a few RESP commands on a loopback port, so that the order of
 //! its answers is the test's) in front of two real Redis servers, both answering
@@ -31,6 +32,9 @@ struct State {
     release: bool,
     subscribers: Vec<TcpStream>,
     asks: usize,
+    /// What `SENTINEL MASTER` reports as the service's `config-epoch`, when set (else
+    /// it answers nil: an answer without an epoch).
+    epoch: Option<String>,
 }
 
 #[derive(Clone)]
@@ -133,6 +137,16 @@ impl FakeSentinel {
                     }
                     addr_reply(answer)
                 }
+                "SENTINEL"
+                    if args.len() == 3
+                        && args[1].eq_ignore_ascii_case("MASTER")
+                        && args[2] == SERVICE =>
+                {
+                    match &lock.lock().unwrap().epoch {
+                        Some(e) => format!("*2\r\n{}{}", bulk("config-epoch"), bulk(e)),
+                        None => "*-1\r\n".to_owned(),
+                    }
+                }
                 "SENTINEL" => "*-1\r\n".to_owned(),
                 _ => "-ERR unknown command\r\n".to_owned(),
             };
@@ -144,6 +158,10 @@ impl FakeSentinel {
 
     fn set_answer(&self, port: Option<u16>) {
         self.state.0.lock().unwrap().answer = port;
+    }
+
+    fn set_epoch(&self, epoch: &str) {
+        self.state.0.lock().unwrap().epoch = Some(epoch.to_owned());
     }
 
     fn asks(&self) -> usize {
@@ -245,5 +263,158 @@ fn an_answer_from_before_a_switch_does_not_send_the_client_back_to_the_old_prima
          semaphore: {:?} (first: {})",
         second.as_ref().map(|p| p.id().to_owned()),
         held.id()
+    );
+}
+
+/// How many `SET` commands `server` has run (`INFO commandstats`).
+fn set_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Review (2026-11-27, sixth session): a `FairWithLock` book acquire spins for the
+/// book's lock on the connection it checked out, for up to its lock wait (the book's
+/// own callers wait 10 s). A switch heard during the spin left it spinning on the old
+/// primary: once the lock there was free it took it and was granted a permit on the
+/// old primary, after the client had moved to the new one, where a client following
+/// the sentinels was granted the same permit of a limit-1 semaphore: two holders. The
+/// spin now ends when its connection's primary is replaced, and the next try goes to
+/// the new primary.
+#[test]
+fn a_book_lock_spin_does_not_outlive_a_switch_on_the_old_primary() {
+    use redis_semaphore::BookVariant;
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    sentinel.set_answer(Some(old.port()));
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(url.as_str())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed()
+    });
+    let build = |c: &Client| {
+        c.book_semaphore("bk", 1)
+            .variant(BookVariant::FairWithLock)
+            .lock_wait(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let sem = build(&client);
+    // another process of the old primary's holds the book's lock for now
+    redis::cmd("SET")
+        .arg("lock:bk")
+        .arg("someone")
+        .arg("PX")
+        .arg(60_000)
+        .exec(&mut old.conn())
+        .unwrap();
+    let before = set_calls(&old);
+    let spinning = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.acquire_timeout(Duration::from_secs(30)))
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the acquire spins for the lock",
+        || set_calls(&old) >= before + 3,
+    );
+
+    // the switch, announced; the client follows it (a probe lands on the new primary)
+    sentinel.set_answer(Some(new.port()));
+    sentinel.publish_switch(old.port(), new.port());
+    let probe = client.semaphore("probe", 1).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the client uses the new primary",
+        || {
+            probe.try_acquire().ok().flatten().is_some_and(|held| {
+                let on_new = !keys(&mut new.conn(), "redsem:{probe}:*").is_empty();
+                drop(held);
+                on_new
+            })
+        },
+    );
+    // the lock on the old primary comes free
+    redis::cmd("DEL")
+        .arg("lock:bk")
+        .exec(&mut old.conn())
+        .unwrap();
+    let got = spinning.join().unwrap().unwrap().expect("granted");
+
+    let on_old: u64 = redis::cmd("ZCARD")
+        .arg("bk")
+        .query(&mut old.conn())
+        .unwrap();
+    let other = Client::open(url.as_str()).unwrap();
+    let second = build(&other).try_acquire().unwrap();
+    assert!(
+        on_old == 0 && second.is_none(),
+        "the book acquire was granted on the old primary after the switch ({on_old} \
+         holder(s) there); a client following the sentinels got a second permit of a \
+         limit-1 semaphore: {:?} (first: {})",
+        second.as_ref().map(|p| p.id().to_owned()),
+        got.id()
+    );
+}
+
+/// Review (2026-11-27, sixth session): a sentinel reporting the highest configuration
+/// epoch (`u64::MAX`, an odd answer) and then announcing a switch made the epoch check
+/// add one to it: an overflow, which panicked (debug builds) in the `+switch-master`
+/// watcher, whose thread ended, so the client never heard of a switch again (and
+/// wrapped to 0 in release builds, turning the check off). The bar now saturates.
+#[test]
+fn a_sentinel_reporting_the_highest_epoch_does_not_end_the_watcher() {
+    let a = RedisServer::start();
+    let b = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    sentinel.set_epoch(&u64::MAX.to_string());
+    sentinel.set_answer(Some(a.port()));
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::open(url.as_str()).unwrap();
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed()
+    });
+    // (a probe semaphore of its own per step: keys a probe left on a node say nothing
+    // of the next step)
+    let lands_on = |name: &str, node: &RedisServer| {
+        let probe = client.semaphore(name, 1).unwrap();
+        probe.try_acquire().ok().flatten().is_some_and(|held| {
+            let there = !keys(&mut node.conn(), &format!("redsem:{{{name}}}:*")).is_empty();
+            drop(held);
+            there
+        })
+    };
+    wait_until(Duration::from_secs(10), "the client uses a", || {
+        lands_on("first", &a)
+    });
+    // two switches, a -> b and back: the watcher must hear both
+    sentinel.set_answer(Some(b.port()));
+    sentinel.publish_switch(a.port(), b.port());
+    wait_until(Duration::from_secs(10), "the client uses b", || {
+        lands_on("second", &b)
+    });
+    sentinel.set_answer(Some(a.port()));
+    let published = std::time::Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        "the client follows the switch back to a",
+        || {
+            // (announced again until heard: a watcher that resubscribed after a
+            // failure reads the primary anew, one that died never will)
+            if published.elapsed() > Duration::from_millis(200) {
+                sentinel.publish_switch(b.port(), a.port());
+            }
+            lands_on("third", &a)
+        },
     );
 }

@@ -775,13 +775,21 @@ impl BookInner {
     /// `SET NX PX`, the same key, value and expiry), and, when the lock is taken but
     /// has no expiry (its holder died between the book's two commands, or used the
     /// book's expiry-less `acquire_lock`), give it one. Spins every 1 ms for
-    /// `lock_wait` (or until `until`, if sooner), trying at least once.
+    /// `lock_wait` (or until `until`, if sooner), trying at least once (unless the
+    /// primary its connection goes to was replaced: see the loop).
     fn acquire_lock(&self, conn: &mut BookConn, until: Option<Instant>) -> Result<Option<String>> {
         let lock_id = uuid::Uuid::new_v4().to_string();
         let lock_ms = self.lock_timeout.as_millis() as u64;
         let end = Instant::now() + self.lock_wait;
         let end = until.map_or(end, |d| end.min(d));
         loop {
+            // The primary this connection goes to was replaced (a Sentinel failover
+            // heard while spinning): a lock taken there, and the grant after it, would
+            // be on the old primary, which the client has left. The spin ends; the
+            // next try checks a connection to the new primary out.
+            if conn.conn.is_stale() {
+                return Ok(None);
+            }
             match book::lock_try(conn, &self.keys, &lock_id, lock_ms) {
                 Ok(true) => return Ok(Some(lock_id)),
                 Ok(false) => {}
