@@ -41,7 +41,9 @@
 //!   operation timeout from its start); then, if it is still in the queue, it leaves
 //!   it unsent, so that a server that hangs costs a caller about one timeout, not one
 //!   per call ahead of it. A thread handed the lead after its deadline sends nothing:
-//!   it puts the others back at the head of the queue and passes the turn on.
+//!   it puts the others back at the head of the queue and passes the turn on; those
+//!   whose deadline has passed too leave unsent instead (their callers may already
+//!   be waiting for the call's outcome).
 //! - C5 A release whose deadline passes while another thread's call carries it stops
 //!   waiting for that call (it may still run: a release is safe either way, and the
 //!   permit then ends with its lease), so a release, and so `Drop`, never blocks past
@@ -199,6 +201,8 @@ impl<R> Default for Combiner<R> {
 #[derive(Debug)]
 struct Slot<R> {
     op: Op,
+    /// Its caller's deadline: a late leader does not queue it again past it (C4).
+    deadline: Instant,
     outcome: Mutex<Outcome<R>>,
     ready: Condvar,
 }
@@ -215,6 +219,9 @@ enum Outcome<R> {
     /// A release whose caller left while a call carried it (C5): nobody waits for
     /// it, so it is never handed the lead (C3).
     Left,
+    /// Handed back unsent by a late leader after its caller's deadline (C4): it
+    /// leaves unsent.
+    Expired,
 }
 
 impl<R> Slot<R> {
@@ -248,6 +255,7 @@ impl<R: Reply> Combiner<R> {
             }
             let slot = Arc::new(Slot {
                 op,
+                deadline,
                 outcome: Mutex::new(Outcome::Waiting),
                 ready: Condvar::new(),
             });
@@ -291,6 +299,7 @@ impl<R: Reply> Combiner<R> {
                     }
                 }
                 Outcome::Done(reply) => return reply.map_err(Failed::Call),
+                Outcome::Expired => return Err(Failed::NotSent(queued_at.elapsed())),
                 Outcome::Alone => {
                     drop(outcome);
                     return exec(&[&slot.op])
@@ -435,8 +444,24 @@ impl<R: Reply> Combiner<R> {
         let mut queue = self.queue.lock();
         // a release that left while this lead carried it (C5) has nobody to send it
         // or to lead: it is not queued again (a caller leaves with its outcome
-        // locked, so it has either left by now or will find itself in the queue)
-        others.retain(|s| !matches!(*s.outcome.lock(), Outcome::Left));
+        // locked, so it has either left by now or will find itself in the queue);
+        // nor is an operation whose deadline has passed: it leaves unsent (C4). Its
+        // caller may have looked for it in the queue already, under this lock, found
+        // it carried and waited for the call's outcome (a try); queued again, it
+        // would wait past its deadline for whichever call passes it the lead next.
+        let now = Instant::now();
+        others.retain(|s| {
+            let mut outcome = s.outcome.lock();
+            if matches!(*outcome, Outcome::Left) {
+                return false;
+            }
+            if now >= s.deadline {
+                *outcome = Outcome::Expired;
+                s.ready.notify_one();
+                return false;
+            }
+            true
+        });
         queue.splice(0..0, others);
         self.pass_turn(queue);
     }
@@ -962,6 +987,80 @@ mod tests {
                 std::thread::yield_now();
             }
             assert!(c.queue.lock().is_empty());
+        }
+    }
+
+    /// C4: a try-acquire whose deadline passes while a late leader holds the call
+    /// that carries it (the lead was handed to that leader after its own deadline)
+    /// finds itself in no queue and waits for the call's outcome; the late leader
+    /// then puts it back in the queue unsent and, with more calls in flight than the
+    /// contended limit allows, leaves without handing the turn on. The try waited
+    /// there, past its deadline, for whichever call in flight ended next (up to a
+    /// whole operation timeout later; here, where no call really is in flight, for
+    /// ever), instead of leaving unsent at its deadline.
+    #[test]
+    fn a_try_handed_back_after_its_deadline_leaves_unsent() {
+        // (each round takes either order of the two threads, at the scheduler's will)
+        for round in 0..8 {
+            let c = Arc::new(Combiner::<Value>::default());
+            // every call is in flight; this thread stands for them
+            c.leaders.store(MAX_IN_FLIGHT, Ordering::SeqCst);
+            let start = Instant::now();
+            let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
+            let l = {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    c.run(acquire("L"), &never, start + Duration::from_millis(310))
+                })
+            };
+            wait_until("L to queue", || c.queue.lock().len() == 1);
+            // (A's deadline passes first, so that it mostly looks for itself before
+            // L takes the lead it was handed; the bug needs that order)
+            let a_deadline = start + Duration::from_millis(300);
+            let a = {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    let r = c.run(acquire("A"), &never, a_deadline);
+                    (r, Instant::now())
+                })
+            };
+            wait_until("A to queue", || c.queue.lock().len() == 2);
+            {
+                let queue = c.queue.lock();
+                // a call ends after both deadlines: L is handed a call it is too late
+                // to send, carrying A
+                wait_until("both deadlines to pass", || {
+                    start.elapsed() > Duration::from_millis(330)
+                });
+                c.pass_turn(queue);
+            }
+            // meanwhile a call in flight had a try refused: for these two callers the
+            // limit is now one call in flight, and more are
+            c.learn(true);
+            let lr = l.join().unwrap();
+            assert!(matches!(lr, Err(Failed::NotSent(_))), "{lr:?}");
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while !a.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: the try waits past its deadline for a call that will \
+                     not come: queue {:?}",
+                    c.queue
+                        .lock()
+                        .iter()
+                        .map(|s| id_of(&s.op).to_owned())
+                        .collect::<Vec<_>>()
+                );
+                std::thread::yield_now();
+            }
+            let (ar, returned) = a.join().unwrap();
+            assert!(matches!(ar, Err(Failed::NotSent(_))), "{ar:?}");
+            assert!(
+                returned.saturating_duration_since(a_deadline) < Duration::from_secs(2),
+                "returned {:?} after its deadline",
+                returned.saturating_duration_since(a_deadline)
+            );
+            assert!(c.queue.lock().is_empty(), "round {round}: A left the queue");
         }
     }
 
