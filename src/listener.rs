@@ -17,10 +17,13 @@
 //!   (re)subscription the thread tells every waiter to look again, since messages
 //!   published while it was away are gone; waiters also look again on a bounded timer.
 //! - **Subscribed before queued.** A waiter queues itself only after
-//!   [`Listener::wait_ready`] (or gives up on push and looks on its timer).
+//!   [`Hub::wait_ready`] (or gives up on push and looks on its timer, at once while
+//!   the listener's last try to subscribe failed). A subscription counts only once
+//!   the server confirmed it: a `SUBSCRIBE` refused by an ACL is none.
 //! - **It never keeps the client alive and never dies of an error.** It holds the pool
 //!   (through [`Shared`]) and its own state; connection errors lead to a reconnect with
-//!   back-off; it ends when the client's last handle drops the stop channel.
+//!   back-off (and a panic of a logger's, to a new subscription); it ends when the
+//!   client's last handle drops the stop channel.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,6 +78,10 @@ pub(crate) struct Hub {
     ready: Mutex<bool>,
     ready_cv: Condvar,
     stopping: AtomicBool,
+    /// The listener's last try to subscribe failed (a connection that could not be
+    /// made, a `SUBSCRIBE` refused by an ACL without the channel): a waiter does not
+    /// wait for the subscription then, it looks on its own timer at once.
+    down: AtomicBool,
 }
 
 impl Hub {
@@ -90,9 +97,13 @@ impl Hub {
     }
 
     /// Waits until the subscription is confirmed, at most until `deadline`.
+    /// Returns at once (`false`) while the listener's last try to subscribe failed.
     pub(crate) fn wait_ready(&self, deadline: Instant) -> bool {
         let mut ready = self.ready.lock();
-        while !*ready && !self.stopping.load(Ordering::Relaxed) {
+        while !*ready
+            && !self.stopping.load(Ordering::Relaxed)
+            && !self.down.load(Ordering::Relaxed)
+        {
             if self.ready_cv.wait_until(&mut ready, deadline).timed_out() {
                 break;
             }
@@ -106,10 +117,21 @@ impl Hub {
     }
 
     fn set_ready(&self, on: bool) {
-        *self.ready.lock() = on;
+        let mut ready = self.ready.lock();
+        *ready = on;
         if on {
+            self.down.store(false, Ordering::Relaxed);
             self.ready_cv.notify_all();
         }
+    }
+
+    /// A try to subscribe failed: waiters waiting for the subscription look on their
+    /// timers instead (until one succeeds).
+    fn set_down(&self) {
+        let mut ready = self.ready.lock();
+        *ready = false;
+        self.down.store(true, Ordering::Relaxed);
+        self.ready_cv.notify_all();
     }
 
     /// Delivers one message "G id token deadline_ms slots", "F id limit", "H id retry_ms" or
@@ -203,6 +225,7 @@ impl Listener {
             ready: Mutex::new(false),
             ready_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
+            down: AtomicBool::new(false),
         });
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
@@ -213,7 +236,23 @@ impl Listener {
                 .name("redsem-listen".into())
                 .spawn(move || {
                     let _done = done_tx;
-                    run(&shared, &hub, &stop_rx)
+                    // A panic in code of the user's that the thread calls (a logger)
+                    // ends the handling of one message (`listen_on`); one elsewhere
+                    // ends the subscription, not the thread: the waiters look on
+                    // their timers, and it subscribes again after a pause.
+                    while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run(&shared, &hub, &stop_rx)
+                    }))
+                    .is_err()
+                    {
+                        hub.set_down();
+                        if stop_rx
+                            .recv_timeout(MAX_BACKOFF)
+                            .is_err_and(|e| e.is_disconnected())
+                        {
+                            return;
+                        }
+                    }
                 })?
         };
         Ok(Listener {
@@ -524,6 +563,8 @@ fn restore(conn: &mut crate::pool::Conn, op: Duration) {
 fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
     let mut backoff = Duration::from_millis(10);
     let mut failed_before = false;
+    // whether the last try's subscription was refused (or not confirmed)
+    let mut refused = false;
     loop {
         if stopped(stop) {
             return;
@@ -532,6 +573,8 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             Ok(c) => c,
             Err(e) => {
                 failed_before = true;
+                refused = false;
+                hub.set_down();
                 log::warn!("redis-semaphore: wake-up listener cannot connect: {e}");
                 if stop
                     .recv_timeout(backoff)
@@ -543,7 +586,8 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
                 continue;
             }
         };
-        if failed_before {
+        // (not again at each try after a refused subscription)
+        if failed_before && !refused {
             Counters::bump(&shared.stats.reconnects);
             log::info!("redis-semaphore: wake-up listener reconnected");
         }
@@ -552,48 +596,87 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             log::error!("redis-semaphore: wake-up listener: no plain connection to subscribe on");
             return;
         };
-        let listened = listen(plain, hub, stop, &stale);
+        let mut subscribed = false;
+        let listened = listen(plain, hub, stop, &stale, &mut subscribed);
         if listened.is_err() {
             // waiters rely on their timers while there is no subscription
-            hub.set_ready(false);
+            hub.set_down();
         }
         conn.leave(shared.op_timeout);
         match listened {
             Ok(()) => return,
-            Err(e) => {
+            Err(e) if subscribed => {
                 failed_before = true;
-                hub.set_ready(false);
+                refused = false;
                 log::warn!("redis-semaphore: wake-up listener lost its connection: {e}");
                 backoff = Duration::from_millis(10);
+            }
+            // A subscription refused (an ACL without the channel) or not confirmed: tried
+            // again with the back-off, not at once (a refusal would be met again at
+            // once: a new connection, and an ACL LOG entry, each time)
+            Err(e) => {
+                if !refused {
+                    log::warn!(
+                        "redis-semaphore: wake-up listener cannot subscribe to {} (blocking \
+                         acquires look again every 50 ms meanwhile): {e}",
+                        hub.channel
+                    );
+                } else {
+                    log::debug!("redis-semaphore: wake-up listener cannot subscribe: {e}");
+                }
+                refused = true;
+                if stop
+                    .recv_timeout(backoff)
+                    .is_err_and(|e| e.is_disconnected())
+                {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
 }
 
 /// Subscribes and delivers messages until told to stop (`Ok`), the connection fails,
-/// or `stale` says the primary it is subscribed on was replaced.
+/// or `stale` says the primary it is subscribed on was replaced; `subscribed` says
+/// whether the subscription was confirmed.
 fn listen(
     conn: &mut redis::Connection,
     hub: &Hub,
     stop: &Receiver<()>,
     stale: &dyn Fn() -> bool,
+    subscribed: &mut bool,
 ) -> redis::RedisResult<()> {
+    let subscribing = conn
+        .read_within(Some(POLL))
+        .and_then(|()| subscribe(conn, &hub.channel));
+    // (a `PubSub` even when the subscription failed: its drop unsubscribes, in case
+    // the server made one whose confirmation came too late)
     let mut ps = conn.as_pubsub();
-    let listened = listen_on(&mut ps, hub, stop, stale);
+    let listened = subscribing.and_then(|()| {
+        *subscribed = true;
+        listen_on(&mut ps, hub, stop, stale)
+    });
     // left without waiting here; the caller brings a pooled connection back in step
     quit_pubsub(ps);
     listened
 }
 
-/// [`listen`] on the subscription `ps`.
+/// `SUBSCRIBE channel`, its answer read: redis-rs's `PubSub::subscribe` takes a
+/// refusal (`NOPERM` from an ACL without the channel) for a subscription, since an
+/// error reply comes back as a value there.
+fn subscribe(conn: &mut redis::Connection, channel: &str) -> redis::RedisResult<()> {
+    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
+    conn.recv_response()?.extract_error().map(drop)
+}
+
+/// [`listen`] on the subscription `ps`, once it is confirmed.
 fn listen_on(
     ps: &mut redis::PubSub<'_>,
     hub: &Hub,
     stop: &Receiver<()>,
     stale: &dyn Fn() -> bool,
 ) -> redis::RedisResult<()> {
-    pubsub_read_within(ps, Some(POLL))?;
-    ps.subscribe(&hub.channel)?;
     hub.set_ready(true);
     log::debug!("redis-semaphore: listening for wake-ups on {}", hub.channel);
     // anything published while we were not subscribed is gone: everyone looks again
@@ -614,10 +697,14 @@ fn listen_on(
         match ps.get_message() {
             Ok(msg) => {
                 last_heard = Instant::now();
-                match msg.get_payload::<String>() {
-                    Ok(payload) => hub.dispatch(&payload),
-                    Err(e) => log::warn!("redis-semaphore: unreadable wake-up: {e}"),
-                }
+                // (a logger that panics on its record ends this message's handling
+                // only: anyone who may publish on the channel can send a malformed one)
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    match msg.get_payload::<String>() {
+                        Ok(payload) => hub.dispatch(&payload),
+                        Err(e) => log::warn!("redis-semaphore: unreadable wake-up: {e}"),
+                    }
+                }));
             }
             Err(e) if e.is_timeout() => {
                 if last_heard.elapsed() >= HEARTBEAT {

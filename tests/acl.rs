@@ -169,6 +169,90 @@ fn without_the_channel_permission_subscribe_is_refused_and_logged() {
     });
 }
 
+/// Review: a `SUBSCRIBE` refused by the ACL (a user without `&redsem:c:*`) was taken
+/// for a subscription (redis-rs hands the refusal back as a reply, not an error): the
+/// wake-up listener said it was subscribed and never tried again. Its waiters looked
+/// on their long fallback timer instead of every 50 ms, and once the channel was
+/// allowed the client still never subscribed: no wake-up was ever pushed to it for as
+/// long as it lived. A refused subscription now counts as none: waiters do not wait
+/// for it and look every 50 ms, and the listener tries again with its back-off (at
+/// most once a second, not a new connection at once each time), subscribing once the
+/// ACL allows it.
+#[test]
+fn a_listener_refused_its_channel_subscribes_once_the_acl_allows_it() {
+    let server = AclServer::start(ADMIN_PW);
+    let rule = documented_rule("<!-- acl-rule");
+    let rest: Vec<&str> = rule[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|w| !w.starts_with('>') && !w.starts_with('&'))
+        .collect();
+    server.add_user("semaphores", USER_PW, &rest);
+    // a long operation timeout: a waiter that waits for the refused subscription
+    // would wait that long before it looks
+    let op = Duration::from_secs(5);
+    let client = Client::builder()
+        .operation_timeout(op)
+        .build(server.url_as("semaphores", USER_PW))
+        .unwrap();
+    let sem = client.semaphore("refused-channel", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    // starts the listener, whose subscription is refused
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none()
+    );
+    support::wait_until(Duration::from_secs(5), "the SUBSCRIBE refused", || {
+        acl_refusals(&server)
+            .iter()
+            .any(|e| e.contains("cmd=subscribe"))
+    });
+    // a waiter looks on its timer at once, and gets the permit freed after its try
+    let tries = client.stats().try_failed;
+    let waiting = {
+        let sem = sem.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let got = sem.acquire_timeout(Duration::from_secs(3)).unwrap();
+            (got.is_some(), started.elapsed())
+        })
+    };
+    support::wait_until(Duration::from_secs(5), "the waiter's try", || {
+        client.stats().try_failed > tries
+    });
+    drop(held);
+    let (got, took) = waiting.join().unwrap();
+    assert!(got, "the waiter got nothing in 3 s (it took {took:?})");
+    assert!(took < Duration::from_secs(2), "the waiter took {took:?}");
+    // the channel allowed: the listener subscribes
+    let mut admin = server.admin_conn();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("semaphores")
+        .arg("&redsem:c:*")
+        .exec(&mut admin)
+        .unwrap();
+    support::wait_until(Duration::from_secs(10), "the listener subscribed", || {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redsem:c:*")
+            .query(&mut admin)
+            .unwrap();
+        !channels.is_empty()
+    });
+    // it was retried with its back-off, not with a new connection at once each time
+    let tries: i64 = acl_refusals(&server)
+        .iter()
+        .filter(|e| e.contains("cmd=subscribe"))
+        .map(|e| {
+            let count = e.split("int(").nth(1).expect("a count");
+            count[..count.find(')').unwrap()].parse::<i64>().unwrap()
+        })
+        .sum();
+    assert!(tries < 30, "{tries} refused SUBSCRIBEs");
+}
+
 fn assert_auth(e: Error, what: &str) {
     let text = e.to_string();
     let debug = format!("{e:?}");

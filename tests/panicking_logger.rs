@@ -383,3 +383,124 @@ fn a_logger_that_panics_at_every_round_does_not_stop_the_other_renewals() {
     assert_eq!(holders(&server, "pl-always-kept"), 1);
     drop(bad);
 }
+
+/// Makes the tests that start a wake-up listener take turns: a trigger on a record of
+/// the listener's would otherwise hit another test's listener.
+fn one_listener_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The channel of the wake-up listener of the one client of server `conn` is
+/// connected to, once it is subscribed.
+fn listener_channel(conn: &mut redis::Connection) -> String {
+    support::wait_for(Duration::from_secs(5), "the listener subscribed", || {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redsem:c:*")
+            .query(conn)
+            .unwrap();
+        channels.into_iter().next()
+    })
+}
+
+/// Publishes `junk` on `channel` until the logger has panicked on `trigger` (taken out
+/// as it does): the listener has read it (published again while it was not subscribed).
+fn read_junk(conn: &mut redis::Connection, channel: &str, junk: &str, trigger: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        "the listener reads the junk",
+        || {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(junk)
+                .exec(conn)
+                .unwrap();
+            !ANY_TRIGGERS
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|set| set.iter().any(|t| t == trigger))
+        },
+    );
+}
+
+/// Review: a logger that panicked in the wake-up listener's thread ended it, here on
+/// the record of a malformed wake-up message, which anyone who may publish on the
+/// client's channel can send. The client's waiters were never woken by a message
+/// again for as long as it lived (the subscription closed, and the listener still
+/// said it was subscribed, so they looked only on their long fallback timer). A panic
+/// in the handling of one message now ends only that message's handling, and one
+/// elsewhere in the thread ends its subscription, which is made again.
+#[test]
+fn a_logger_that_panics_in_the_listener_does_not_end_the_wake_ups() {
+    install();
+    let _turn = one_listener_at_a_time();
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("pl-listener", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    // starts the listener
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none()
+    );
+    let mut conn = server.conn();
+    let channel = listener_channel(&mut conn);
+    // each junk message's record makes the logger panic: the second is read only if
+    // the listener lives on after the first
+    for k in 0..2 {
+        let junk = format!("junk {k} for {channel}");
+        let trigger = format!("malformed wake-up {junk:?}");
+        ANY_TRIGGERS.lock().unwrap().push(vec![trigger.clone()]);
+        read_junk(&mut conn, &channel, &junk, &trigger);
+    }
+    // and a waiter is still handed its permit
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
+    };
+    wait_until(Duration::from_secs(5), "the waiter is queued", || {
+        sem.queue_len().unwrap() == 1
+    });
+    drop(held);
+    let served = waiter.join().unwrap().unwrap();
+    assert!(served.is_some(), "the waiter was not served");
+}
+
+/// Review: as above, a logger that panicked elsewhere in the listener's thread (here
+/// on the record of a subscription made) ended it. Such a panic now ends the
+/// subscription, not the thread, which subscribes again after a pause.
+#[test]
+fn a_logger_that_panics_as_the_listener_subscribes_does_not_end_the_wake_ups() {
+    install();
+    let _turn = one_listener_at_a_time();
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let sem = client.semaphore("pl-subscribed", 1).unwrap();
+    let held = sem.acquire().unwrap();
+    let subscribed = "listening for wake-ups on redsem:c:".to_owned();
+    ANY_TRIGGERS.lock().unwrap().push(vec![subscribed.clone()]);
+    // starts the listener, which panics once subscribed
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none()
+    );
+    wait_until(Duration::from_secs(5), "the logger panics", || {
+        !ANY_TRIGGERS
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|set| set.contains(&subscribed))
+    });
+    // the listener subscribes again and reads its messages
+    let mut conn = server.conn();
+    let channel = listener_channel(&mut conn);
+    let junk = format!("junk after the panic for {channel}");
+    let trigger = format!("malformed wake-up {junk:?}");
+    ANY_TRIGGERS.lock().unwrap().push(vec![trigger.clone()]);
+    read_junk(&mut conn, &channel, &junk, &trigger);
+    drop(held);
+}
