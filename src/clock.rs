@@ -235,6 +235,15 @@ pub(crate) fn pubsub_read_within(
     ps.set_read_timeout(d.map(socket_timeout))
 }
 
+/// `SUBSCRIBE channel` on `conn` (before it becomes a `PubSub`), its answer read with
+/// the connection's read timeout: redis-rs's `PubSub::subscribe` takes a refusal
+/// (`NOPERM` from an ACL without the channel) for a subscription, since an error reply
+/// comes back as a value there.
+pub(crate) fn subscribe(conn: &mut redis::Connection, channel: &str) -> redis::RedisResult<()> {
+    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
+    conn.recv_response()?.extract_error().map(drop)
+}
+
 /// The freshest anchor of a client, shared by its threads.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {

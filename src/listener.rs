@@ -649,7 +649,7 @@ fn listen(
 ) -> redis::RedisResult<()> {
     let subscribing = conn
         .read_within(Some(POLL))
-        .and_then(|()| subscribe(conn, &hub.channel));
+        .and_then(|()| crate::clock::subscribe(conn, &hub.channel));
     // (a `PubSub` even when the subscription failed: its drop unsubscribes, in case
     // the server made one whose confirmation came too late)
     let mut ps = conn.as_pubsub();
@@ -660,14 +660,6 @@ fn listen(
     // left without waiting here; the caller brings a pooled connection back in step
     quit_pubsub(ps);
     listened
-}
-
-/// `SUBSCRIBE channel`, its answer read: redis-rs's `PubSub::subscribe` takes a
-/// refusal (`NOPERM` from an ACL without the channel) for a subscription, since an
-/// error reply comes back as a value there.
-fn subscribe(conn: &mut redis::Connection, channel: &str) -> redis::RedisResult<()> {
-    conn.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
-    conn.recv_response()?.extract_error().map(drop)
 }
 
 /// [`listen`] on the subscription `ps`, once it is confirmed.

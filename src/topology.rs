@@ -1076,8 +1076,11 @@ fn watch_one(
     let mut conn = target.sentinel_conn(sentinel, timeout)?;
     // (its heartbeats' writes get the whole timeout, not what the connect left of it)
     conn.write_within(Some(timeout))?;
+    // (confirmed: a refusal by the sentinel's ACL is an error here, not a watch that
+    // hears nothing)
+    conn.read_within(Some(timeout))?;
+    crate::clock::subscribe(&mut conn, SWITCH_CHANNEL)?;
     let mut ps = conn.as_pubsub();
-    ps.subscribe(SWITCH_CHANNEL)?;
     pubsub_read_within(&ps, Some(POLL))?;
     // a switch may have happened while nobody listened: read the primary again (an
     // answer from before a switch the client has learnt since, from another sentinel

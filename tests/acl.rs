@@ -582,3 +582,46 @@ fn percent_encoded_user_names_and_passwords_authenticate() {
         "{shown}"
     );
 }
+
+/// Sixth session: a Redisson-layout wait took a `SUBSCRIBE` refused by the ACL (a user
+/// without the channel `redisson_sc:{NAME}`) for a subscription, as the wake-up
+/// listener did (redis-rs hands the refusal back as a reply, not an error): it heard
+/// nothing and looked again only every `recheck` (here 5 s) instead of polling every
+/// 50 ms as a wait that cannot subscribe does. A refusal now counts as none.
+#[test]
+fn a_redisson_wait_whose_subscription_is_refused_polls() {
+    let server = AclServer::start(ADMIN_PW);
+    // every key and command, no channel
+    server.add_user(
+        "redisson",
+        USER_PW,
+        &["resetkeys", "~*", "resetchannels", "-@all", "+@all"],
+    );
+    let client = Client::open(server.url_as("redisson", USER_PW)).unwrap();
+    let rs = client
+        .redisson_semaphore("refused-sub")
+        .with_recheck(Duration::from_secs(5));
+    assert!(rs.try_set_permits(1).unwrap());
+    assert!(rs.try_acquire(1).unwrap());
+    let waiting = {
+        let rs = rs.clone();
+        std::thread::spawn(move || {
+            let got = rs.acquire_timeout(1, Duration::from_secs(4)).unwrap();
+            (got, std::time::Instant::now())
+        })
+    };
+    support::wait_until(Duration::from_secs(5), "the SUBSCRIBE refused", || {
+        acl_refusals(&server)
+            .iter()
+            .any(|e| e.contains("cmd=subscribe"))
+    });
+    let released = std::time::Instant::now();
+    rs.release(1).unwrap();
+    let (got, at) = waiting.join().unwrap();
+    assert!(got, "the waiter got nothing in 4 s");
+    let took = at.saturating_duration_since(released);
+    assert!(
+        took < Duration::from_secs(2),
+        "the waiter took {took:?} after the release (its recheck is 5 s)"
+    );
+}

@@ -1402,3 +1402,42 @@ fn sentinels_re_pointed_by_hand_are_followed_with_one_of_them_down() {
         "the client following the sentinels that answer",
     );
 }
+
+/// Sixth session: the switch watcher took a `SUBSCRIBE` refused by the sentinel's ACL
+/// (a sentinel user without the channel `&+switch-master`) for a subscription (redis-rs
+/// hands the refusal back as a reply): it said nothing and never tried again, and the
+/// client heard no switch from it for as long as it lived. A refusal is now an error:
+/// the watcher says so and tries again with its back-off.
+#[test]
+fn a_switch_watcher_refused_its_channel_says_so_and_tries_again() {
+    let _threads = shared();
+    let set = SentinelSet::start_with(
+        &[],
+        &["user nochan on >nochanpw resetchannels -@all \
+           +sentinel|get-master-addr-by-name +sentinel|master +subscribe +ping"],
+    );
+    let client = Client::builder()
+        .sentinel_username("nochan")
+        .sentinel_password("nochanpw")
+        .build(set.url())
+        .unwrap();
+    client.ping().unwrap();
+    let mut admin = set.sentinels[0].conn();
+    // refusals of the watcher's SUBSCRIBE on the first sentinel, as ACL LOG counts them
+    let refused = |admin: &mut redis::Connection| -> i64 {
+        let entries: Vec<redis::Value> =
+            redis::cmd("ACL").arg("LOG").arg(100).query(admin).unwrap();
+        entries
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .filter(|e| e.contains("subscribe"))
+            .map(|e| {
+                let count = e.split("int(").nth(1).expect("a count");
+                count[..count.find(')').unwrap()].parse::<i64>().unwrap()
+            })
+            .sum()
+    };
+    wait_until(Duration::from_secs(10), "the watcher tries again", || {
+        refused(&mut admin) >= 2
+    });
+}

@@ -517,8 +517,11 @@ impl Common {
                 // the connection is this wait's own (or the user's pool sets its
                 // timeouts again on the next checkout)
                 let _ = c.io_within(Some(budget));
-                let mut ps = c.as_pubsub();
-                match ps.subscribe(&self.keys.channel) {
+                // (confirmed: a refusal by an ACL without the channel is no
+                // subscription, and the wait polls)
+                let subscribed = crate::clock::subscribe(c, &self.keys.channel);
+                let ps = c.as_pubsub();
+                match subscribed {
                     Ok(()) => Some(ps),
                     Err(e) => {
                         // left without waiting on a server that did not answer (the
