@@ -1698,3 +1698,78 @@ fn an_adoption_past_max_hold_does_not_renew_the_grant() {
         "lost fired before the grant's lease ended on the server"
     );
 }
+
+/// Review of hostile writes (sixth session): a holder record edited to claim more
+/// permits than the slots it names, released while someone queued (the full logic),
+/// lowered 'used' by the permits it claimed but cleared fewer slot bits, and the same
+/// script then served the queue's head as if those permits were free: on a limit of 2,
+/// the other holder's permit and the waiter's two, three valid permits, one in slot 2
+/// (K5, K2). The fast release already compared the bits it cleared with the record's
+/// count; free_slots (the full logic: release, purge, a grant over an ended lease) now
+/// does too, and a script that met such a record grants nothing more (`damaged`; the
+/// next call repairs the disagreement).
+#[test]
+fn a_holder_record_claiming_more_permits_than_its_slots_grants_nothing_past_the_limit() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = client(&server);
+    let name = "claims";
+    let info = format!("redsem:{{{name}}}:i");
+    let sem = client
+        .semaphore_builder(name)
+        .limit(2)
+        .lease(Duration::from_secs(30))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let a = sem.try_acquire().unwrap().expect("a permit");
+    let b = sem.try_acquire().unwrap().expect("a second permit");
+    // a waiter of another process for both permits: the release takes the full logic
+    let waiter = uuid(7);
+    let script = acquire_script();
+    let mut inv = call_on(&script, name);
+    inv.arg(&waiter)
+        .arg(2)
+        .arg(2)
+        .arg(30_000)
+        .arg(1000)
+        .arg(30_000)
+        .arg("1|other|")
+        .arg("w")
+        .arg("1")
+        .arg("")
+        .arg("0");
+    let reply: Vec<i64> = inv.invoke(&mut conn).unwrap();
+    assert_eq!(reply[0], 0, "queued, not granted: {reply:?}");
+    // a's record claims two permits, naming its one slot
+    let rec: String = redis::cmd("HGET")
+        .arg(&info)
+        .arg(a.id())
+        .query(&mut conn)
+        .unwrap();
+    let mut parts: Vec<&str> = rec.split('|').collect();
+    parts[0] = "2";
+    redis::cmd("HSET")
+        .arg(&info)
+        .arg(a.id())
+        .arg(parts.join("|"))
+        .exec(&mut conn)
+        .unwrap();
+    a.release().expect("a release runs to its end");
+    let granted: Option<String> = redis::cmd("HGET")
+        .arg(&info)
+        .arg(&waiter)
+        .query(&mut conn)
+        .unwrap();
+    let bits: i64 = redis::cmd("BITCOUNT")
+        .arg(format!("redsem:{{{name}}}:s"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        granted.is_none() && bits <= 2,
+        "the waiter was granted {granted:?} ({bits} slot bits set) while the other \
+         holder keeps slot {:?}: over the limit of 2",
+        b.slots()
+    );
+    drop(b);
+}

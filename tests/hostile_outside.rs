@@ -103,3 +103,88 @@ fn a_crafted_waiter_record_cannot_make_a_script_run_unbounded() {
     );
     drop(held);
 }
+
+/// How many times Redis ran `command` (lower case) since its statistics were reset,
+/// scripts' calls included (`INFO commandstats`).
+fn calls_of(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Review of hostile writes (sixth session): a holder record another program writes
+/// with a slot list far longer than its permit count (every slot in range, here slot
+/// 0 named 200,000 times in 400 KB) made its release run one SETBIT per entry in one
+/// script that cannot be killed once it wrote (K9: "touches at most 2 * limit slot
+/// bits"); a record of a few hundred megabytes blocks the server for minutes. A slot
+/// list longer than its permit count's slots can be is now one SETBIT refuses: it
+/// frees no slot, and the next call repairs the keys.
+#[test]
+fn a_holder_record_with_a_huge_slot_list_cannot_make_a_script_run_unbounded() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut conn = server.conn();
+    for queued in [false, true] {
+        let name = format!("slotlist-{queued}");
+        let info = format!("redsem:{{{name}}}:i");
+        let sem = client.semaphore(&name, 2).unwrap();
+        let held = sem.try_acquire().unwrap().expect("a permit");
+        let _other = sem.try_acquire().unwrap().expect("a second permit");
+        if queued {
+            // someone queued: the release takes the full logic (free_slots)
+            let w = "11111111-2222-4333-8444-666666666666";
+            let far = support::server_ms(&mut conn) + 600_000;
+            let _: () = redis::pipe()
+                .cmd("ZADD")
+                .arg(format!("redsem:{{{name}}}:q"))
+                .arg(1)
+                .arg(w)
+                .ignore()
+                .cmd("ZADD")
+                .arg(format!("redsem:{{{name}}}:h"))
+                .arg(far)
+                .arg(format!("w:{w}"))
+                .ignore()
+                .cmd("HSET")
+                .arg(&info)
+                .arg(format!("w:{w}"))
+                .arg("2|2|1000|1000|600000||1|other|")
+                .arg("qn")
+                .arg(1)
+                .ignore()
+                .query(&mut conn)
+                .unwrap();
+        }
+        let rec: String = redis::cmd("HGET")
+            .arg(&info)
+            .arg(held.id())
+            .query(&mut conn)
+            .unwrap();
+        let mut parts: Vec<&str> = rec.split('|').collect();
+        let slots = vec![parts[2]; 200_000].join(",");
+        parts[2] = &slots;
+        redis::cmd("HSET")
+            .arg(&info)
+            .arg(held.id())
+            .arg(parts.join("|"))
+            .exec(&mut conn)
+            .unwrap();
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec(&mut conn)
+            .unwrap();
+        let released = held.release();
+        let setbits = calls_of(&mut conn, "setbit");
+        eprintln!("queued {queued}: release {released:?}, {setbits} SETBIT calls");
+        assert!(
+            released.is_ok(),
+            "the release runs to its end: {released:?}"
+        );
+        assert!(
+            setbits <= 4,
+            "queued {queued}: {setbits} SETBIT calls in one release on a limit of 2"
+        );
+    }
+}

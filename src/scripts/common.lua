@@ -108,7 +108,9 @@
 --     the keys only as the batch's last operation (no later one can then need them);
 --   - records edited by hand: a holder record whose slot list names a slot SETBIT
 --     refuses frees no slot (free_slots, slots_ok; the fast release leaves it to the
---     full logic), and the next call repairs the disagreement; a waiter record that
+--     full logic), one whose bits cleared are not its permit count leaves 'used' and
+--     s apart; after either the script grants nothing more (`damaged`), and the next
+--     call repairs the disagreement; a waiter record that
 --     does not parse, or holds a count, limit or time out of the ranges acquire
 --     checks (a count past MAX_LIMIT would grant that many slots in one call, K9),
 --     drops its waiter, and so does a queue member that is no permit id (serve); a live holder record that does not
@@ -425,19 +427,26 @@ local function deadline_of(id)
 end
 
 -- Frees the slots named in a holder record; returns its permit count. A slot list
--- that names a slot SETBIT refuses (a record edited by hand) frees no slot: 'used'
--- and s then disagree (K2), nothing more is granted in this script (`damaged`), and
--- the next call's check_keys() repairs.
+-- that names a slot SETBIT refuses, or is longer than the slots of its permit count
+-- can be (a record edited by hand: slots_ok) frees no slot, and one
+-- whose bits cleared are not its permit count (slots that were not set, or fewer or
+-- more slots than permits: edited by hand) frees them but leaves 'used' and s apart
+-- (K2): in both cases nothing more is granted in this script (`damaged`; else the
+-- permits the record claims beyond its bits would be granted again, past the limit),
+-- and the next call's check_keys() repairs, as after the fast release.
 local function free_slots(rec)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
-    if not slots or not slots_ok(slots) then
+    p = tonumber(p) or 0
+    if not slots or not slots_ok(slots, p) then
         slots = ''
         damaged = true
     end
+    local cleared = 0
     for slot in string.gmatch(slots, '%d+') do
-        redis.call('SETBIT', S, slot, '0')
+        cleared = cleared + redis.call('SETBIT', S, slot, '0')
     end
-    return tonumber(p) or 0
+    if cleared ~= p then damaged = true end
+    return p
 end
 
 -- How many more expired entries this script may purge (K9): the budget is the
@@ -527,13 +536,15 @@ local function dequeue(st, id)
 end
 
 -- Parses "permits|token|slots|..." into the reply shape {1, now, token, deadline,
--- slot...}. A record that does not parse (edited by hand) gives a grant without
--- token or slots, which the client refuses as a malformed reply: the script still
--- runs to its end (an earlier operation of a batch may have written).
+-- slot...}. A record that does not parse, or whose slot list slots_ok() refuses
+-- (edited by hand: a list of any length would be copied into the reply), gives a
+-- grant without token or slots, which the client refuses as a malformed reply: the
+-- script still runs to its end (an earlier operation of a batch may have written).
 local function grant_reply(rec, deadline)
-    local _, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
-    local out = {1, now, tonumber(tok) or 0, deadline}
-    if not tok then return out end
+    local p, tok, slots = string.match(rec, '^(%d+)|(%d+)|([%d,]*)|')
+    local out = {1, now, 0, deadline}
+    if not tok or not slots_ok(slots, tonumber(p)) then return out end
+    out[3] = tonumber(tok)
     for slot in string.gmatch(slots, '%d+') do out[#out + 1] = tonumber(slot) end
     return out
 end

@@ -26,7 +26,8 @@ local function fast_release(id, keep)
     local p, slots = string.match(rec, '^(%d+)|%d+|([%d,]*)|')
     -- (a slot SETBIT would refuse, in a record edited by hand, is not plain: no
     -- SETBIT below may fail after this operation's or an earlier one's writes)
-    if not p or not slots_ok(slots) then return nil end
+    p = tonumber(p)
+    if not p or not slots_ok(slots, p) then return nil end
     -- live while now is before 'mind', a lower bound of every deadline in h (K3);
     -- else its deadline in h says (h must hold it: else the full logic repairs)
     local live = now < v[3]
@@ -35,7 +36,6 @@ local function fast_release(id, keep)
         if type(dl) ~= 'string' then return nil end
         live = tonumber(dl) > now
     end
-    p = tonumber(p)
     local reply = 2
     if live then reply = 1 end
     if not keep and v[2] == p and not v[5] and (tonumber(v[4]) or 0) < now_us then

@@ -42,10 +42,14 @@ local damaged = false
 
 -- Whether a holder record's slot list (digits and commas, as its pattern matched it)
 -- names only slots that SETBIT takes and that lie below MAX_LIMIT: no number of five
--- digits or more, none with a leading zero. A record edited by hand may hold others;
--- it must not make a SETBIT fail after a script's first write.
-local function slots_ok(slots)
-    return not string.find(slots, '%d%d%d%d%d') and not string.find(',' .. slots, ',0%d')
+-- digits or more, none with a leading zero; and is no longer than the slots of its
+-- permit count `p` (a number; at most MAX_LIMIT) can be written, at most four digits
+-- and a comma each. A record edited by hand may hold others; it must not make a SETBIT
+-- fail after a script's first write, nor make a script run one SETBIT per entry of a
+-- list of any length (K9).
+local function slots_ok(slots, p)
+    return p <= MAX_LIMIT and #slots < 5 * p and not string.find(slots, '%d%d%d%d%d')
+        and not string.find(',' .. slots, ',0%d')
 end
 
 -- Whether `id` has the shape of a permit id (see Namespaces in common.lua). (An
