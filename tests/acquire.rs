@@ -195,6 +195,78 @@ fn status_and_holders_are_one_read_of_one_instant() {
     assert_eq!(ids, want);
 }
 
+/// More holders whose leases have ended than one call may purge (MAX_PURGE, 512: a
+/// crashed fleet of workers on a semaphore with a large limit): a status read purged
+/// 512 of them and reported the rest as held, and `holders()` listed them with no
+/// lease left, although `Status::held` and `holders()` promise unexpired holders only
+/// and the next acquire takes their permits (here: `available()` said 912 of 1000
+/// after 600 leases had all ended, `held` 88, and 88 holders were listed). The leases
+/// end as time passing would end them: their deadlines in h are moved to the past and
+/// 'mind' with them (K3), no sleeping.
+#[test]
+fn holders_whose_leases_ended_beyond_the_purge_budget_are_not_reported() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mut conn = server.conn();
+    // every lease of semaphore `name` ends now, as far as the server can tell
+    let end_all = |conn: &mut redis::Connection, name: &str, permits: &[Permit]| {
+        let mut pipe = redis::pipe();
+        for p in permits {
+            pipe.cmd("ZADD")
+                .arg(format!("redsem:{{{name}}}:h"))
+                .arg("XX")
+                .arg(1)
+                .arg(p.id())
+                .ignore();
+        }
+        pipe.cmd("HSET")
+            .arg(format!("redsem:{{{name}}}:i"))
+            .arg("mind")
+            .arg(1)
+            .ignore();
+        let _: () = pipe.query(conn).unwrap();
+    };
+    let held = |name: &str| {
+        let sem = client
+            .semaphore_builder(name)
+            .limit(1000)
+            .lease(Duration::from_secs(60))
+            .auto_refresh(false)
+            .build()
+            .unwrap();
+        let permits: Vec<Permit> = (0..600)
+            .map(|_| sem.try_acquire().unwrap().expect("a free permit"))
+            .collect();
+        (sem, permits)
+    };
+
+    // the counts alone
+    let (sem, permits) = held("ended-counts");
+    end_all(&mut conn, "ended-counts", &permits);
+    let status = sem.status().unwrap();
+    assert_eq!(
+        (status.held, status.available),
+        (0, 1000),
+        "every lease has ended"
+    );
+    drop(permits);
+
+    // with the holders
+    let (sem, permits) = held("ended-holders");
+    end_all(&mut conn, "ended-holders", &permits);
+    let (status, holders) = sem.status_and_holders().unwrap();
+    assert_eq!(status.held, 0, "every lease has ended");
+    assert!(
+        holders.is_empty(),
+        "{} holders listed whose leases have ended",
+        holders.len()
+    );
+    // and what is left to purge is taken by the next acquire: all of it can be had
+    let all = sem.try_acquire_many(1000).unwrap();
+    assert!(all.is_some(), "the permits of ended leases can be had");
+    drop(permits);
+}
+
 #[test]
 fn a_stored_limit_wins_for_every_client() {
     let server = RedisServer::start();
