@@ -401,3 +401,55 @@ fn an_rsemaphore_give_back_run_after_its_deadline_changes_nothing() {
     drop(client);
     assert_eq!(counter(&primary, "rs"), Some(2));
 }
+
+/// Sixth session (review of failovers): the number of replicas a handle waits for was
+/// read again only when `WAIT`'s answer differed from it. Once a write found the
+/// primary without replicas (a replica restarting, a failover's new primary before its
+/// replicas reattach), every later write sent `WAIT 0`, which answers 0 at once, equal
+/// to the number remembered: the count was never read again, and writes were no longer
+/// confirmed by any replica for the rest of the handle's life. A handle that knows of
+/// no replica now reads their number again at each write.
+#[test]
+fn a_replica_back_after_a_write_without_one_is_waited_for_again() {
+    let (primary, replica) = primary_and_replica();
+    let client = Client::open(primary.url()).unwrap();
+    let rs = rs_waiting(&client, "back");
+    assert!(rs.try_set_permits(3).unwrap());
+    let mut rc = replica.conn();
+    let replicas = |server: &RedisServer| -> String {
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    // the replica detached: a write finds the primary without one
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .exec(&mut rc)
+        .unwrap();
+    support::wait_until(
+        Duration::from_secs(10),
+        "the primary without replica",
+        || replicas(&primary).contains("connected_slaves:0"),
+    );
+    assert!(rs.try_acquire(1).unwrap());
+    // back again, in sync
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port())
+        .exec(&mut rc)
+        .unwrap();
+    support::wait_until(Duration::from_secs(10), "the replica back in sync", || {
+        replicas(&replica).contains("master_link_status:up")
+            && replicas(&primary).contains("connected_slaves:1")
+    });
+    // an acquire the replica cannot acknowledge is not confirmed: its permits are
+    // given back
+    let _stalled = replica.pause();
+    match rs.try_acquire(1) {
+        Err(Error::ReplicasNotAcked { wanted: 1, .. }) => {}
+        other => panic!("an acquire no replica acknowledged: {other:?}"),
+    }
+    assert_eq!(counter(&primary, "back"), Some(2));
+}

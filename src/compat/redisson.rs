@@ -378,9 +378,10 @@ impl Common {
                 // its operation timeout's share again after
                 let mut steps = || -> Result<(u32, u32)> {
                     let _ = cluster.read_within(Some(crate::pool::per_attempt(left())));
+                    // (none known: read again, replicas may have come back since)
                     let known = match u32::try_from(seen) {
-                        Ok(n) => n,
-                        Err(_) => calls::connected_replicas_at(cluster, key)?,
+                        Ok(n) if n > 0 => n,
+                        _ => calls::connected_replicas_at(cluster, key)?,
                     };
                     let share = crate::pool::per_attempt(op);
                     let window = (timeout + share).min(left());
@@ -400,9 +401,12 @@ impl Common {
                 done?
             }
             None => {
+                // (none known: read again at each write, replicas may have come back
+                // since; `WAIT 0` would answer 0 at once, equal to the number known,
+                // and the number would never be read again)
                 let known = match u32::try_from(seen) {
-                    Ok(n) => n,
-                    Err(_) => calls::connected_replicas(&mut *conn)?,
+                    Ok(n) if n > 0 => n,
+                    _ => calls::connected_replicas(&mut *conn)?,
                 };
                 let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
                 let acked = leased::wait_replicas(&mut *conn, known, wait_ms)?;
