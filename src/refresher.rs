@@ -9,6 +9,10 @@
 //!   them (a larger group in chunks of 1,000, one call each). When a chunk fails, the
 //!   chunks answered before it count (their permits renewed, or lost when found gone),
 //!   and only the rest wait for the retry.
+//!   A round takes, between its calls, what came due while it ran (in O(1) when
+//!   nothing did), first: a long round (many semaphores, a distant server) does not
+//!   keep a permit registered meanwhile, or a group of a short period, from its
+//!   renewal until the round has ended.
 //! - **A dropped permit is never renewed.** A permit leaves its group before its release
 //!   is sent, and the script only renews ids that are still held (`ZADD XX`), so a
 //!   renewal racing a release cannot bring the permit back.
@@ -41,7 +45,7 @@
 //! - **Nothing slow under the lock.** The registry lock is held only to copy what is
 //!   due; script calls and loss notifications happen after it is released.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -227,43 +231,25 @@ fn stopping(wake: &Receiver<()>) -> bool {
 /// the drop which joins the thread waits for one call at most, not the whole round.
 fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     let now = Instant::now();
-    let (mut batches, expired, mut horizon) = {
+    let (batches, expired, cleanups, mut horizon) = {
         let mut registry = shared.registry.lock();
         // First the permits already past their deadline, so none of them is renewed.
         let mut expired = registry.take_expired(now);
+        let cleanups = registry.take_cleanups(now);
         let (batches, more) = registry.take_due(now);
         expired.extend(more);
         // (the full scan below covers every permit registered so far)
         registry.take_fresh_deadline();
-        (batches, expired, registry.earliest_deadline_after(now))
+        let horizon = registry.earliest_deadline_after(now);
+        (batches, expired, cleanups, horizon)
     };
     lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
-    let mut cleanups = shared.registry.lock().take_cleanups(now).into_iter();
-    while let Some(c) = cleanups.next() {
-        if stopping(wake) {
-            // still owed: given back once the thread stops (`give_back_owed`)
-            shared
-                .registry
-                .lock()
-                .put_back(std::iter::once(c).chain(cleanups));
-            return;
-        }
-        // (a panic in a record ends this clean-up's handling, not the round: the
-        // clean-ups after it and the renewals are still done, see `run`)
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            clean_up(shared, asides, c, &mut horizon)
-        }));
+    if !clean_ups(shared, asides, wake, cleanups, &mut horizon) {
+        return;
     }
-    if shared.is_cluster() {
-        // the semaphores whose last call was slow last: a hung node's do not make those
-        // of the nodes that answer wait
-        let mut a = asides.lock();
-        let now = Instant::now();
-        a.slow
-            .retain(|_, at| now.saturating_duration_since(*at) < SLOW_FOR);
-        batches.sort_by_key(|b| a.slow.contains_key(&b.keys.holders));
-    }
-    for batch in batches {
+    let mut batches: VecDeque<Batch> = batches.into();
+    slow_last(shared, asides, &mut batches);
+    while let Some(batch) = batches.pop_front() {
         let batch = Arc::new(batch);
         if stopping(wake) {
             return;
@@ -276,9 +262,67 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
             let wait = until_next(shared, horizon);
             renew(shared, asides, batch, wait);
         }));
+        // What came due while the round ran (a permit registered meanwhile, a grant
+        // pushed to a waiter with a heartbeat's lease say, a group whose period is
+        // shorter than the round, a retry): done next, not after the round, which
+        // may take longer than their leases (in O(1) when nothing came due). The
+        // batches left of the round have their period's slack; these may have less.
+        let (more, expired, cleanups) = shared.registry.lock().take_due_since(Instant::now());
+        lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
+        if !clean_ups(shared, asides, wake, cleanups, &mut horizon) {
+            return;
+        }
+        if !more.is_empty() {
+            for b in more.into_iter().rev() {
+                batches.push_front(b);
+            }
+            slow_last(shared, asides, &mut batches);
+        }
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
+}
+
+/// On a cluster, puts the batches of the semaphores whose last call was slow last: a
+/// hung node's do not make those of the nodes that answer wait.
+fn slow_last(shared: &Shared, asides: &SharedAsides, batches: &mut VecDeque<Batch>) {
+    if shared.is_cluster() {
+        let mut a = asides.lock();
+        let now = Instant::now();
+        a.slow
+            .retain(|_, at| now.saturating_duration_since(*at) < SLOW_FOR);
+        batches
+            .make_contiguous()
+            .sort_by_key(|b| a.slow.contains_key(&b.keys.holders));
+    }
+}
+
+/// Sends the releases owed that a round took out of the registry ([`clean_up`]);
+/// `false` when every client handle is gone meanwhile (those not sent are owed again,
+/// and given back once the thread stops: `give_back_owed`).
+fn clean_ups(
+    shared: &Arc<Shared>,
+    asides: &SharedAsides,
+    wake: &Receiver<()>,
+    cleanups: Vec<Cleanup>,
+    horizon: &mut Option<Instant>,
+) -> bool {
+    let mut cleanups = cleanups.into_iter();
+    while let Some(c) = cleanups.next() {
+        if stopping(wake) {
+            shared
+                .registry
+                .lock()
+                .put_back(std::iter::once(c).chain(cleanups));
+            return false;
+        }
+        // (a panic in a record ends this clean-up's handling, not the round: the
+        // clean-ups after it and the renewals are still done, see `run`)
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            clean_up(shared, asides, c, horizon)
+        }));
+    }
+    true
 }
 
 /// Sends one release owed ([`Cleanup`]) that a round took out of the registry, and

@@ -264,6 +264,11 @@ pub(crate) struct Registry {
     fresh_deadline: Option<Instant>,
     /// When the background thread looks at the registry next by itself.
     looks: Looks,
+    /// At or before the next renewal due of every group and the time of every
+    /// release owed (`None`: none): how a round of the background thread knows, in
+    /// O(1), that nothing came due while it ran ([`take_due_since`](Registry::take_due_since)).
+    /// A lower bound, made exact by that look.
+    due_bound: Option<Instant>,
 }
 
 /// When the background thread looks at the registry next without being woken: a
@@ -361,6 +366,7 @@ impl Registry {
         if first_due < group.next_due {
             group.next_due = first_due;
         }
+        lower(&mut self.due_bound, first_due);
         group.earliest = Some(group.earliest.map_or(until, |t| t.min(until)));
         group.permits.insert(state.id.clone(), state);
         // (first_due is at or before the permit's deadline: a loss is declared in time)
@@ -475,6 +481,7 @@ impl Registry {
         until: Instant,
         waiter: bool,
     ) {
+        self.lower_due_bound(at);
         self.cleanups.push(Cleanup {
             keys: Arc::clone(keys),
             id: id.to_owned(),
@@ -494,10 +501,12 @@ impl Registry {
         until: Instant,
         what: Arc<dyn GiveBack>,
     ) {
+        let at = Instant::now();
+        self.lower_due_bound(at);
         self.cleanups.push(Cleanup {
             keys: Arc::clone(keys),
             id,
-            at: Instant::now(),
+            at,
             until,
             waiter: false,
             custom: Some(what),
@@ -520,7 +529,28 @@ impl Registry {
 
     /// Owes again releases taken by [`take_cleanups`](Self::take_cleanups) and not sent.
     pub(crate) fn put_back(&mut self, cleanups: impl IntoIterator<Item = Cleanup>) {
+        let first = self.cleanups.len();
         self.cleanups.extend(cleanups);
+        if let Some(at) = self.cleanups[first..].iter().map(|c| c.at).min() {
+            self.lower_due_bound(at);
+        }
+    }
+
+    fn lower_due_bound(&mut self, at: Instant) {
+        lower(&mut self.due_bound, at);
+    }
+
+    /// What came due by `now` while a round of the background thread ran (renewals
+    /// and manual permits past their deadline as [`take_due`](Self::take_due), and
+    /// releases owed as [`take_cleanups`](Self::take_cleanups)); in O(1) when nothing
+    /// can have.
+    pub(crate) fn take_due_since(&mut self, now: Instant) -> TakenDue {
+        if self.due_bound.is_none_or(|t| t > now) {
+            return (Vec::new(), Vec::new(), Vec::new());
+        }
+        let cleanups = self.take_cleanups(now);
+        let (batches, expired) = self.take_due(now);
+        (batches, expired, cleanups)
     }
 
     /// The earliest client-side deadline after `now`, or a time before it and after
@@ -554,7 +584,8 @@ impl Registry {
     }
 
     /// Takes the work that is due: batches to renew, and manual permits whose lease
-    /// ran out. Empty groups are dropped when they come due.
+    /// ran out. Empty groups are dropped when they come due. (Makes the bound of what
+    /// is due next exact, the releases owed counted as they are: take those due first.)
     pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<Batch>, Vec<Arc<PermitState>>) {
         let mut batches = Vec::new();
         let mut expired = Vec::new();
@@ -591,6 +622,8 @@ impl Registry {
             }
             true
         });
+        let due = self.groups.values().map(|g| g.next_due);
+        self.due_bound = due.chain(self.cleanups.iter().map(|c| c.at)).min();
         (batches, expired)
     }
 
@@ -613,6 +646,7 @@ impl Registry {
             }
             if failed {
                 g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
+                lower(&mut self.due_bound, g.next_due);
             }
             // (the renewal moved the deadlines of the batch's permits: one look at the
             // group, as long as the batch's own)
@@ -620,6 +654,15 @@ impl Registry {
         }
     }
 }
+
+/// Moves the lower bound `bound` to `at` if that is earlier.
+fn lower(bound: &mut Option<Instant>, at: Instant) {
+    *bound = Some(bound.map_or(at, |t| t.min(at)));
+}
+
+/// What [`Registry::take_due_since`] takes: batches to renew, manual permits past
+/// their deadline, releases owed.
+pub(crate) type TakenDue = (Vec<Batch>, Vec<Arc<PermitState>>, Vec<Cleanup>);
 
 /// One script call's worth of renewals.
 pub(crate) struct Batch {
@@ -708,6 +751,41 @@ mod tests {
         let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
         let period = Duration::from_millis(100);
         reg.register(key, &keys, period, state);
+    }
+
+    /// Review (sixth session): a round of the background thread looks, between its
+    /// calls, for what came due while it ran (a permit registered meanwhile, a retry,
+    /// a release owed), by a bound of the next due time: nothing when nothing did.
+    #[test]
+    fn a_look_for_work_due_during_a_round_finds_what_came_due_and_only_that() {
+        let mut reg = Registry::default();
+        for g in 0..10 {
+            register(
+                &mut reg,
+                &format!("s{g}"),
+                true,
+                "p",
+                Duration::from_secs(60),
+            );
+        }
+        let start = Instant::now();
+        // the round takes every group (their first renewal, due within a period)
+        let (batches, _) = reg.take_due(start + Duration::from_millis(100));
+        assert_eq!(batches.len(), 10);
+        let (more, expired, owed) = reg.take_due_since(start + Duration::from_millis(150));
+        assert!(more.is_empty() && expired.is_empty() && owed.is_empty());
+        // a permit registered while the round runs comes due within it
+        register(&mut reg, "new", true, "q", Duration::from_secs(60));
+        let (more, _, _) = reg.take_due_since(Instant::now() + Duration::from_millis(100));
+        assert_eq!(more.len(), 1);
+        assert_eq!(more[0].permits[0].id, "q");
+        // and so does a release owed
+        let keys = Arc::new(Keys::new("s0"));
+        let at = Instant::now();
+        reg.clean_up(&keys, "r", at, at + Duration::from_secs(1), false);
+        let (more, _, owed) = reg.take_due_since(at);
+        assert!(more.is_empty());
+        assert_eq!(owed.len(), 1);
     }
 
     #[test]

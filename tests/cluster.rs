@@ -1041,6 +1041,86 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
     ok.release().unwrap();
 }
 
+/// Review (sixth session): the background thread's calls on their way are bounded by
+/// half the pool, a quarter for semaphores whose last call was slow; but a semaphore
+/// counts as slow only once a call about it has been. The first calls about the
+/// semaphores of a node that just hung all count as calls of semaphores that answer,
+/// and as many as half the pool (here 2 of 4 connections) stayed on their way for an
+/// operation timeout: every renewal of a semaphore on a node that answered was "not
+/// sent" meanwhile, retried every 200 ms and refused again, and its permit lost once
+/// its lease ran out (3 s, with a 3 s operation timeout), though its node answered all
+/// along (the permit was lost). Not fixed yet: the thread cannot tell the semaphores of
+/// the hung node from the others before a call about each was slow, and any bound on
+/// the calls on their way (which keeps the pool for the other callers) can be filled
+/// by those of a hung node; it needs the node each semaphore's key is on.
+#[test]
+#[ignore = "confirmed, not fixed: renewals on nodes that answer wait while a node that \
+            just hung holds the calls on their way (needs the key's node)"]
+fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_renewals() {
+    const LEASE: Duration = Duration::from_secs(3);
+    const SLACK: Duration = Duration::from_millis(700);
+    const ON_HUNG_NODE: usize = 4;
+    let cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .max_connections(4)
+        .operation_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(1))
+        .build(cluster.url())
+        .unwrap();
+    let k = cluster.primary_of("redsem:{starved:0}:h");
+    let cluster = &cluster;
+    let on = |want_k: bool| {
+        (0..)
+            .map(|n| format!("starved:{n}"))
+            .filter(move |n| (cluster.primary_of(&format!("redsem:{{{n}}}:h")) == k) == want_k)
+    };
+    let sem = |name: &str| {
+        client
+            .semaphore_builder(name)
+            .limit(1)
+            .lease(LEASE)
+            .build()
+            .unwrap()
+    };
+    let hung_sems: Vec<Semaphore> = on(true).take(ON_HUNG_NODE).map(|n| sem(&n)).collect();
+    let ok_sem = sem(&on(false).next().unwrap());
+    let hung: Vec<_> = hung_sems
+        .iter()
+        .map(|s| {
+            s.try_acquire()
+                .unwrap()
+                .expect("a permit on the node that hangs")
+        })
+        .collect();
+    let ok = ok_sem
+        .try_acquire()
+        .unwrap()
+        .expect("a permit on a node that answers");
+    let paused = cut_and_hang(cluster, k);
+    let started = Instant::now();
+    // while the hung node's permits run out: the one on the node that answers is
+    // renewed on time throughout (every third of its lease)
+    while hung.iter().any(|p| !p.is_lost()) {
+        assert!(
+            started.elapsed() <= LEASE + SLACK,
+            "the hung node's permits were not all told of their loss within their lease"
+        );
+        assert!(
+            ok.lease_left() > LEASE / 3,
+            "the permit on a node that answers was not renewed on time: {:?} of its lease \
+             left {:?} after another node hung (lost: {:?})",
+            ok.lease_left(),
+            started.elapsed(),
+            ok.lost().try_recv()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    drop(paused);
+    assert!(!ok.is_lost(), "{:?}", ok.lost_reason());
+    ok.release().unwrap();
+}
+
 /// Waits until `sem` grants a permit again, once its node answers (a hung node resumed).
 fn a_permit_once_the_node_answers(sem: &Semaphore) {
     wait_until(

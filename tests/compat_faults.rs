@@ -221,3 +221,60 @@ fn a_permit_expirable_release_without_a_reply_in_time_is_sent_again_in_the_backg
     );
     assert_eq!(get(&mut admin, "pt").as_deref(), Some("1"));
 }
+
+/// Review (sixth session): a background renewal of a permit-expirable permit that the
+/// network held up (no reply within its wait: the call failed, and the renewal was
+/// tried again 200 ms later on another connection) could still reach the server after
+/// the renewal sent after it, and its plain `ZADD` moved the permit's deadline back to
+/// its own, earlier one, while the `Permit` counted its lease from the later renewal:
+/// it said it was valid for as long as the two sends lay apart (here about half a
+/// second) after another client had reclaimed the permit and been granted it, two
+/// holders of a semaphore of one. (The leased semaphore's refresh never moves a
+/// deadline earlier: `ZADD GT`.) A renewal of a permit-expirable permit by this
+/// client, in the background or by `Permit::refresh`, now never moves one earlier
+/// either.
+#[test]
+fn a_permit_expirable_renewal_that_lands_late_never_moves_the_deadline_back() {
+    use std::time::Duration;
+    const OP: Duration = Duration::from_millis(300);
+    let lease = Duration::from_secs(3);
+    let (server, proxy, client) = support::proxied(OP);
+    let pes = client
+        .redisson_permit_expirable_semaphore("pl")
+        .with_auto_refresh(true);
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes.try_acquire(Some(lease)).unwrap().expect("a permit");
+    // the lease script in the server's cache: the renewal held below is one EVALSHA,
+    // which runs when it arrives
+    permit.refresh().unwrap();
+    let failed = client.stats().refresh_failed;
+    // the next background renewal (from now on the only call of this client about
+    // the semaphore) is held 1.5 s on its way (its call gives up after 300 ms); the
+    // one that follows goes through at once
+    proxy.delay_sent(b"{pl}:timeout", Duration::from_millis(1_500));
+    support::wait_until(Duration::from_secs(5), "a background renewal fails", || {
+        client.stats().refresh_failed > failed
+    });
+    proxy.delay_sent(b"{pl}:timeout", Duration::ZERO);
+    support::wait_until(
+        Duration::from_secs(5),
+        "a background renewal after it renews the permit",
+        || permit.lease_left() > lease - Duration::from_millis(500),
+    );
+    // nothing from this client reaches the server from now on, but the held renewal,
+    // already on its way, which lands a second later
+    proxy.cut();
+    let other = Client::open(server.url()).unwrap();
+    let other_pes = other.redisson_permit_expirable_semaphore("pl");
+    let _taken = support::wait_for(
+        Duration::from_secs(10),
+        "another client is granted the only permit",
+        || other_pes.try_acquire(Some(lease)).unwrap(),
+    );
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the permit says it is valid for {:?} more while another client holds the \
+         semaphore's only permit",
+        permit.lease_left()
+    );
+}

@@ -859,3 +859,44 @@ fn a_failed_chunk_does_not_throw_away_the_renewals_of_the_chunks_before_it() {
         assert!(on_server.contains(p.id()), "{} valid but not held", p.id());
     }
 }
+
+/// Review (sixth session): a round of the background thread renewed the groups that
+/// were due when it began, one call after another, and looked at the schedule again
+/// only once it had ended. A permit registered meanwhile (a grant pushed to a waiter,
+/// which lasts a heartbeat until its first renewal; any permit of a short lease), or
+/// a group whose period is shorter than the round, waited for the whole round: with
+/// twenty semaphores due together and 100 ms per call (a round trip to a distant
+/// server, or thousands of semaphores), a 900 ms lease acquired as the round began
+/// was never renewed and was declared lost, though the server answered all along.
+/// A round now takes the groups that come due while it runs.
+#[test]
+fn a_permit_due_while_a_long_round_runs_is_renewed_in_that_round() {
+    const SLOW: usize = 20;
+    let (server, proxy, client) = support::proxied(Duration::from_secs(2));
+    let refresh = support::refresh_script();
+    refresh.load(&mut server.conn()).unwrap();
+    let slow_sems: Vec<Semaphore> = (0..SLOW)
+        .map(|k| sem(&client, &format!("slowgrp:{k}"), 1, 6_000))
+        .collect();
+    let held: Vec<Permit> = slow_sems
+        .iter()
+        .map(|s| s.try_acquire().unwrap().expect("a free permit"))
+        .collect();
+    // every renewal of those semaphores takes 100 ms more (a distant server)
+    proxy.delay_sent(b"{slowgrp:", Duration::from_millis(100));
+    let calls = client.stats().refresh_calls;
+    // their first renewals: the first round takes the group due first, the next one
+    // the others, which came due meanwhile (about two seconds of calls)
+    wait_until(Duration::from_secs(5), "a second round begins", || {
+        client.stats().refresh_calls >= calls + 2
+    });
+    let quick = sem(&client, "quick", 1, 900);
+    let p = quick.try_acquire().unwrap().expect("a free permit");
+    // The test is about time passing: the rest of the long round, and a lease more.
+    thread::sleep(Duration::from_millis(2_500));
+    assert_held(&p);
+    assert!(p.lease_left() > Duration::ZERO);
+    for h in &held {
+        assert_held(h);
+    }
+}

@@ -1288,7 +1288,7 @@ impl Renew for PesRenewer {
         let held = inner.common.run_write_by(
             "update_lease_time",
             Some(by),
-            |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline),
+            |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline, true),
             |_| false,
         )?;
         Ok(permits
@@ -1517,7 +1517,7 @@ impl Grantor for PesGrant {
         let publish = self.inner.publish();
         let held = self.inner.common.run_write(
             "update_lease_time",
-            |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline),
+            |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline, true),
             |_| false,
         )?;
         if held {
@@ -1965,7 +1965,7 @@ impl RPermitExpirableSemaphore {
         self.run_write(
             "update_lease_time",
             |c, k, publish, now| {
-                calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease))
+                calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease), false)
             },
             |_| false,
         )

@@ -411,7 +411,8 @@ pub(crate) fn pes_add(
 }
 
 /// `updateLeaseTime(id, lease)`: whether the id was still held (and now has
-/// `deadline_ms`).
+/// `deadline_ms`; with `renew`, a renewal of this client's own, at least that: see
+/// [`pes_update_leases`]).
 pub(crate) fn pes_update_lease(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
@@ -419,6 +420,7 @@ pub(crate) fn pes_update_lease(
     now_ms: i64,
     id: &[u8; 16],
     deadline_ms: i64,
+    renew: bool,
 ) -> Result<bool> {
     let held = pes_update_leases(
         conn,
@@ -427,6 +429,7 @@ pub(crate) fn pes_update_lease(
         now_ms,
         std::slice::from_ref(id),
         deadline_ms,
+        renew,
     )?;
     // (one answer: pes_update_leases checks that there is one per id)
     Ok(held.first() == Some(&true))
@@ -434,6 +437,10 @@ pub(crate) fn pes_update_lease(
 
 /// `updateLeaseTime` of several ids to one deadline in one call (a renewal tick of
 /// the background refresher): for each id, in order, whether it was still held.
+///
+/// With `renew` (this client's renewals of its own permits) a deadline is never moved
+/// earlier: a renewal held up on its way, whose call gave up, may land after the one
+/// sent after it, whose client counts its lease from that later send.
 pub(crate) fn pes_update_leases(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
@@ -441,9 +448,11 @@ pub(crate) fn pes_update_leases(
     now_ms: i64,
     ids: &[[u8; 16]],
     deadline_ms: i64,
+    renew: bool,
 ) -> Result<Vec<bool>> {
     let mut inv = keys.pes(&PES_LEASE, publish, now_ms);
-    inv.arg("update").arg(deadline_ms);
+    inv.arg(if renew { "renew" } else { "update" })
+        .arg(deadline_ms);
     for id in ids {
         inv.arg(&id[..]);
     }
