@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis_semaphore::{Client, Error, Semaphore};
+use redis_semaphore::{Client, Error, Permit, Semaphore};
 use support::cluster::RedisCluster;
 use support::{queued_waiter, wait_for, wait_until};
 
@@ -976,7 +976,6 @@ fn dropping_a_permit_whose_node_link_was_cut_and_which_then_hangs_ends_within_th
 #[test]
 fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_nodes() {
     const LEASE: Duration = Duration::from_secs(3);
-    const SLACK: Duration = Duration::from_millis(700);
     const ON_HUNG_NODE: usize = 8;
     let cluster = RedisCluster::start();
     // no replica takes over while the node hangs (its permits cannot be renewed
@@ -987,55 +986,8 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
         .connect_timeout(Duration::from_millis(300))
         .build(cluster.url())
         .unwrap();
-    let k = cluster.primary_of("redsem:{hangs:0}:h");
-    let cluster = &cluster;
-    let on = |want_k: bool| {
-        (0..)
-            .map(|n| format!("s:{n}"))
-            .filter(move |n| (cluster.primary_of(&format!("redsem:{{{n}}}:h")) == k) == want_k)
-    };
-    let sem = |name: &str| {
-        client
-            .semaphore_builder(name)
-            .limit(1)
-            .lease(LEASE)
-            .build()
-            .unwrap()
-    };
-    let hung_sems: Vec<Semaphore> = on(true).take(ON_HUNG_NODE).map(|n| sem(&n)).collect();
-    let ok_sem = sem(&on(false).next().unwrap());
-    let hung: Vec<_> = hung_sems
-        .iter()
-        .map(|s| {
-            s.try_acquire()
-                .unwrap()
-                .expect("a permit on the node that hangs")
-        })
-        .collect();
-    let ok = ok_sem
-        .try_acquire()
-        .unwrap()
-        .expect("a permit on a node that answers");
-    let paused = cut_and_hang(cluster, k);
-    let started = Instant::now();
-    // while the hung node's permits run out: the one on the node that answers is
-    // renewed on time throughout (every third of its lease)
-    while hung.iter().any(|p| !p.is_lost()) {
-        assert!(
-            started.elapsed() <= LEASE + SLACK,
-            "the hung node's permits were not all told of their loss within their lease"
-        );
-        assert!(
-            ok.lease_left() > LEASE / 3,
-            "the permit on a node that answers was not renewed on time: {:?} of its lease \
-             left {:?} after another node hung (lost: {:?})",
-            ok.lease_left(),
-            started.elapsed(),
-            ok.lost().try_recv()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
-    drop(paused);
+    let (ok_sem, ok) =
+        renewed_elsewhere_while_a_node_hangs(&cluster, &client, "s", ON_HUNG_NODE, LEASE);
     let holders = ok_sem.holders().unwrap();
     assert_eq!(holders.len(), 1, "the server still has the renewed permit");
     ok.release().unwrap();
@@ -1058,7 +1010,6 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
             just hung holds the calls on their way (needs the key's node)"]
 fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_renewals() {
     const LEASE: Duration = Duration::from_secs(3);
-    const SLACK: Duration = Duration::from_millis(700);
     const ON_HUNG_NODE: usize = 4;
     let cluster = RedisCluster::start();
     no_failover_and_partial_service(&cluster);
@@ -1068,22 +1019,41 @@ fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_ren
         .connect_timeout(Duration::from_secs(1))
         .build(cluster.url())
         .unwrap();
-    let k = cluster.primary_of("redsem:{starved:0}:h");
-    let cluster = &cluster;
+    let (_ok_sem, ok) =
+        renewed_elsewhere_while_a_node_hangs(&cluster, &client, "starved", ON_HUNG_NODE, LEASE);
+    assert!(!ok.is_lost(), "{:?}", ok.lost_reason());
+    ok.release().unwrap();
+}
+
+/// Holds a permit of each of `on_hung_node` semaphores (names `prefix:N`) on one node
+/// of `cluster` and of one on another node, with leases of `lease`, hangs the first
+/// node, and checks, until the hung node's permits are all told of their loss (within
+/// their lease and 700 ms), that the permit on the node that answers is renewed on
+/// time throughout (more than a third of its lease always left). Returns that permit
+/// and its semaphore, the hung node answering again.
+fn renewed_elsewhere_while_a_node_hangs(
+    cluster: &RedisCluster,
+    client: &Client,
+    prefix: &str,
+    on_hung_node: usize,
+    lease: Duration,
+) -> (Semaphore, Permit) {
+    const SLACK: Duration = Duration::from_millis(700);
+    let k = cluster.primary_of(&format!("redsem:{{{prefix}:0}}:h"));
     let on = |want_k: bool| {
         (0..)
-            .map(|n| format!("starved:{n}"))
+            .map(move |n| format!("{prefix}:{n}"))
             .filter(move |n| (cluster.primary_of(&format!("redsem:{{{n}}}:h")) == k) == want_k)
     };
     let sem = |name: &str| {
         client
             .semaphore_builder(name)
             .limit(1)
-            .lease(LEASE)
+            .lease(lease)
             .build()
             .unwrap()
     };
-    let hung_sems: Vec<Semaphore> = on(true).take(ON_HUNG_NODE).map(|n| sem(&n)).collect();
+    let hung_sems: Vec<Semaphore> = on(true).take(on_hung_node).map(|n| sem(&n)).collect();
     let ok_sem = sem(&on(false).next().unwrap());
     let hung: Vec<_> = hung_sems
         .iter()
@@ -1103,11 +1073,11 @@ fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_ren
     // renewed on time throughout (every third of its lease)
     while hung.iter().any(|p| !p.is_lost()) {
         assert!(
-            started.elapsed() <= LEASE + SLACK,
+            started.elapsed() <= lease + SLACK,
             "the hung node's permits were not all told of their loss within their lease"
         );
         assert!(
-            ok.lease_left() > LEASE / 3,
+            ok.lease_left() > lease / 3,
             "the permit on a node that answers was not renewed on time: {:?} of its lease \
              left {:?} after another node hung (lost: {:?})",
             ok.lease_left(),
@@ -1117,8 +1087,7 @@ fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_ren
         thread::sleep(Duration::from_millis(20));
     }
     drop(paused);
-    assert!(!ok.is_lost(), "{:?}", ok.lost_reason());
-    ok.release().unwrap();
+    (ok_sem, ok)
 }
 
 /// Waits until `sem` grants a permit again, once its node answers (a hung node resumed).
