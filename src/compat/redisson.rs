@@ -56,7 +56,10 @@
 //!   call: permits of handles made apart are renewed by separate calls).
 //!   Otherwise call [`Permit::refresh`] (the same steps) or
 //!   [`update_lease_time`](RPermitExpirableSemaphore::update_lease_time) before the
-//!   lease runs out.
+//!   lease runs out. Such a permit is watched by nothing: when its lease ends,
+//!   [`Permit::lease_left`] reaches zero (which, with `is_lost()`, is what "valid"
+//!   means), but [`Permit::lost`] does not fire and [`Permit::is_lost`] stays false
+//!   until a call finds it gone.
 //! - **Not fair.** Woken waiters race, and a `try_acquire` may take what a waiter was
 //!   told about; nothing in Redis records waiters.
 //! - **Redisson's other known weaknesses come along:** reads that write
@@ -177,10 +180,11 @@ const MAX_MANY: u32 = 10_000;
 /// shorter than this does not lose them for good.
 const OWED_FOR: Duration = Duration::from_secs(600);
 /// How much longer than [`OWED_FOR`] (from the server time read before its first send)
-/// an owed `RSemaphore` give-back may still run: a send written just before the last
-/// moment still applies if it runs within this, and any send that runs later (held in
-/// a paused server, say, or a socket buffer) is refused by the script, so it can never
-/// find its operation key gone and apply a second time.
+/// an owed `RSemaphore` give-back may still run, at the least (twice the operation
+/// timeout when that is longer: [`give_back_deadline`]): a send written just before
+/// the last moment still applies if it runs within this, and any send that runs later
+/// (held in a paused server, say, or a socket buffer) is refused by the script, so it
+/// can never find its operation key gone and apply a second time.
 const LATE_SEND_MARGIN: Duration = Duration::from_secs(60);
 
 /// The command that announces freed permits on `redisson_sc:{NAME}`. Every client of a
@@ -738,11 +742,28 @@ struct OwedRsGiveBack {
 
 /// The operation key of an `RSemaphore` give-back, read before its first send: its
 /// runs are refused once the server's clock (read now, on the node of the counter)
-/// has passed [`OWED_FOR`] and [`LATE_SEND_MARGIN`] from now.
-fn rs_give_back_once(conn: &mut dyn redis::ConnectionLike, keys: &RedissonKeys) -> Result<Once> {
+/// has passed [`give_back_deadline`].
+fn rs_give_back_once(
+    conn: &mut dyn redis::ConnectionLike,
+    keys: &RedissonKeys,
+    op_timeout: Duration,
+) -> Result<Once> {
     let now = calls::counter_server_time_ms(conn, keys)?;
-    let ahead = (OWED_FOR + LATE_SEND_MARGIN).as_millis() as i64;
-    Ok(keys.once_until(now.saturating_add(ahead)))
+    Ok(keys.once_until(give_back_deadline(now, op_timeout)))
+}
+
+/// The server time after which no run of an owed `RSemaphore` give-back applies, its
+/// server's clock read at `now_ms`: [`OWED_FOR`] on (no send leaves later by the
+/// client's clock) and a margin for the last send to run, [`LATE_SEND_MARGIN`] or
+/// twice the operation timeout (the wait for a connection and the call), whichever is
+/// longer.
+fn give_back_deadline(now_ms: i64, op_timeout: Duration) -> i64 {
+    let margin = LATE_SEND_MARGIN.max(op_timeout.saturating_mul(2));
+    let ahead = OWED_FOR.saturating_add(margin).as_millis();
+    // (at most 15 digits, as once.lua takes a deadline: far past any server's clock)
+    now_ms
+        .saturating_add(i64::try_from(ahead).unwrap_or(i64::MAX))
+        .min(999_999_999_999_999)
 }
 
 impl GiveBack for OwedRsGiveBack {
@@ -763,7 +784,7 @@ impl GiveBack for OwedRsGiveBack {
             let once = match self.once.get() {
                 Some(once) => once,
                 None => {
-                    let once = rs_give_back_once(&mut **c, &self.keys)?;
+                    let once = rs_give_back_once(&mut **c, &self.keys, op_timeout)?;
                     self.once.get_or_init(|| once)
                 }
             };
@@ -1047,7 +1068,8 @@ impl RSemaphore {
                     // failure to read it sends nothing, and the background reads it
                     let mut once: Option<Once> = None;
                     let first = common.run(|c, k| {
-                        let once = once.insert(rs_give_back_once(c, k)?);
+                        let op = common.shared().op_timeout;
+                        let once = once.insert(rs_give_back_once(c, k, op)?);
                         calls::rs_release(c, k, publish, permits, false, Some(once))
                     });
                     let Err(e) = first else { return true };
@@ -2086,6 +2108,28 @@ mod tests {
     fn client() -> Client {
         // No I/O happens until an operation: nothing listens here.
         Client::open("redis://127.0.0.1:1/").unwrap()
+    }
+
+    /// Sixth session: the deadline of an owed `RSemaphore` give-back left its last send
+    /// a fixed minute to run, less than an operation timeout over half a minute can
+    /// take (the send then refused: its permits left taken). The margin is at least
+    /// twice the operation timeout.
+    #[test]
+    fn a_give_back_s_deadline_leaves_its_last_send_two_operation_timeouts() {
+        let owed = OWED_FOR.as_millis() as i64;
+        assert_eq!(
+            give_back_deadline(1_000, Duration::from_secs(2)),
+            1_000 + owed + 60_000
+        );
+        assert_eq!(
+            give_back_deadline(1_000, Duration::from_secs(90)),
+            1_000 + owed + 180_000
+        );
+        // (no overflow whatever the timeout, and never more digits than once.lua takes)
+        assert_eq!(
+            give_back_deadline(1_800_000_000_000, Duration::MAX),
+            999_999_999_999_999
+        );
     }
 
     #[test]
