@@ -924,6 +924,53 @@ mod tests {
         assert!(c.queue.lock().is_empty());
     }
 
+    /// The ids of the operations in `c`'s queue, for a failure's message.
+    fn queued_ids(c: &Combiner<Value>) -> Vec<String> {
+        c.queue
+            .lock()
+            .iter()
+            .map(|s| id_of(&s.op).to_owned())
+            .collect()
+    }
+
+    /// With every call in flight: thread L queues an acquire ending at `start + l_ms`,
+    /// then a second thread queues `other` ending at `start + other_ms`, and a call
+    /// ends (`pass_turn`) only once both deadlines have passed (after `start +
+    /// after_ms`): L is handed a call it is too late to send, carrying `other`. Their
+    /// threads, the second returning when it returned.
+    #[allow(clippy::type_complexity)]
+    fn late_lead(
+        c: &Arc<Combiner<Value>>,
+        start: Instant,
+        (l_ms, other, other_ms, after_ms): (u64, Op, u64, u64),
+    ) -> (
+        std::thread::JoinHandle<std::result::Result<Value, Failed>>,
+        std::thread::JoinHandle<(std::result::Result<Value, Failed>, Instant)>,
+    ) {
+        let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
+        let l = {
+            let c = Arc::clone(c);
+            std::thread::spawn(move || {
+                c.run(acquire("L"), &never, start + Duration::from_millis(l_ms))
+            })
+        };
+        wait_until("L to queue", || c.queue.lock().len() == 1);
+        let o = {
+            let c = Arc::clone(c);
+            std::thread::spawn(move || {
+                let r = c.run(other, &never, start + Duration::from_millis(other_ms));
+                (r, Instant::now())
+            })
+        };
+        wait_until("the other to queue", || c.queue.lock().len() == 2);
+        let queue = c.queue.lock();
+        wait_until("both deadlines to pass", || {
+            start.elapsed() > Duration::from_millis(after_ms)
+        });
+        c.pass_turn(queue);
+        (l, o)
+    }
+
     /// C3/C5: a thread is handed the lead of a call carrying a release only once its
     /// own deadline has passed (it was not scheduled in time), and the release's
     /// deadline passes too before it runs: the release leaves (C5), the late leader
@@ -937,36 +984,14 @@ mod tests {
         for round in 0..8 {
             let c = Arc::new(Combiner::<Value>::default());
             // every call is in flight; this thread stands for one of them, which ends
-            // below (`pass_turn` is what a finishing leader runs)
+            // (`pass_turn` is what a finishing leader runs) after both deadlines: L is
+            // handed a call it is too late to send, carrying R
             c.leaders.store(MAX_IN_FLIGHT, Ordering::SeqCst);
             let start = Instant::now();
-            let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
-            let l = {
-                let c = Arc::clone(&c);
-                std::thread::spawn(move || {
-                    c.run(acquire("L"), &never, start + Duration::from_millis(150))
-                })
-            };
-            wait_until("L to queue", || c.queue.lock().len() == 1);
-            let r = {
-                let c = Arc::clone(&c);
-                std::thread::spawn(move || {
-                    c.run(release("R"), &never, start + Duration::from_millis(300))
-                })
-            };
-            wait_until("R to queue", || c.queue.lock().len() == 2);
-            {
-                let queue = c.queue.lock();
-                // the call ends after both deadlines: L is handed a call it is too
-                // late to send, carrying R
-                wait_until("both deadlines to pass", || {
-                    start.elapsed() > Duration::from_millis(320)
-                });
-                c.pass_turn(queue);
-            }
+            let (l, r) = late_lead(&c, start, (150, release("R"), 300, 320));
             let lr = l.join().unwrap();
             assert!(matches!(lr, Err(Failed::NotSent(_))), "{lr:?}");
-            let rr = r.join().unwrap();
+            let (rr, _) = r.join().unwrap();
             assert!(
                 matches!(rr, Err(Failed::NotSent(_) | Failed::Abandoned(_))),
                 "{rr:?}"
@@ -978,11 +1003,7 @@ mod tests {
                     "round {round}: the call L was handed is never given back: {} calls \
                      in flight, queue {:?}",
                     c.leaders.load(Ordering::SeqCst),
-                    c.queue
-                        .lock()
-                        .iter()
-                        .map(|s| id_of(&s.op).to_owned())
-                        .collect::<Vec<_>>()
+                    queued_ids(&c)
                 );
                 std::thread::yield_now();
             }
@@ -1003,37 +1024,14 @@ mod tests {
         // (each round takes either order of the two threads, at the scheduler's will)
         for round in 0..8 {
             let c = Arc::new(Combiner::<Value>::default());
-            // every call is in flight; this thread stands for them
+            // every call is in flight; this thread stands for them. A's deadline
+            // passes first, so that it mostly looks for itself before L takes the
+            // lead it was handed (the bug needs that order); a call ends after both
+            // deadlines: L is handed a call it is too late to send, carrying A
             c.leaders.store(MAX_IN_FLIGHT, Ordering::SeqCst);
             let start = Instant::now();
-            let never = |_: &[&Op]| -> Result<Vec<Value>> { panic!("sent after its deadline") };
-            let l = {
-                let c = Arc::clone(&c);
-                std::thread::spawn(move || {
-                    c.run(acquire("L"), &never, start + Duration::from_millis(310))
-                })
-            };
-            wait_until("L to queue", || c.queue.lock().len() == 1);
-            // (A's deadline passes first, so that it mostly looks for itself before
-            // L takes the lead it was handed; the bug needs that order)
             let a_deadline = start + Duration::from_millis(300);
-            let a = {
-                let c = Arc::clone(&c);
-                std::thread::spawn(move || {
-                    let r = c.run(acquire("A"), &never, a_deadline);
-                    (r, Instant::now())
-                })
-            };
-            wait_until("A to queue", || c.queue.lock().len() == 2);
-            {
-                let queue = c.queue.lock();
-                // a call ends after both deadlines: L is handed a call it is too late
-                // to send, carrying A
-                wait_until("both deadlines to pass", || {
-                    start.elapsed() > Duration::from_millis(330)
-                });
-                c.pass_turn(queue);
-            }
+            let (l, a) = late_lead(&c, start, (310, acquire("A"), 300, 330));
             // meanwhile a call in flight had a try refused: for these two callers the
             // limit is now one call in flight, and more are
             c.learn(true);
@@ -1045,11 +1043,7 @@ mod tests {
                     Instant::now() < deadline,
                     "round {round}: the try waits past its deadline for a call that will \
                      not come: queue {:?}",
-                    c.queue
-                        .lock()
-                        .iter()
-                        .map(|s| id_of(&s.op).to_owned())
-                        .collect::<Vec<_>>()
+                    queued_ids(&c)
                 );
                 std::thread::yield_now();
             }

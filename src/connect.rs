@@ -1129,11 +1129,7 @@ pub(crate) fn connect_error_at(
         {
             format!("{TLS_HANDSHAKE_FAILED}: {text}")
         } else if timed_out {
-            let plain = if addr.starts_with("cluster ") {
-                "redis+cluster://"
-            } else {
-                "redis://"
-            };
+            let plain = plaintext_scheme(addr);
             format!(
                 "{NO_TLS_HANDSHAKE} (is this a plaintext port? use {plain} for a server \
                  without TLS): {text}"
@@ -1235,6 +1231,16 @@ fn every_seed_timed_out(lower: &str) -> bool {
         .iter()
         .any(|w| seed.contains(w))
     })
+}
+
+/// The scheme to name for a server without TLS, as the address `addr` in an error
+/// reads (a cluster's is "cluster h1:p1,...").
+pub(crate) fn plaintext_scheme(addr: &str) -> &'static str {
+    if addr.starts_with("cluster ") {
+        "redis+cluster://"
+    } else {
+        "redis://"
+    }
 }
 
 /// Whether the lower-cased text of a connect error says a host name did not resolve.

@@ -240,11 +240,7 @@ impl Listener {
                     // ends the handling of one message (`listen_on`); one elsewhere
                     // ends the subscription, not the thread: the waiters look on
                     // their timers, and it subscribes again after a pause.
-                    while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        run(&shared, &hub, &stop_rx)
-                    }))
-                    .is_err()
-                    {
+                    while crate::threads::shielded(|| run(&shared, &hub, &stop_rx)) {
                         hub.set_down();
                         if stop_rx
                             .recv_timeout(MAX_BACKOFF)
@@ -691,12 +687,10 @@ fn listen_on(
                 last_heard = Instant::now();
                 // (a logger that panics on its record ends this message's handling
                 // only: anyone who may publish on the channel can send a malformed one)
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    match msg.get_payload::<String>() {
-                        Ok(payload) => hub.dispatch(&payload),
-                        Err(e) => log::warn!("redis-semaphore: unreadable wake-up: {e}"),
-                    }
-                }));
+                crate::threads::shielded(|| match msg.get_payload::<String>() {
+                    Ok(payload) => hub.dispatch(&payload),
+                    Err(e) => log::warn!("redis-semaphore: unreadable wake-up: {e}"),
+                });
             }
             Err(e) if e.is_timeout() => {
                 if last_heard.elapsed() >= HEARTBEAT {

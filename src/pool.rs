@@ -385,11 +385,7 @@ impl Manager {
     /// [`stalled`](Self::stalled), for a connection that was not made within `what`.
     pub(crate) fn stalled_within(&self, what: &str) -> Error {
         let message = if self.connector.is_tls() {
-            let plain = if self.addr().starts_with("cluster ") {
-                "redis+cluster://"
-            } else {
-                "redis://"
-            };
+            let plain = crate::connect::plaintext_scheme(&self.addr());
             format!(
                 "{NO_CONNECTION} {what}: the TLS handshake did not finish (is this a plaintext \
                  port? use {plain} for a server without TLS)"

@@ -60,7 +60,7 @@ use crate::scripts::leased;
 pub(crate) use crate::scripts::leased::Renewal;
 use crate::shared::Shared;
 use crate::stats::Counters;
-use crate::threads::run_aside;
+use crate::threads::{run_aside, shielded};
 /// The shortest time a renewal may wait on Redis, even when some permit's deadline is
 /// nearer: a healthy call is not cut short because another lease is about to end.
 const MIN_WAIT: Duration = Duration::from_millis(5);
@@ -96,9 +96,7 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
         // not the round: nothing the round took out of the registry is dropped, and
         // one that panics at every round keeps nothing else from being done. Here,
         // what is left (a panic outside those pieces) ends the round, not the thread.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tick(&shared, &asides, &wake)
-        }));
+        shielded(|| tick(&shared, &asides, &wake));
     }
 }
 
@@ -257,11 +255,11 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // (a panic in a record ends this batch's renewal, not the round: one that
         // panics at every round, the warning of a semaphore whose renewal keeps
         // failing, say, does not keep the batches after it from being renewed)
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        shielded(|| {
             settle_passed(shared, &mut horizon);
             let wait = until_next(shared, horizon);
             renew(shared, asides, batch, wait);
-        }));
+        });
         // What came due while the round ran (a permit registered meanwhile, a grant
         // pushed to a waiter with a heartbeat's lease say, a group whose period is
         // shorter than the round, a retry): done next, not after the round, which
@@ -318,9 +316,7 @@ fn clean_ups(
         }
         // (a panic in a record ends this clean-up's handling, not the round: the
         // clean-ups after it and the renewals are still done, see `run`)
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            clean_up(shared, asides, c, horizon)
-        }));
+        shielded(|| clean_up(shared, asides, c, horizon));
     }
     true
 }
@@ -383,7 +379,7 @@ fn clean_up(
 /// registry already, and nothing else would ever fire their `lost()`.
 fn lose_each(shared: &Shared, lost: impl IntoIterator<Item = (LostReason, Arc<PermitState>)>) {
     for (reason, p) in lost {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lose(shared, &p, reason)));
+        shielded(|| lose(shared, &p, reason));
     }
 }
 
@@ -462,9 +458,6 @@ fn give_back_owed(shared: &Arc<Shared>) {
                     // (the records after the bookkeeping, and a panic in one (a logger
                     // of the user's) ends the record, not the thread: the releases
                     // still owed are not dropped)
-                    let record = |f: &dyn Fn()| {
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-                    };
                     match result {
                         Ok(_) => {}
                         Err(e) if Instant::now() + RETRY_AFTER_FAILURE < stop_at => {
@@ -474,20 +467,22 @@ fn give_back_owed(shared: &Arc<Shared>) {
                             } else {
                                 untried.push(c)
                             }
-                            record(&|| {
+                            shielded(|| {
                                 log::debug!(
                                     "redis-semaphore: clean-up of {id} failed, again soon: {e}"
                                 )
                             });
                         }
-                        Err(e) => record(&|| {
-                            log::warn!(
-                                "redis-semaphore: gave up giving back {} (owed after a failed \
-                                 acquire or release; {}): {e}",
-                                c.id,
-                                c.given_up()
-                            )
-                        }),
+                        Err(e) => {
+                            shielded(|| {
+                                log::warn!(
+                                    "redis-semaphore: gave up giving back {} (owed after a \
+                                     failed acquire or release; {}): {e}",
+                                    c.id,
+                                    c.given_up()
+                                )
+                            });
+                        }
                     }
                 }
                 untried.append(&mut failed);

@@ -589,8 +589,11 @@ impl Registry {
     pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<Batch>, Vec<Arc<PermitState>>) {
         let mut batches = Vec::new();
         let mut expired = Vec::new();
+        // (the bound of what is due next, made exact in the same pass)
+        let mut next = self.cleanups.iter().map(|c| c.at).min();
         self.groups.retain(|key, g| {
             if g.next_due > now {
+                lower(&mut next, g.next_due);
                 return true;
             }
             if key.auto {
@@ -620,10 +623,10 @@ impl Registry {
                     None => return false,
                 }
             }
+            lower(&mut next, g.next_due);
             true
         });
-        let due = self.groups.values().map(|g| g.next_due);
-        self.due_bound = due.chain(self.cleanups.iter().map(|c| c.at)).min();
+        self.due_bound = next;
         (batches, expired)
     }
 

@@ -1907,14 +1907,7 @@ impl Semaphore {
     }
 
     fn owe_clean_up(&self, id: &str, at: Instant, waiter: bool) {
-        let sem = &self.inner;
-        let client = &sem.client.inner;
-        client
-            .shared
-            .registry
-            .lock()
-            .clean_up(&sem.keys, id, at, at + sem.lease(), waiter);
-        client.nudge();
+        self.inner.owe_clean_up(id, at, waiter);
     }
 
     fn inspect(&self, what: Inspect, op: &'static str) -> Result<Inspected> {
@@ -2181,22 +2174,25 @@ impl Grantor for SemInner {
             // timeout): sent again by the background thread until the lease has surely
             // ended, not left taken for the rest of its lease (a second release of a
             // permit already given back changes nothing)
-            let client = &self.client.inner;
-            let now = Instant::now();
-            client.shared.registry.lock().clean_up(
-                &self.keys,
-                &permit.id,
-                now,
-                now + self.lease(),
-                false,
-            );
-            client.nudge();
+            self.owe_clean_up(&permit.id, Instant::now(), false);
         }
         result
     }
 }
 
 impl SemInner {
+    /// Owes the background thread the release of `id` (and, for a waiter, its cancel
+    /// first), sent from `at` on until its lease has surely ended.
+    fn owe_clean_up(&self, id: &str, at: Instant, waiter: bool) {
+        let client = &self.client.inner;
+        client
+            .shared
+            .registry
+            .lock()
+            .clean_up(&self.keys, id, at, at + self.lease(), waiter);
+        client.nudge();
+    }
+
     /// [`Grantor::release`], all of it ending by `deadline`.
     fn release_by(&self, permit: &PermitState, deadline: Instant) -> Result<()> {
         let shared = &self.client.inner.shared;

@@ -20,6 +20,13 @@ thread_local! {
     static DROP_BY: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// Runs `work`, a piece of a background thread's work that calls code of the user's
+/// (a logger, a metrics recorder): a panic there ends that piece, not the thread.
+/// Whether it panicked.
+pub(crate) fn shielded(work: impl FnOnce()) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err()
+}
+
 /// Whether a background thread has been told to stop: its owner signals by dropping
 /// the sending side of `stop`, so the channel is disconnected (nothing is ever sent).
 pub(crate) fn stopped(stop: &Receiver<()>) -> bool {

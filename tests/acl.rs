@@ -144,9 +144,9 @@ fn builder_credentials_override_the_urls() {
     client.ping().unwrap();
 }
 
-#[test]
-fn without_the_channel_permission_subscribe_is_refused_and_logged() {
-    // the check that the ACL LOG test above can see a missing permission at all
+/// A server with the user "semaphores" of the documented rule less its channel
+/// permission (`&redsem:c:*`).
+fn server_without_the_channel() -> AclServer {
     let server = AclServer::start(ADMIN_PW);
     let rule = documented_rule("<!-- acl-rule");
     let rest: Vec<&str> = rule[1..]
@@ -155,6 +155,13 @@ fn without_the_channel_permission_subscribe_is_refused_and_logged() {
         .filter(|w| !w.starts_with('>') && !w.starts_with('&'))
         .collect();
     server.add_user("semaphores", USER_PW, &rest);
+    server
+}
+
+#[test]
+fn without_the_channel_permission_subscribe_is_refused_and_logged() {
+    // the check that the ACL LOG test above can see a missing permission at all
+    let server = server_without_the_channel();
     let client = Client::open(server.url_as("semaphores", USER_PW)).unwrap();
     let sem = client.semaphore("nochannel", 1).unwrap();
     let held = sem.acquire().unwrap();
@@ -180,14 +187,7 @@ fn without_the_channel_permission_subscribe_is_refused_and_logged() {
 /// ACL allows it.
 #[test]
 fn a_listener_refused_its_channel_subscribes_once_the_acl_allows_it() {
-    let server = AclServer::start(ADMIN_PW);
-    let rule = documented_rule("<!-- acl-rule");
-    let rest: Vec<&str> = rule[1..]
-        .iter()
-        .map(String::as_str)
-        .filter(|w| !w.starts_with('>') && !w.starts_with('&'))
-        .collect();
-    server.add_user("semaphores", USER_PW, &rest);
+    let server = server_without_the_channel();
     // a long operation timeout: a waiter that waits for the refused subscription
     // would wait that long before it looks
     let op = Duration::from_secs(5);
@@ -242,14 +242,7 @@ fn a_listener_refused_its_channel_subscribes_once_the_acl_allows_it() {
         !channels.is_empty()
     });
     // it was retried with its back-off, not with a new connection at once each time
-    let tries: i64 = acl_refusals(&server)
-        .iter()
-        .filter(|e| e.contains("cmd=subscribe"))
-        .map(|e| {
-            let count = e.split("int(").nth(1).expect("a count");
-            count[..count.find(')').unwrap()].parse::<i64>().unwrap()
-        })
-        .sum();
+    let tries = support::refused_subscribes(&mut server.admin_conn());
     assert!(tries < 30, "{tries} refused SUBSCRIBEs");
 }
 

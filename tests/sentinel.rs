@@ -1423,21 +1423,8 @@ fn a_switch_watcher_refused_its_channel_says_so_and_tries_again() {
         .unwrap();
     client.ping().unwrap();
     let mut admin = set.sentinels[0].conn();
-    // refusals of the watcher's SUBSCRIBE on the first sentinel, as ACL LOG counts them
-    let refused = |admin: &mut redis::Connection| -> i64 {
-        let entries: Vec<redis::Value> =
-            redis::cmd("ACL").arg("LOG").arg(100).query(admin).unwrap();
-        entries
-            .iter()
-            .map(|e| format!("{e:?}"))
-            .filter(|e| e.contains("subscribe"))
-            .map(|e| {
-                let count = e.split("int(").nth(1).expect("a count");
-                count[..count.find(')').unwrap()].parse::<i64>().unwrap()
-            })
-            .sum()
-    };
+    // refusals of the watcher's SUBSCRIBE on the first sentinel
     wait_until(Duration::from_secs(10), "the watcher tries again", || {
-        refused(&mut admin) >= 2
+        support::refused_subscribes(&mut admin) >= 2
     });
 }

@@ -408,6 +408,18 @@ struct BookConn {
 }
 
 impl BookConn {
+    /// A connection of the client's pool for one operation on a thread of its own (a
+    /// clean-up aside): the wait for it and the operation end within one operation
+    /// timeout each.
+    fn fresh(shared: &crate::shared::Shared) -> crate::Result<BookConn> {
+        let op = shared.op_timeout;
+        Ok(BookConn {
+            conn: shared.pool.get(Some(op))?,
+            op,
+            deadline: Some(Instant::now() + op),
+        })
+    }
+
     /// Sends `cmd` (a packed command or pipeline) and reads `offset + count` replies,
     /// returning those from `offset` on, as redis-rs does, each read waiting no longer
     /// than the call's deadline.
@@ -632,18 +644,13 @@ impl BookInner {
     fn remove_aside(&self, conn: BookConn, id: String) {
         let shared = Arc::clone(&self.client.inner.shared);
         let (variant, keys, name) = (self.variant, self.keys.clone(), self.name.clone());
-        let op = shared.op_timeout;
         let clean_up = move || {
             let mut conn = if conn.is_open() {
                 conn
             } else {
                 drop(conn);
-                match shared.pool.get(Some(op)) {
-                    Ok(c) => BookConn {
-                        conn: c,
-                        op,
-                        deadline: Some(Instant::now() + op),
-                    },
+                match BookConn::fresh(&shared) {
+                    Ok(c) => c,
                     Err(e) => {
                         log::debug!(
                             "redis-semaphore: book semaphore {name:?}: no connection to \
@@ -746,12 +753,7 @@ impl BookInner {
         let keys = self.keys.clone();
         let op = shared.op_timeout;
         crate::threads::give_back_twice(op, move || {
-            let released = shared.pool.get(Some(op)).and_then(|c| {
-                let mut conn = BookConn {
-                    conn: c,
-                    op,
-                    deadline: Some(Instant::now() + op),
-                };
+            let released = BookConn::fresh(&shared).and_then(|mut conn| {
                 for _ in 0..16 {
                     if book::lock_release_round(&mut conn, &keys, &lock_id)
                         .map_err(crate::Error::Redis)?

@@ -1064,31 +1064,31 @@ impl RSemaphore {
                 let common = self.common.clone();
                 let send_by = deadline_in(OWED_FOR);
                 give_back_by(give_back, move || {
-                    // the key's deadline is read before the first send leaves; a
-                    // failure to read it sends nothing, and the background reads it
-                    let mut once: Option<Once> = None;
-                    let first = common.run(|c, k| {
-                        let op = common.shared().op_timeout;
-                        let once = once.insert(rs_give_back_once(c, k, op)?);
-                        calls::rs_release(c, k, publish, permits, false, Some(once))
+                    // the first send is the owed give-back's own (its key's deadline
+                    // read before it leaves; a failure to read it sends nothing, and
+                    // the background reads it)
+                    let owed = Arc::new(OwedRsGiveBack {
+                        keys: common.keys.clone(),
+                        publish,
+                        permits,
+                        once: OnceLock::new(),
+                        send_by,
                     });
-                    let Err(e) = first else { return true };
+                    let shared = common.shared();
+                    let op = shared.op_timeout;
+                    let first = owed.give_back(&shared.pool, op, Instant::now() + op);
+                    let Err(e) = first.map_err(|e| common.named(e)) else {
+                        return true;
+                    };
                     log::warn!(
                         "redis-semaphore: could not give back {permits} permit(s) of {} that no \
                          replica acknowledged ({e}); sent again in the background",
                         common.name
                     );
-                    let owed = OwedRsGiveBack {
-                        keys: common.keys.clone(),
-                        publish,
-                        permits,
-                        once: once.map(OnceLock::from).unwrap_or_default(),
-                        send_by,
-                    };
                     common.owe_give_back(
                         format!("{permits} RSemaphore permit(s) of {:?}", common.name),
                         send_by,
-                        Arc::new(owed),
+                        owed,
                     );
                     false
                 })
@@ -1256,6 +1256,21 @@ struct PesInner {
 static NEXT_PES_GROUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl PesInner {
+    /// Owes the background thread the release of permit `id`, granted with `lease`: a
+    /// release by its own id, safe to send any number of times, sent again until the
+    /// lease has surely ended (without one, for at most [`OWED_FOR`]).
+    fn owe_release(&self, id: [u8; 16], lease: Option<Duration>) {
+        let owed = OwedPesGiveBack {
+            keys: self.common.keys.clone(),
+            publish: self.publish(),
+            id,
+            cluster: self.common.shared().is_cluster(),
+        };
+        let until = deadline_in(lease.unwrap_or(OWED_FOR).min(OWED_FOR));
+        let what = format!("{} of {:?}", encode_id(&id), self.common.name);
+        self.common.owe_give_back(what, until, Arc::new(owed));
+    }
+
     fn new(common: Common, accept_hex_ids: bool, auto_refresh: bool) -> PesInner {
         PesInner {
             common,
@@ -1509,19 +1524,9 @@ impl Grantor for PesGrant {
                     && let Ok(id) = decode_id(&permit.id)
                 {
                     // a timeout, a failover, a refused connection: sent again by the
-                    // background thread until the lease has surely ended (without one,
-                    // for at most OWED_FOR), as the leased semaphore's release is; not
-                    // left taken, for good when the permit has no lease. A release by
-                    // the permit's own id is safe to send any number of times.
-                    let owed = OwedPesGiveBack {
-                        keys: self.inner.common.keys.clone(),
-                        publish: self.inner.publish(),
-                        id,
-                        cluster: shared.is_cluster(),
-                    };
-                    let until = deadline_in(self.lease.unwrap_or(OWED_FOR).min(OWED_FOR));
-                    let what = format!("{} of {:?}", permit.id, self.inner.common.name);
-                    self.inner.common.owe_give_back(what, until, Arc::new(owed));
+                    // background thread, as the leased semaphore's release is; not
+                    // left taken, for good when the permit has no lease
+                    self.inner.owe_release(id, self.lease);
                 }
                 Err(e)
             }
@@ -1714,18 +1719,7 @@ impl RPermitExpirableSemaphore {
                              replica acknowledged ({e}); sent again in the background",
                             inner.common.name
                         );
-                        // a release by its own id: safe to send again until the lease
-                        // (if any) has surely ended
-                        let owed = OwedPesGiveBack {
-                            keys: inner.common.keys.clone(),
-                            publish: inner.publish(),
-                            id: *id,
-                            cluster: inner.common.shared().is_cluster(),
-                        };
-                        let until = deadline_in(lease.unwrap_or(OWED_FOR).min(OWED_FOR));
-                        inner
-                            .common
-                            .owe_give_back(encode_id(id), until, Arc::new(owed));
+                        inner.owe_release(*id, lease);
                     }
                     all
                 })

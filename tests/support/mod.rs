@@ -447,6 +447,21 @@ pub fn primary_and_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// How many `SUBSCRIBE`s the server (or sentinel) `conn` is connected to refused, as
+/// its ACL LOG counts them (one entry per client and channel, with a count).
+pub fn refused_subscribes(conn: &mut redis::Connection) -> i64 {
+    let entries: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").arg(100).query(conn).unwrap();
+    entries
+        .iter()
+        .map(|e| format!("{e:?}"))
+        .filter(|e| e.contains("subscribe"))
+        .map(|e| {
+            let count = e.split("int(").nth(1).expect("a count");
+            count[..count.find(')').unwrap()].parse::<i64>().unwrap()
+        })
+        .sum()
+}
+
 /// A primary with a replica, and a client reaching the primary through a [`Proxy`],
 /// its operation timeout 1 s.
 pub fn proxied_primary() -> (RedisServer, RedisServer, Proxy, redis_semaphore::Client) {
