@@ -31,9 +31,10 @@
 //!   On a Redis Cluster every call runs on a thread of its own ([`call_by`]), waited
 //!   for [`SHORT_WAIT`] at most, and applies its answer itself when it comes: a node
 //!   that hangs then holds back neither the losses nor the renewals on the other
-//!   nodes (calls about semaphores that were slow go last, and have a quarter of the
-//!   pool). At most one call per semaphore, and calls on half the pool, are on their
-//!   way.
+//!   nodes (calls about semaphores that were slow, or whose node was, go last, and
+//!   have a quarter of the pool: the thread reads the cluster's slot map, so that the
+//!   first slow call about a node that hangs stands for every semaphore on it). At
+//!   most one call per semaphore, and calls on half the pool, are on their way.
 //! - **What is owed is sent.** Releases owed after a lost reply, and give-backs of
 //!   permits too few replicas acknowledged that failed (also a Redisson layout's),
 //!   are sent again until they succeed or their end passes, and once more, on a
@@ -106,8 +107,15 @@ pub(crate) fn run(shared: Arc<Shared>, wake: Receiver<()>) {
 /// it, not the operation timeout.
 const SHORT_WAIT: Duration = Duration::from_millis(50);
 
-/// How long a semaphore counts as slow after its last slow call.
+/// How long a semaphore, or a node of a cluster, counts as slow after its last slow
+/// call.
 const SLOW_FOR: Duration = Duration::from_secs(30);
+
+/// How long a cluster's slot map serves before it is read again ([`read_slot_map`]).
+const SLOT_MAP_FOR: Duration = Duration::from_secs(60);
+
+/// How soon a slot map read that failed is tried again.
+const SLOT_MAP_RETRY: Duration = Duration::from_secs(5);
 
 /// The thread's calls that run on threads of their own (on a cluster), by the holders
 /// key of their semaphore.
@@ -118,6 +126,58 @@ struct Asides {
     /// Semaphores whose last call took longer than [`SHORT_WAIT`], and when it was
     /// (forgotten after [`SLOW_FOR`], so that semaphores no longer held leave no trace).
     slow: HashMap<String, Instant>,
+    /// The nodes of those calls, and when: the first slow call about a node that hangs
+    /// stands for every semaphore on it, not only its own (forgotten after
+    /// [`SLOW_FOR`], or at the node's first quick answer).
+    slow_nodes: HashMap<Arc<str>, Instant>,
+    /// Which node serves each slot, as the cluster last said.
+    slots: SlotMap,
+}
+
+impl Asides {
+    /// Whether a call about the semaphore whose holders key is `key` is likely slow:
+    /// its own last call was, or one about another semaphore on its node.
+    fn is_slow(&self, key: &str) -> bool {
+        self.slow.contains_key(key)
+            || self
+                .slots
+                .node_of(key)
+                .is_some_and(|n| self.slow_nodes.contains_key(&n))
+    }
+
+    /// How many calls are on their way, a read of the slot map included.
+    fn calls_on_way(&self) -> usize {
+        self.on_way.len() + usize::from(self.slots.reading)
+    }
+}
+
+/// Which node of a cluster serves each slot (`CLUSTER SLOTS`), read in the background
+/// ([`read_slot_map`]). Used to budget the thread's calls only: a map gone stale (a
+/// slot moved since) misplaces a semaphore's call in the budget, and nothing else.
+#[derive(Default)]
+struct SlotMap {
+    /// Slot ranges (first, last, node as `host:port`), by first slot.
+    ranges: Vec<(u16, u16, Arc<str>)>,
+    /// When it is read next (`None`: at once).
+    next_read: Option<Instant>,
+    /// Whether a read is on its way.
+    reading: bool,
+}
+
+impl SlotMap {
+    /// The node serving the slot of `key`, when the map has it.
+    fn node_of(&self, key: &str) -> Option<Arc<str>> {
+        if self.ranges.is_empty() {
+            return None;
+        }
+        let slot = leased::slot_of(key.as_bytes());
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= slot)
+            .checked_sub(1)?;
+        let (_, last, node) = &self.ranges[i];
+        (slot <= *last).then(|| Arc::clone(node))
+    }
 }
 
 /// [`Asides`], shared with the threads of the calls.
@@ -153,9 +213,10 @@ enum Called<T> {
 /// waited for until `wait_until`, so that a node that hangs, or any step that outlasts
 /// the library's deadlines, does not hold this thread. At most one call per semaphore
 /// is on its way, and calls are on their way on at most half the pool (a quarter for
-/// semaphores whose last call was slow, so that those of a hung node leave room for
-/// the others): a hung node costs at most one thread per semaphore on it, and leaves
-/// the other callers of the pool half of it.
+/// semaphores whose last call was slow, or the last call about their node, so that
+/// those of a hung node leave room for the others from its first slow call on): a
+/// hung node costs at most one thread per semaphore on it, and leaves the other
+/// callers of the pool half of it.
 fn call_by<T: Send + 'static>(
     shared: &Arc<Shared>,
     asides: &SharedAsides,
@@ -173,15 +234,15 @@ fn call_by<T: Send + 'static>(
                 "a call about {key} is still on its way (a node of the cluster hangs?)"
             )));
         }
-        let mut most = (shared.pool.max_size() / 2).max(1) as usize;
-        if a.slow.contains_key(key) {
+        let mut most = on_way_at_most(shared);
+        if a.is_slow(key) {
             most = (most / 2).max(1);
         }
-        if a.on_way.len() >= most {
+        if a.calls_on_way() >= most {
             return Called::NotSent(late(format!(
                 "{} calls of the background thread are on their way (a node of the cluster \
                  hangs?); {key} is tried again soon",
-                a.on_way.len()
+                a.calls_on_way()
             )));
         }
         a.on_way.insert(key.to_owned());
@@ -194,17 +255,97 @@ fn call_by<T: Send + 'static>(
         call(&s)
     });
     let mut a = asides.lock();
+    let node = a.slots.node_of(key);
     match answer {
         Ok(Some(answer)) if started.elapsed() <= SHORT_WAIT => {
             a.slow.remove(key);
+            if let Some(node) = node {
+                a.slow_nodes.remove(&node);
+            }
             Called::Done(answer)
         }
         Ok(answer) => {
-            a.slow.insert(key.to_owned(), Instant::now());
+            let now = Instant::now();
+            a.slow.insert(key.to_owned(), now);
+            if let Some(node) = node {
+                a.slow_nodes.insert(node, now);
+            }
             answer.map_or(Called::LeftRunning, Called::Done)
         }
         // (the closure, and the key's guard with it, went with the failed spawn)
         Err(e) => Called::NotSent(late(format!("no thread for the call about {key}: {e}"))),
+    }
+}
+
+/// How many calls of this thread may be on their way at once on a cluster: half the
+/// pool (the other callers of the pool keep the other half).
+fn on_way_at_most(shared: &Shared) -> usize {
+    (shared.pool.max_size() / 2).max(1) as usize
+}
+
+/// On a cluster, reads which node serves each slot (`CLUSTER SLOTS`), on a thread of
+/// its own and not waited for, when the map is due ([`SLOT_MAP_FOR`] after the last
+/// read, [`SLOT_MAP_RETRY`] after a failed one) and there is room in the budget of
+/// calls on their way (a read counts as one call; one at a time).
+fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
+    if !shared.is_cluster() {
+        return;
+    }
+    {
+        let mut a = asides.lock();
+        let now = Instant::now();
+        if a.slots.reading
+            || a.slots.next_read.is_some_and(|t| now < t)
+            || a.calls_on_way() >= on_way_at_most(shared)
+        {
+            return;
+        }
+        a.slots.reading = true;
+    }
+    /// Ends the read in the map, also when the read panics (a logger of the user's).
+    struct Reading(SharedAsides, Option<Vec<(u16, u16, Arc<str>)>>);
+    impl Drop for Reading {
+        fn drop(&mut self) {
+            let mut a = self.0.lock();
+            let now = Instant::now();
+            match self.1.take() {
+                Some(ranges) => {
+                    a.slots.ranges = ranges;
+                    a.slots.next_read = Some(now + SLOT_MAP_FOR);
+                }
+                None => a.slots.next_read = Some(now + SLOT_MAP_RETRY),
+            }
+            a.slots.reading = false;
+        }
+    }
+    let reading = Reading(Arc::clone(asides), None);
+    let s = Arc::clone(shared);
+    let spawned = run_aside("redsem-slots", Instant::now(), move || {
+        let mut reading = reading;
+        let op = s.op_timeout;
+        let read = s.pool.run_by(Some(Instant::now() + op), op, |c| {
+            c.cluster()
+                .map(|mut cluster| leased::cluster_slot_owners(&mut cluster))
+                .transpose()
+        });
+        match read {
+            Ok(Some(owners)) => {
+                let mut ranges: Vec<(u16, u16, Arc<str>)> = owners
+                    .into_iter()
+                    .map(|(first, last, (host, port))| {
+                        (first, last, format!("{host}:{port}").into())
+                    })
+                    .collect();
+                ranges.sort_unstable_by_key(|r| r.0);
+                reading.1 = Some(ranges);
+            }
+            // (a pool of the user's: no map, read again later all the same)
+            Ok(None) => reading.1 = Some(Vec::new()),
+            Err(e) => log::debug!("redis-semaphore: reading the cluster's slot map failed: {e}"),
+        }
+    });
+    if let Err(e) = spawned {
+        log::debug!("redis-semaphore: no thread to read the cluster's slot map: {e}");
     }
 }
 
@@ -228,6 +369,7 @@ fn stopping(wake: &Receiver<()>) -> bool {
 /// One round of work; it stops between calls once the last handle is gone, so that
 /// the drop which joins the thread waits for one call at most, not the whole round.
 fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
+    read_slot_map(shared, asides);
     let now = Instant::now();
     let (batches, expired, cleanups, mut horizon) = {
         let mut registry = shared.registry.lock();
@@ -287,11 +429,12 @@ fn slow_last(shared: &Shared, asides: &SharedAsides, batches: &mut VecDeque<Batc
     if shared.is_cluster() {
         let mut a = asides.lock();
         let now = Instant::now();
-        a.slow
-            .retain(|_, at| now.saturating_duration_since(*at) < SLOW_FOR);
+        let recent = |at: &mut Instant| now.saturating_duration_since(*at) < SLOW_FOR;
+        a.slow.retain(|_, at| recent(at));
+        a.slow_nodes.retain(|_, at| recent(at));
         batches
             .make_contiguous()
-            .sort_by_key(|b| a.slow.contains_key(&b.keys.holders));
+            .sort_by_cached_key(|b| a.is_slow(&b.keys.holders));
     }
 }
 

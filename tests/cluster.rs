@@ -1001,13 +1001,11 @@ fn a_hung_node_holds_back_neither_the_loss_of_its_permits_nor_renewals_on_other_
 /// operation timeout: every renewal of a semaphore on a node that answered was "not
 /// sent" meanwhile, retried every 200 ms and refused again, and its permit lost once
 /// its lease ran out (3 s, with a 3 s operation timeout), though its node answered all
-/// along (the permit was lost). Not fixed yet: the thread cannot tell the semaphores of
-/// the hung node from the others before a call about each was slow, and any bound on
-/// the calls on their way (which keeps the pool for the other callers) can be filled
-/// by those of a hung node; it needs the node each semaphore's key is on.
+/// along (the permit was lost). Now the thread reads the cluster's slot map, and the
+/// first slow call about a node makes every semaphore on that node count as slow
+/// (seventh session): the hung node's other semaphores wait in the quarter of the pool
+/// its first call already fills, and the renewal on the node that answers is sent.
 #[test]
-#[ignore = "confirmed, not fixed: renewals on nodes that answer wait while a node that \
-            just hung holds the calls on their way (needs the key's node)"]
 fn calls_left_running_on_a_node_that_just_hung_do_not_starve_the_other_nodes_renewals() {
     const LEASE: Duration = Duration::from_secs(3);
     const ON_HUNG_NODE: usize = 4;

@@ -777,35 +777,72 @@ pub(crate) fn scan_names_at(
 
 /// The primaries of a cluster (`CLUSTER SLOTS`: the first node of each slot range).
 pub(crate) fn cluster_primaries(conn: &mut ClusterConn) -> Result<Vec<(String, u16)>> {
+    let mut primaries = Vec::new();
+    for (_, _, node) in cluster_slot_owners(conn)? {
+        if !primaries.contains(&node) {
+            primaries.push(node);
+        }
+    }
+    Ok(primaries)
+}
+
+/// A range of a cluster's slots: its first and last slot, and the host and port of the
+/// primary serving it.
+pub(crate) type SlotRange = (u16, u16, (String, u16));
+
+/// Which primary serves each slot range of a cluster (`CLUSTER SLOTS`): its first and
+/// last slot and the primary's host and port, in the server's order.
+pub(crate) fn cluster_slot_owners(conn: &mut ClusterConn) -> Result<Vec<SlotRange>> {
     let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query(conn)
         .map_err(Error::Redis)?;
-    let mut primaries = Vec::new();
+    let bad = |what: String| Error::reply("cluster slots", what);
+    let mut owners = Vec::with_capacity(ranges.len());
     for range in ranges {
-        let Some(node) = range.into_iter().nth(2) else {
-            return Err(Error::reply("cluster slots", "a range without a node"));
+        let mut range = range.into_iter();
+        let (Some(first), Some(last), Some(node)) = (range.next(), range.next(), range.next())
+        else {
+            return Err(bad("a range without a node".into()));
         };
+        let slot = |v: Value| -> Result<u16> {
+            redis::from_redis_value::<u16>(v)
+                .ok()
+                .filter(|s| *s < SLOTS)
+                .ok_or_else(|| bad("a slot out of range".into()))
+        };
+        let (first, last) = (slot(first)?, slot(last)?);
         let (host, port): (String, u16) = match node {
             Value::Array(parts) if parts.len() >= 2 => {
                 let mut parts = parts.into_iter();
                 let (h, p) = (parts.next(), parts.next());
                 (
                     redis::from_redis_value(h.unwrap_or(Value::Nil))
-                        .map_err(|e| Error::reply("cluster slots", e.to_string()))?,
+                        .map_err(|e| bad(e.to_string()))?,
                     redis::from_redis_value(p.unwrap_or(Value::Nil))
-                        .map_err(|e| Error::reply("cluster slots", e.to_string()))?,
+                        .map_err(|e| bad(e.to_string()))?,
                 )
             }
-            other => {
-                return Err(Error::reply("cluster slots", format!("node {other:?}")));
-            }
+            other => return Err(bad(format!("node {other:?}"))),
         };
-        if !primaries.contains(&(host.clone(), port)) {
-            primaries.push((host, port));
-        }
+        owners.push((first, last, (host, port)));
     }
-    Ok(primaries)
+    Ok(owners)
+}
+
+/// How many hash slots a Redis Cluster has.
+const SLOTS: u16 = 16384;
+
+/// The hash slot of `key` in a Redis Cluster: the CRC16 (XMODEM) of its hash tag (what
+/// lies between its first `{` and the first `}` after it, when not empty), else of the
+/// whole key, as the server and the cluster client compute it.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(key)) % SLOTS
 }
 
 /// `WAIT` on a cluster, sent to the primary of `key`'s slot (plain `WAIT` would go to
@@ -865,6 +902,30 @@ mod tests {
 
     fn bulk(text: &str) -> Value {
         Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_key_s_slot_is_the_one_the_cluster_client_routes_it_by() {
+        for key in [
+            "redsem:{jobs}:h",
+            "redsem:{jobs}:s",
+            "plain",
+            "{}empty-tag",
+            "{a}{b}",
+            "no{close",
+            "}{x}",
+            "",
+            "redsem:{über}:h",
+        ] {
+            assert_eq!(
+                Slot::new(slot_of(key.as_bytes())),
+                Some(Slot::for_key(key)),
+                "{key}"
+            );
+        }
+        // the server's own figures (CLUSTER KEYSLOT)
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
     }
 
     #[test]
