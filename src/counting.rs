@@ -509,7 +509,10 @@ impl CountingSemaphore {
     ) -> Result<T> {
         let shared = self.shared();
         let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
-        self.run_by(op, end, |c, k| call(c, k, once.as_ref()))
+        self.run_by(op, end, |c, k| {
+            let once = once.on(c)?;
+            call(c, k, once)
+        })
     }
 
     /// {set, count, queued} in one round trip.

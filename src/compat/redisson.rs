@@ -161,7 +161,7 @@ use crate::scripts::leased;
 use crate::scripts::redisson::{
     self as calls, NO_LEASE, PesAcquire, PesCount, PesLease, PesReleased, RedissonKeys,
 };
-use crate::scripts::{Keys, Once};
+use crate::scripts::{Keys, LazyOnce, Once};
 use crate::shared::Shared;
 use crate::stats::Counters;
 
@@ -448,7 +448,7 @@ impl Common {
     /// On Redis Cluster, a fresh operation key for one call that changes a count
     /// (`once.lua`): the cluster client resends a command whose reply is late,
     /// and a resent run of the call then changes nothing.
-    fn once(&self) -> Option<Once> {
+    fn once(&self) -> LazyOnce<'_> {
         let shared = self.shared();
         self.keys.once(shared.is_cluster(), shared.op_timeout)
     }
@@ -705,7 +705,8 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
         for id in &ids {
             let once = keys.once(shared.is_cluster(), shared.op_timeout);
             let released = shared.pool.run_by(Some(end), shared.op_timeout, |c| {
-                calls::pes_release(&mut **c, &keys, publish, now_ms(), id, None, once.as_ref())
+                let once = once.on(&mut **c)?;
+                calls::pes_release(&mut **c, &keys, publish, now_ms(), id, None, once)
             });
             if let Err(e) = released {
                 log::warn!(
@@ -824,6 +825,7 @@ impl GiveBack for OwedPesGiveBack {
     ) -> Result<()> {
         let once = self.keys.once(self.cluster, op_timeout);
         pool.run_by(Some(end), op_timeout, |c| {
+            let once = once.on(&mut **c)?;
             calls::pes_release(
                 &mut **c,
                 &self.keys,
@@ -831,7 +833,7 @@ impl GiveBack for OwedPesGiveBack {
                 now_ms(),
                 &self.id,
                 None,
-                once.as_ref(),
+                once,
             )
         })
         .map(|_| ())
@@ -966,7 +968,10 @@ impl RSemaphore {
         let once = self.common.once();
         self.common.run_write(
             "try_set_permits",
-            |c, k| calls::try_set(c, k, publish, permits, None, once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::try_set(c, k, publish, permits, None, once)
+            },
             |_| false,
         )
     }
@@ -993,7 +998,10 @@ impl RSemaphore {
         let once = self.common.once();
         self.common.run_write(
             "try_set_permits",
-            |c, k| calls::try_set(c, k, publish, permits, Some(ms), once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::try_set(c, k, publish, permits, Some(ms), once)
+            },
             |_| false,
         )
     }
@@ -1012,7 +1020,10 @@ impl RSemaphore {
         let once = self.common.once();
         self.common.run_write(
             "add_permits",
-            |c, k| calls::rs_add(c, k, publish, delta, once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::rs_add(c, k, publish, delta, once)
+            },
             |_| false,
         )
     }
@@ -1051,7 +1062,10 @@ impl RSemaphore {
         let got = self.common.run_write_by(
             "acquire",
             end,
-            |c, k| calls::rs_try_acquire(c, k, permits, once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::rs_try_acquire(c, k, permits, once)
+            },
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back (by the
                 // wait's bound, when there is one). Nothing ends ownerless permits but
@@ -1162,7 +1176,10 @@ impl RSemaphore {
         let after = self.common.run_write_by(
             "release",
             Some(self.common.release_end()),
-            |c, k| calls::rs_release(c, k, publish, permits, false, once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::rs_release(c, k, publish, permits, false, once)
+            },
             |_| false,
         )?;
         after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))
@@ -1183,7 +1200,10 @@ impl RSemaphore {
             .run_write_by(
                 "release",
                 Some(self.common.release_end()),
-                |c, k| calls::rs_release(c, k, publish, permits, true, once.as_ref()),
+                |c, k| {
+                    let once = once.on(c)?;
+                    calls::rs_release(c, k, publish, permits, true, once)
+                },
                 |_| false,
             )?
             .is_some())
@@ -1209,7 +1229,11 @@ impl RSemaphore {
     pub fn drain_permits(&self) -> Result<i64> {
         self.common.run_write(
             "drain_permits",
-            |c, k| calls::rs_drain(c, k, self.common.once().as_ref()),
+            |c, k| {
+                let once = self.common.once();
+                let once = once.on(c)?;
+                calls::rs_drain(c, k, once)
+            },
             |_| false,
         )
     }
@@ -1416,8 +1440,10 @@ impl PesInner {
         let publish = self.publish();
         let now = now_ms();
         let once = self.common.once();
-        self.common
-            .run(|c, k| calls::pes_release(c, k, publish, now, &id, None, once.as_ref()))
+        self.common.run(|c, k| {
+            let once = once.on(c)?;
+            calls::pes_release(c, k, publish, now, &id, None, once)
+        })
     }
 
     /// Releases `hex` (with the replica wait when it is on); all of it, a resend
@@ -1438,7 +1464,10 @@ impl PesInner {
         let first = self.common.run_write_by(
             "release",
             Some(deadline),
-            |c, k| calls::pes_release(c, k, publish, now, &id, legacy, once.as_ref()),
+            |c, k| {
+                let once = once.on(c)?;
+                calls::pes_release(c, k, publish, now, &id, legacy, once)
+            },
             |_| false,
         );
         // After a `CLIENT KILL` or a restart every idle pooled connection may be dead,
@@ -1456,15 +1485,10 @@ impl PesInner {
         }
         log::debug!("redis-semaphore: release of {hex} again on a fresh connection");
         let again = self.common.shared().on_fresh_connection(deadline, |c| {
-            calls::pes_release(
-                c,
-                &self.common.keys,
-                publish,
-                now,
-                &id,
-                legacy,
-                once.as_ref(),
-            )
+            // (the first send's operation key, if it was made: a second run of the
+            // release answers the first one's reply)
+            let once = once.on(c)?;
+            calls::pes_release(c, &self.common.keys, publish, now, &id, legacy, once)
         });
         again.map_err(|e| self.common.named(e).during("release"))
     }
@@ -2061,7 +2085,10 @@ impl RPermitExpirableSemaphore {
         let once = self.inner.common.once();
         self.run_write(
             "try_set_permits",
-            |c, k, p, _| calls::try_set(c, k, p, permits, None, once.as_ref()),
+            |c, k, p, _| {
+                let once = once.on(c)?;
+                calls::try_set(c, k, p, permits, None, once)
+            },
             |_| false,
         )
     }
@@ -2078,7 +2105,10 @@ impl RPermitExpirableSemaphore {
         let once = self.inner.common.once();
         self.run_write(
             "add_permits",
-            |c, k, p, now| calls::pes_add(c, k, p, now, delta, once.as_ref()),
+            |c, k, p, now| {
+                let once = once.on(c)?;
+                calls::pes_add(c, k, p, now, delta, once)
+            },
             |_| false,
         )
     }

@@ -3,7 +3,7 @@
 --
 -- ARGV: 1 n (>= 1), 2 mode ('t' try: never queued; 'w' wait: queued when not
 --       granted, its heartbeat renewed), 3 waiter id, 4 the waiter's wake-up channel,
---       5 heartbeat ms (>= 1), 6 key padding ms (>= 0), 7 operation key retention
+--       5 heartbeat ms (>= 1), 6 key padding ms (>= 0), 7 operation key's deadline or retention
 --       ms (with KEYS[5] only)
 -- Reply: {1, count after}   granted: the count was >= n and went down by n (a resent
 --                           call that was granted: its first run's reply, C7)

@@ -2,7 +2,7 @@
 -- a negative delta and reduce_permits). A negative count is a debt: acquires fail
 -- until releases have paid it back.
 --
--- ARGV: 1 delta (non-zero integer, |delta| <= MAX), 2 operation key retention ms
+-- ARGV: 1 delta (non-zero integer, |delta| <= MAX), 2 operation key's deadline or retention (once.lua)
 --       (with KEYS[5] only)
 -- Reply: the count after (a resent call: the count after its first run, C7)
 --

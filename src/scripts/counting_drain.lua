@@ -2,7 +2,7 @@
 -- (java.util.concurrent.Semaphore.drainPermits: a negative count, a debt, is
 -- cleared to 0 too, and 0 permits are taken).
 --
--- ARGV: 1 operation key retention ms (with KEYS[5] only)
+-- ARGV: 1 operation key's deadline or retention (once.lua; with KEYS[5] only)
 -- Reply: the permits taken (0 for an unset semaphore, which stays unset); a resent
 -- call: its first run's (C7)
 --

@@ -1,7 +1,7 @@
 -- counting release (V): give back ARGV[1] permits, by anyone, and tell the waiters
 -- they fit.
 --
--- ARGV: 1 n (>= 1), 2 operation key retention ms (with KEYS[5] only)
+-- ARGV: 1 n (>= 1), 2 operation key's deadline or retention (once.lua; with KEYS[5] only)
 -- Reply: the count after (a resent call: the count after its first run, C7)
 --
 -- Keeps: C1 (refused when it would pass MAX); C5 (the waiters whose requests fit

@@ -1,7 +1,7 @@
 -- counting try_set: set the count to ARGV[1] only when the semaphore is unset
 -- (Redisson's trySetPermits: it initialises once and never resets).
 --
--- ARGV: 1 n (an integer in 0..=MAX), 2 operation key retention ms (with KEYS[5] only)
+-- ARGV: 1 n (an integer in 0..=MAX), 2 operation key's deadline or retention (once.lua; with KEYS[5] only)
 -- Reply: 1 set, 0 already set (left unchanged); a resent call: its first run's (C7)
 --
 -- Keeps: C1 (n is an integer <= MAX, checked by the caller and again here, before

@@ -687,9 +687,15 @@ fn text(v: &Value) -> Result<String> {
 
 /// `TIME` of the node that holds the semaphore of `keys`: the server's clock in ms.
 pub(crate) fn server_time_ms(conn: &mut dyn ConnectionLike, keys: &Keys) -> Result<i64> {
+    server_time_at(conn, &keys.info)
+}
+
+/// `TIME` of the node that holds `key` (a script keyed on it: on a cluster a bare
+/// `TIME` goes to any node), in ms.
+pub(crate) fn server_time_at(conn: &mut dyn ConnectionLike, key: &str) -> Result<i64> {
     let (secs, micros): (i64, i64) = SERVER_TIME
         .prepare_invoke()
-        .key(&keys.info)
+        .key(key)
         .invoke(conn)
         .map_err(Error::Redis)?;
     time_ms(secs, micros)

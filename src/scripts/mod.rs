@@ -23,8 +23,13 @@ pub(crate) mod redisson;
 mod script;
 mod sources;
 
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::clock::Anchor;
+use crate::error::Result;
 
 /// The largest limit and permit count the scripts take (`MAX_LIMIT` in head.lua),
 /// and the most permits the acquires of one batch may ask for in all (K9).
@@ -96,6 +101,8 @@ pub(crate) struct CountingKeys {
     pub(crate) waiters: String,
     /// The prefix of the operation keys (`once.lua`).
     op_prefix: String,
+    /// The clock of the node of its slot, for the operation keys' deadlines.
+    clock: NodeClock,
 }
 
 /// A call's operation key (`once.lua`): on Redis Cluster the cluster client resends a
@@ -105,39 +112,112 @@ pub(crate) struct CountingKeys {
 #[derive(Debug, Clone)]
 pub(crate) struct Once {
     key: String,
-    /// The script's last argument: how long the key stays (ms, longer than every
-    /// resend of the call can come), or `@` and the server time after which a run of
-    /// the call is refused (the key then stays until that time and a second).
+    /// The script's last argument: `@` and the server time after which a run of the
+    /// call is refused when it finds no key (the run that applies keeps the key until
+    /// that time and a second).
     retention: String,
 }
 
 impl Once {
-    /// On Redis Cluster (`cluster`), a fresh operation key under `prefix` for one call,
-    /// kept twice the operation timeout and ten seconds more, since every resend of a
-    /// call is sent within one operation timeout (at most 2^32 - 1 ms, 49 days, which
-    /// the scripts take). `None` on one server, where nothing resends.
-    fn on_cluster(cluster: bool, prefix: &str, op_timeout: Duration) -> Option<Once> {
-        cluster.then(|| {
-            let retention = op_timeout
-                .saturating_mul(2)
-                .saturating_add(Duration::from_secs(10));
-            Once {
-                key: format!("{prefix}{}", uuid::Uuid::new_v4()),
-                retention: (retention.as_millis().min(u128::from(u32::MAX)) as u64).to_string(),
-            }
-        })
-    }
-
-    /// A fresh operation key under `prefix` on every deployment, for a call this
-    /// library sends again in the background: every run after server time
-    /// `not_after_ms` is refused before its first write, and the run that applies
-    /// keeps the key until then (and a second). Fixed before the first send, it makes
-    /// the call apply at most once however late a send of it runs.
+    /// A fresh operation key under `prefix` for a call: every run after server time
+    /// `not_after_ms` that finds no key is refused before its first write, and the run
+    /// that applies keeps the key until then (and a second). Fixed before the first
+    /// send, it makes the call apply at most once however late a send of it runs (a
+    /// request held in a socket buffer or a partition for minutes).
     fn until(prefix: &str, not_after_ms: i64) -> Once {
         Once {
             key: format!("{prefix}{}", uuid::Uuid::new_v4()),
-            retention: format!("@{}", not_after_ms.max(1)),
+            // (at most 15 digits, as once.lua takes a deadline: far past any clock)
+            retention: format!("@{}", not_after_ms.clamp(1, 999_999_999_999_999)),
         }
+    }
+}
+
+/// How long after a call is made its sends may still run (every resend of the cluster
+/// client leaves within one operation timeout): twice the operation timeout and ten
+/// seconds more.
+fn send_window(op_timeout: Duration) -> Duration {
+    op_timeout
+        .saturating_mul(2)
+        .saturating_add(Duration::from_secs(10))
+}
+
+/// How long a reading of a node's clock serves the deadlines of operation keys.
+const NODE_CLOCK_FOR: Duration = Duration::from_secs(60);
+
+/// The clock of the node that serves one layout's hash slot on a cluster, as last read
+/// (`TIME` on that node), for the deadlines of its operation keys; shared by the
+/// clones of the layout's keys. A cache: any two compare equal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeClock(Arc<Mutex<Option<Anchor>>>);
+
+impl PartialEq for NodeClock {
+    fn eq(&self, _: &NodeClock) -> bool {
+        true
+    }
+}
+
+impl Eq for NodeClock {}
+
+impl NodeClock {
+    /// A server time (ms) the node has surely reached by now: from the last reading
+    /// while it is under [`NODE_CLOCK_FOR`] old, else from a new one, `read` (the
+    /// node's `TIME`, on the connection of the call).
+    fn now_ms(&self, read: impl FnOnce() -> Result<i64>) -> Result<i64> {
+        let now = Instant::now();
+        let last = *self.0.lock();
+        if let Some(a) = last
+            && now.saturating_duration_since(a.received) < NODE_CLOCK_FOR
+        {
+            return Ok(a.server_ms_by(now));
+        }
+        let sent = Instant::now();
+        let server_ms = read()?;
+        let a = Anchor {
+            sent,
+            received: Instant::now(),
+            server_ms,
+        };
+        *self.0.lock() = Some(a);
+        Ok(a.server_ms_by(Instant::now()))
+    }
+}
+
+/// The operation key of one call that changes a count without an owner to check (the
+/// counting semaphore's, the Redisson layouts'), made at its first send
+/// ([`on`](Self::on)) and the same for every later send of the call: on Redis
+/// Cluster, where the cluster client resends, its deadline is the node's time read
+/// then (a reading under a minute old, else `TIME` on the call's connection first)
+/// and [`send_window`]; nothing on one server, where nothing resends.
+///
+/// A deadline in the server's clock, not a retention counted from the run that
+/// applies: a first send held up (a partition that heals, a socket buffer) longer than
+/// a retention could run after the key of the resend that applied had gone, and apply
+/// a second time; past the deadline it is refused before it writes.
+#[derive(Debug)]
+pub(crate) struct LazyOnce<'a> {
+    /// On a cluster: the prefix of the layout's operation keys, a key of its slot, its
+    /// node's clock, and the operation timeout.
+    on_cluster: Option<(&'a str, &'a str, &'a NodeClock, Duration)>,
+    made: OnceLock<Once>,
+}
+
+impl LazyOnce<'_> {
+    /// The call's operation key, made on the first call with `conn` (the connection the
+    /// call goes out on, routed by the layout's slot); `None` off a cluster. A failed
+    /// reading of the node's time fails the call before anything is written.
+    pub(crate) fn on(&self, conn: &mut dyn redis::ConnectionLike) -> Result<Option<&Once>> {
+        let Some((prefix, key, clock, op)) = self.on_cluster else {
+            return Ok(None);
+        };
+        if let Some(made) = self.made.get() {
+            return Ok(Some(made));
+        }
+        let now = clock.now_ms(|| leased::server_time_at(conn, key))?;
+        let window = i64::try_from(send_window(op).as_millis()).unwrap_or(i64::MAX);
+        Ok(Some(self.made.get_or_init(|| {
+            Once::until(prefix, now.saturating_add(window))
+        })))
     }
 }
 
@@ -159,12 +239,21 @@ impl CountingKeys {
             heartbeats: format!("redsem:{{{name}}}:ch"),
             waiters: format!("redsem:{{{name}}}:cw"),
             op_prefix: format!("redsem:{{{name}}}:op:"),
+            clock: NodeClock::default(),
         }
     }
 
-    /// On Redis Cluster, a fresh operation key for one call ([`Once`]).
-    pub(crate) fn once(&self, cluster: bool, op_timeout: Duration) -> Option<Once> {
-        Once::on_cluster(cluster, &self.op_prefix, op_timeout)
+    /// On Redis Cluster, the operation key of one call ([`LazyOnce`]).
+    pub(crate) fn once(&self, cluster: bool, op_timeout: Duration) -> LazyOnce<'_> {
+        LazyOnce {
+            on_cluster: cluster.then_some((
+                self.op_prefix.as_str(),
+                self.count.as_str(),
+                &self.clock,
+                op_timeout,
+            )),
+            made: OnceLock::new(),
+        }
     }
 
     /// Starts an invocation of `script` with the keys in place.

@@ -2,17 +2,19 @@
 -- semaphore's, the Redisson layouts'), prepended to them. On Redis Cluster, whose
 -- client resends a command whose reply is late (it may have run), each such call of
 -- this library names an operation key of its own after the layout's keys (made by the
--- client, in the layout's hash slot), with its retention in ms as the script's last
--- argument. The run that changes the count records its reply there (once_record, its
--- last write: SET takes a key of any type), and a resent run finds it (once_done,
--- before any write) and answers that reply, changing nothing. Without the key (one
--- server, where nothing resends; Redisson's own clients) both do nothing. `base`: how
--- many keys the script's layout has.
--- A call this library itself sends again for minutes (a give-back owed to the
--- background thread) passes instead '@' and a server time D (ms), fixed before its
--- first send: a run after D that finds no key is refused before any write, and the
--- applying run keeps the key until D and a second. So a send held anywhere (a paused server, a socket
--- buffer) for however long never finds the key gone and applies a second time.
+-- client, in the layout's hash slot), and as the script's last argument '@' and a
+-- server time D (ms, the node's clock read by the client before the call's first send,
+-- and two operation timeouts and ten seconds more). The run that changes the count
+-- records its reply there (once_record, its last write: SET takes a key of any type)
+-- and keeps the key until D and a second; a resent run finds it (once_done, before any
+-- write) and answers that reply, changing nothing; a run after D that finds no key is
+-- refused before any write. So a send held anywhere (a partition that heals, a paused
+-- server, a socket buffer) for however long never finds the key gone and applies a
+-- second time. A call this library sends again for minutes (a give-back owed to the
+-- background thread) passes a D far enough on, on every deployment. Without the key
+-- (one server, where nothing resends; Redisson's own clients) both do nothing. The
+-- older form, a retention in ms counted from the applying run, is still taken.
+-- `base`: how many keys the script's layout has.
 -- Errors: a retention that is no integer from 1 (or '@' and no integer from 1), and
 -- a run after its D, are refused by once_done, and the key of another type fails its
 -- GET, all before any write.

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use redis::{ConnectionLike, Value};
 
-use super::{Invocation, Once, Script, with_once};
+use super::{Invocation, LazyOnce, NodeClock, Once, Script, with_once};
 use crate::error::{Error, Result};
 
 /// The lease zset's score for a permit without lease (Redisson's
@@ -71,6 +71,8 @@ pub(crate) struct RedissonKeys {
     /// The prefix of this library's operation keys (`once.lua`), in the
     /// counter's hash slot as the lease zset is.
     op_prefix: String,
+    /// The clock of the node of the counter's slot, for the operation keys' deadlines.
+    clock: NodeClock,
 }
 
 impl RedissonKeys {
@@ -94,13 +96,22 @@ impl RedissonKeys {
             } else {
                 format!("{{{name}}}:redsem-op:")
             },
+            clock: NodeClock::default(),
         }
     }
 
-    /// On Redis Cluster, a fresh operation key for one call that changes a count
-    /// ([`Once`], `once.lua`).
-    pub(crate) fn once(&self, cluster: bool, op_timeout: std::time::Duration) -> Option<Once> {
-        Once::on_cluster(cluster, &self.op_prefix, op_timeout)
+    /// On Redis Cluster, the operation key of one call that changes a count
+    /// ([`LazyOnce`], `once.lua`).
+    pub(crate) fn once(&self, cluster: bool, op_timeout: std::time::Duration) -> LazyOnce<'_> {
+        LazyOnce {
+            on_cluster: cluster.then_some((
+                self.op_prefix.as_str(),
+                self.counter.as_str(),
+                &self.clock,
+                op_timeout,
+            )),
+            made: std::sync::OnceLock::new(),
+        }
     }
 
     /// A fresh operation key for one call, on every deployment, for a call this
@@ -173,12 +184,7 @@ pub(crate) fn counter_server_time_ms(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
 ) -> Result<i64> {
-    let (secs, micros): (i64, i64) = super::SERVER_TIME
-        .prepare_invoke()
-        .key(&keys.counter)
-        .invoke(conn)
-        .map_err(Error::Redis)?;
-    super::leased::time_ms(secs, micros)
+    super::leased::server_time_at(conn, &keys.counter)
 }
 
 /// `RSemaphore.drainPermits()`: the counter before (0 when missing).

@@ -1,6 +1,6 @@
 -- RPermitExpirableSemaphore.tryRelease(id) (PES 612-632).
 -- ARGV: 3 the id (16 raw bytes), 4 the same id as 32-char hex text, or '' (also
---       accept the pre-3.17 hex member), 5 the operation key's retention (with KEYS[4],
+--       accept the pre-3.17 hex member), 5 the operation key's deadline or retention (with KEYS[4],
 --       the key: Redis Cluster, see once.lua)
 -- Reply: 1 released while its lease ran; 2 released, but its deadline had passed
 --        (Redisson's false: it was expired, not yet reclaimed); 0 not in the zset (a

@@ -4,7 +4,7 @@
 --      when total ~= p: INCRBY (p - total), publish p (the counter may go negative
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
--- ARGV 5, KEYS 4 (add only): the operation key's retention and the key (Redis Cluster,
+-- ARGV 5, KEYS 4 (add only): the operation key's deadline or retention and the key (Redis Cluster,
 -- see once.lua).
 -- Reply: the counter after (add, resent: its first run's).
 -- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused

@@ -2,7 +2,7 @@
 -- releaseIfExists(n) (476-499).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (redisson_publish.lua), 2 n (>= 1), 3 '1' for releaseIfExists
--- ARGV 4, KEYS 3: the operation key's retention and the key (Redis Cluster, see
+-- ARGV 4, KEYS 3: the operation key's deadline or retention and the key (Redis Cluster, see
 -- once.lua).
 -- Reply: {1, counter after} released (the new value was published; a resent call:
 --        its first run's reply);
