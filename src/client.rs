@@ -235,7 +235,9 @@ impl Client {
     /// `#insecure` (certificates are always checked, against the host of the URL; see
     /// [`ClientBuilder::tls_ca_file`] for a private CA), a negative database, the
     /// `db`, `user` and `pass` query parameters in a TCP URL (read only in `unix://`
-    /// URLs: they would be ignored), and a host listed twice, a wildcard address or a
+    /// URLs: they would be ignored), any other spelling of them in a `unix://` URL
+    /// (`database`, `DB`, `password`: read only so spelt) and its user info, and a host
+    /// listed twice, a wildcard address or a
     /// bracketed host that is no IPv6 address in a Sentinel or Cluster host list.
     ///
     /// ```no_run

@@ -548,34 +548,60 @@ fn single(url: &str) -> Result<Target> {
     Ok(Target::Single(info))
 }
 
-/// What is wrong with a query parameter of the TCP one-server URL `url` that redis-rs
-/// would ignore although it names a setting: `db`, `user`, `pass` (read only in
-/// `unix://` URLs) and their longer spellings. Ignored, `?db=3` sent every semaphore
-/// to database 0 and `?password=...` connected without one. Quotes no value.
+/// What is wrong with a setting of the one-server URL `url` that redis-rs would take
+/// and ignore. In a TCP URL: the `db`, `user` and `pass` query parameters (read only
+/// in `unix://` URLs) and their longer spellings. In a `unix://` URL, which redis-rs
+/// reads from exactly `db`, `user` and `pass`: any other spelling of them (`database`,
+/// `DB`, `password`...), and user info (`unix://user:pw@localhost/path`). Ignored,
+/// `?db=3` (or a unix URL's `?database=3`) sent every semaphore to database 0 and
+/// `?password=...` connected without one. Quotes no value.
 fn ignored_query_parameter(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
-    if scheme.to_ascii_lowercase().ends_with("unix") {
-        return None;
+    let unix = scheme.to_ascii_lowercase().ends_with("unix");
+    const UNIX_READS: &str = "a unix:// URL reads its settings from the query parameters \
+         `db`, `user` and `pass`, so spelt";
+    if unix {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if rest[..authority_end].contains('@') {
+            return Some(format!(
+                "the user info (user:password@) of a unix:// URL would be ignored: \
+                 {UNIX_READS} (unix:///path/redis.sock?user=U&pass=P), or set \
+                 ClientBuilder::username and ClientBuilder::password"
+            ));
+        }
     }
-    // (the fragment first: a `?` inside it starts no query)
+    // (the fragment first: a `?` inside it starts no query; tabs and line breaks are
+    // dropped, as the URL parser drops them)
     let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
-    let query = &rest[rest.find('?')? + 1..];
+    let query: String = rest[rest.find('?')? + 1..]
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
     form_urlencoded::parse(query.as_bytes()).find_map(|(key, _)| {
         let lower = key.to_ascii_lowercase();
-        let hint = match lower.as_str() {
-            "db" | "database" => "put the database in the path: redis://host:port/DB",
-            "user" | "username" | "pass" | "password" => {
-                "put the credentials before the host (redis://user:password@host:port/) \
-                 or set ClientBuilder::username and ClientBuilder::password"
-            }
+        let (read, hint) = match lower.as_str() {
+            "db" | "database" => ("db", "put the database in the path: redis://host:port/DB"),
+            "user" | "username" => ("user", CREDENTIALS_HINT),
+            "pass" | "password" => ("pass", CREDENTIALS_HINT),
             _ => return None,
         };
-        Some(format!(
-            "the query parameter `{lower}` is read only in unix:// URLs and would be \
-             ignored here: {hint}"
-        ))
+        if !unix {
+            return Some(format!(
+                "the query parameter `{lower}` would be ignored here (only a unix:// URL \
+                 reads `db`, `user` and `pass` from its query): {hint}"
+            ));
+        }
+        // (the key matched one of the words above in any case: letters only, no value)
+        (key != read).then(|| {
+            format!("the query parameter `{key}` would be ignored: {UNIX_READS} (`{read}` here)")
+        })
     })
 }
+
+/// How to give credentials that a TCP URL's query cannot carry.
+const CREDENTIALS_HINT: &str = "put the credentials before the host \
+     (redis://user:password@host:port/) or set ClientBuilder::username and \
+     ClientBuilder::password";
 
 /// What is wrong with the TCP one-server URL `url` that redis-rs could not parse, when
 /// it can be told: a `/` in the user info (not percent-encoded, it ends the host part
@@ -1011,8 +1037,27 @@ pub(crate) fn connect_error_at(
     lone_user: bool,
     e: &redis::RedisError,
 ) -> Error {
-    let text = e.to_string();
-    let code = e.code().unwrap_or("");
+    // A `SELECT` refused for want of a password or of the `+select` permission is a
+    // refusal of the credentials, not of the database: redis-rs reports it as the
+    // database refused and keeps only the server's text, without its code (`NOAUTH
+    // Authentication required.`, `NOPERM User u has no permissions to run the
+    // 'select' command`); the code is put back.
+    let select_code = refused_database(e)
+        .then(|| e.detail().unwrap_or(""))
+        .and_then(|said| {
+            if said.starts_with("Authentication required") {
+                Some("NOAUTH")
+            } else if said.contains("no permissions to run the 'select' command") {
+                Some("NOPERM")
+            } else {
+                None
+            }
+        });
+    let text = match (select_code, e.detail()) {
+        (Some(code), Some(said)) => format!("{code:?}: {said} (refused SELECT {db})"),
+        _ => e.to_string(),
+    };
+    let code = select_code.or(e.code()).unwrap_or("");
     // (the cluster and Sentinel clients of `redis` report a refused AUTH as an I/O
     // error whose text names the kind: "Password authentication failed -
     // AuthenticationFailed")
@@ -1031,9 +1076,15 @@ pub(crate) fn connect_error_at(
         // (a password typed without its leading ':' reads as a user name; not said for
         // a Sentinel target, where the NOAUTH may be a sentinel's, whose password is
         // not the URL's)
+        // (a Unix socket's address is its path: its URL carries a password in its query)
+        let unix = addr.starts_with('/');
         let lone = if lone_user && says("NOAUTH") && !sentinels {
-            "; a user name without a password is not sent: for a password alone write \
-             redis://:PASSWORD@host"
+            if unix {
+                "; a user name without a password is not sent: add ?pass=PASSWORD"
+            } else {
+                "; a user name without a password is not sent: for a password alone write \
+                 redis://:PASSWORD@host"
+            }
         } else {
             ""
         };
@@ -1041,6 +1092,10 @@ pub(crate) fn connect_error_at(
             " (a sentinel or the server requires a password: the URL's password is the \
              data nodes'; the sentinels' is ClientBuilder::sentinel_password, or the \
              CLI's --sentinel-password"
+        } else if says("NOAUTH") && unix {
+            " (the server requires a password: put it in the URL \
+             (unix:///path/redis.sock?pass=PASSWORD) or set ClientBuilder::password; the \
+             CLI: --password or REDIS_PASSWORD"
         } else if says("NOAUTH") {
             " (the server requires a password: put it in the URL \
              (redis://:PASSWORD@host:port/) or set ClientBuilder::password; the CLI: \
@@ -1048,6 +1103,9 @@ pub(crate) fn connect_error_at(
         } else if sentinels && !says("NOPERM") {
             " (wrong user name or password; the sentinels' are \
              ClientBuilder::sentinel_user and sentinel_password)"
+        } else if select_code == Some("NOPERM") {
+            " (the ACL user lacks a permission this library needs: a URL with a database \
+             other than 0 needs +select, see the ACL rule in docs/deployment.md)"
         } else if says("NOPERM") {
             " (the ACL user lacks a permission this library needs: see the ACL rule in \
              docs/deployment.md)"

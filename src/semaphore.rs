@@ -1009,14 +1009,16 @@ impl Semaphore {
                 "limit must be at most {MAX_LIMIT}, got {limit}"
             )));
         }
-        let mut conn = self.conn()?;
-        leased::set_limit(
-            &mut conn,
-            &self.inner.keys,
-            limit,
-            LIMIT_RETENTION.as_millis() as u64,
-        )
-        .map_err(|e| self.inner.sorted(e).during("set_limit"))?;
+        self.counted(|| {
+            let mut conn = self.conn()?;
+            leased::set_limit(
+                &mut conn,
+                &self.inner.keys,
+                limit,
+                LIMIT_RETENTION.as_millis() as u64,
+            )
+            .map_err(|e| self.inner.sorted(e).during("set_limit"))
+        })?;
         self.inner.stored_limit.store(limit, Ordering::Relaxed);
         Ok(())
     }
@@ -1083,10 +1085,12 @@ impl Semaphore {
                 Counters::bump(&shared.stats.lost);
             }
         }
-        let mut conn = self.conn()?;
         // keep the keys, so that the holder learns "released", not "keys gone"
-        let status = leased::release(&mut conn, &self.inner.keys, id, true)
-            .map_err(|e| self.inner.sorted(e).during("force_release"))?;
+        let status = self.counted(|| {
+            let mut conn = self.conn()?;
+            leased::release(&mut conn, &self.inner.keys, id, true)
+                .map_err(|e| self.inner.sorted(e).during("force_release"))
+        })?;
         Ok(status != Released::NotHeld)
     }
 
@@ -1791,10 +1795,7 @@ impl Semaphore {
     /// Counts `e` in [`Stats::errors`](crate::Stats::errors) (and the metrics) when it is
     /// a Redis or pool error.
     fn count_redis_error(&self, e: &Error) {
-        if is_redis_error(e) {
-            Counters::bump(&self.inner.client.inner.shared.stats.errors);
-            self.inner.metrics.errors();
-        }
+        self.inner.count_redis_error(e);
     }
 
     fn permit(
@@ -1911,9 +1912,18 @@ impl Semaphore {
     }
 
     fn inspect(&self, what: Inspect, op: &'static str) -> Result<Inspected> {
-        let mut conn = self.conn()?;
-        leased::inspect(&mut conn, &self.inner.keys, self.inner.limit, what)
-            .map_err(|e| self.inner.sorted(e).during(op))
+        self.counted(|| {
+            let mut conn = self.conn()?;
+            leased::inspect(&mut conn, &self.inner.keys, self.inner.limit, what)
+                .map_err(|e| self.inner.sorted(e).during(op))
+        })
+    }
+
+    /// `call`, its Redis or pool error counted ([`count_redis_error`](Self::count_redis_error)):
+    /// for the calls of the status reads and the operator's writes, which have no
+    /// counting of their own.
+    fn counted<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
+        call().inspect_err(|e| self.count_redis_error(e))
     }
 
     fn counts(&self, op: &'static str) -> Result<(u32, u32, u32)> {
@@ -2161,7 +2171,9 @@ impl Grantor for SemInner {
     }
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
+        // (a manual refresh: a waiter's renewal of its grant counts its error itself)
         self.renew_within(permit, self.client.inner.shared.op_timeout)
+            .inspect_err(|e| self.count_redis_error(e))
     }
 
     fn release(&self, permit: &PermitState) -> Result<()> {
@@ -2181,6 +2193,15 @@ impl Grantor for SemInner {
 }
 
 impl SemInner {
+    /// Counts `e` in [`Stats::errors`](crate::Stats::errors) (and the metrics) when it is
+    /// a Redis or pool error.
+    fn count_redis_error(&self, e: &Error) {
+        if is_redis_error(e) {
+            Counters::bump(&self.client.inner.shared.stats.errors);
+            self.metrics.errors();
+        }
+    }
+
     /// Owes the background thread the release of `id` (and, for a waiter, its cancel
     /// first), sent from `at` on until its lease has surely ended.
     fn owe_clean_up(&self, id: &str, at: Instant, waiter: bool) {

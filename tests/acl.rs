@@ -336,6 +336,44 @@ fn a_user_name_without_a_password_gets_a_hint_on_noauth() {
     }
 }
 
+/// Review (seventh session): with a database other than 0 in the URL, the connection
+/// sends `SELECT` after (or instead of) `AUTH`, and its refusal for want of a password
+/// (`NOAUTH`) or of the `+select` permission (`NOPERM`) was reported as the database
+/// refused: `Error::Connect` "the server refused database 3: Authentication required.
+/// (the index is the number at the end of the URL's path; a server has 16 databases
+/// ...)", a hint about the index for a missing password. `Error::Auth` documents both
+/// (a missing password; an ACL user that may not run the commands needed to connect).
+#[test]
+fn a_select_refused_for_a_password_or_a_permission_is_an_auth_error() {
+    let server = user_server();
+    let port = server.server.port();
+    let e = Client::open(format!("redis://127.0.0.1:{port}/3"))
+        .unwrap()
+        .ping()
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("redis://:PASSWORD@host:port/"), "{text}");
+    assert!(!text.contains("refused database"), "{text}");
+    assert_auth(e, "database 3 without a password");
+    // the documented rule has no +select (docs/deployment.md: a URL with a database
+    // other than 0 needs it)
+    let client = Client::open(format!("redis://semaphores:{USER_PW}@127.0.0.1:{port}/3")).unwrap();
+    let sem = client.semaphore("noselect", 1).unwrap();
+    for (what, e) in [
+        ("ping", client.ping().unwrap_err()),
+        ("acquire", sem.acquire().unwrap_err()),
+    ] {
+        let text = e.to_string();
+        assert!(text.contains("+select"), "{what}: {text}");
+        assert!(text.contains("docs/deployment.md"), "{what}: {text}");
+        assert!(!text.contains("refused database"), "{what}: {text}");
+        assert_auth(e, what);
+    }
+    // with the password and +select, database 3 is used
+    server.add_user("semaphores", USER_PW, &["+select"]);
+    client.ping().unwrap();
+}
+
 #[test]
 fn the_book_variants_run_with_the_documented_extra_rule() {
     let server = user_server();

@@ -931,3 +931,41 @@ fn urls_the_library_refuses_are_named_without_the_password() {
         }
     }
 }
+
+/// Review (seventh session): a password that starts with `-` (as generated ones may)
+/// given as `--password VALUE` was taken for an option: the command failed, and clap's
+/// message quoted it (`unexpected argument '--Pw-...' found`, or its first letters for
+/// a single `-`). `--password` and `--sentinel-password` now take such a value.
+#[test]
+fn a_password_that_starts_with_a_dash_is_taken_and_never_printed() {
+    for password in ["--cli-dash-Pw", "-cli-dash-Pw"] {
+        let server = support::AclServer::start(password);
+        let plain = format!("redis://127.0.0.1:{}/", server.server.port());
+        let out = bare_cli(&["--url", &plain, "--password", password, "list"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("dash-Pw") && !err.contains("'-c'"),
+            "{password}: {err}"
+        );
+        assert!(out.status.success(), "{password}: {err}");
+        // the sentinels' password (not used with this URL) too
+        let out = bare_cli(
+            &[
+                "--url",
+                &plain,
+                "--sentinel-password",
+                password,
+                "--password",
+                password,
+                "list",
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("dash-Pw") && !err.contains("'-c'"),
+            "{password}: {err}"
+        );
+        assert!(out.status.success(), "{password}: {err}");
+    }
+}

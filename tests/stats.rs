@@ -193,3 +193,54 @@ fn a_permit_expirable_permit_gone_before_its_release_counts_as_gone() {
         "{s:?}"
     );
 }
+
+/// Review (seventh session): `Stats::errors` (and `redis_semaphore_errors_total`)
+/// counts "operations that failed with a Redis or pool error", and a counting
+/// semaphore's reads and writes (`queue_len`, `balance`, `add_permits`...) are
+/// counted there; the leased semaphore's were not: `status`, `available`, `limit`,
+/// `queue_len`, `holders`, `set_limit`, `force_release` and a manual
+/// `Permit::refresh` failing on an unreachable server left the count at 0, so an
+/// alert on it missed an application whose every call but acquire and release failed.
+#[test]
+fn failed_reads_writes_and_manual_refreshes_of_a_leased_semaphore_count_as_errors() {
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_millis(500))
+        .build(server.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("down")
+        .limit(2)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let held = sem.acquire().unwrap();
+    let counting = client.counting_semaphore("down").unwrap();
+    server.stop();
+    let errors = || client.stats().errors;
+    let before = errors();
+    // the counting semaphore's read counts (as it did)
+    assert!(counting.queue_len().is_err());
+    assert_eq!(errors(), before + 1, "{:?}", client.stats());
+    let absent = "00000000-0000-4000-8000-000000000000";
+    let failed: Vec<(&str, bool)> = vec![
+        ("status", sem.status().is_err()),
+        ("available", sem.available().is_err()),
+        ("limit", sem.limit().is_err()),
+        ("queue_len", sem.queue_len().is_err()),
+        ("holders", sem.holders().is_err()),
+        ("status_and_holders", sem.status_and_holders().is_err()),
+        ("set_limit", sem.set_limit(3).is_err()),
+        ("force_release", sem.force_release(absent).is_err()),
+        ("refresh", held.refresh().is_err()),
+    ];
+    assert!(failed.iter().all(|f| f.1), "{failed:?}");
+    assert_eq!(
+        errors() - before - 1,
+        failed.len() as u64,
+        "one error per failed call: {:?}",
+        client.stats()
+    );
+    std::mem::forget(held);
+}

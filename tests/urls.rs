@@ -1,7 +1,9 @@
 //! The URL forms of `Client::open` that need no server: Sentinel and Cluster URLs make
 //! a client (no connection yet), their TLS forms too when a TLS feature is on, bad URLs
 //! and TLS URLs without a TLS feature are clear errors, and no message or `Debug`
-//! output shows a password.
+//! output shows a password. (Those of `unix://` URLs run a private server on a socket.)
+
+mod support;
 
 use redis_semaphore::{Client, Error};
 
@@ -414,5 +416,93 @@ fn no_public_debug_or_display_shows_a_password() {
         hidden(url, &format!("{e} {e:?}"));
         let e = sem.try_acquire().unwrap_err();
         hidden(url, &format!("{e} {e:?}"));
+    }
+}
+
+/// Review (seventh session): redis-rs reads a `unix://` URL's settings from three
+/// query parameters spelt exactly `db`, `user` and `pass`, and ignores its user info.
+/// Every other spelling was taken and ignored: `?database=3` (or `?DB=3`) sent every
+/// semaphore to database 0, where other services' semaphores of the same name live,
+/// and `?password=..`, `?Pass=..` or `unix://:PW@localhost/path` connected without the
+/// password (a NOAUTH at the first operation, whose hint said to write a `redis://`
+/// URL). Refused, as the TCP form's ignored parameters are, naming the parameter and
+/// never its value.
+#[test]
+fn settings_a_unix_url_would_ignore_are_refused() {
+    let folder = tempfile::tempdir().unwrap();
+    let sock = folder.path().join("r.sock");
+    let sock = sock.to_str().unwrap();
+    let server =
+        support::RedisServer::start_with(&["--unixsocket", sock, "--unixsocketperm", "700"]);
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(SECRET)
+        .exec(&mut server.conn())
+        .unwrap();
+    let keys_in = |db: i64| -> Vec<String> {
+        let mut conn = server.conn();
+        let _: () = redis::cmd("AUTH").arg(SECRET).query(&mut conn).unwrap();
+        let _: () = redis::cmd("SELECT").arg(db).query(&mut conn).unwrap();
+        redis::cmd("KEYS").arg("redsem:*").query(&mut conn).unwrap()
+    };
+    // the spellings redis-rs reads: the limit lands in database 3
+    let good = format!("unix://{sock}?db=3&pass={SECRET}");
+    let client = Client::open(good.as_str()).unwrap();
+    client
+        .semaphore("unix-db", 2)
+        .unwrap()
+        .set_limit(2)
+        .unwrap();
+    assert!(!keys_in(3).is_empty(), "{:?}", keys_in(3));
+    assert!(keys_in(0).is_empty(), "{:?}", keys_in(0));
+    // without the password: the hint shows where a unix:// URL carries one
+    let e = Client::open(format!("unix://{sock}").as_str())
+        .unwrap()
+        .ping()
+        .unwrap_err();
+    assert!(matches!(e, Error::Auth { .. }), "{e:?}");
+    assert!(e.to_string().contains("?pass=PASSWORD"), "{e}");
+    assert!(!e.to_string().contains("redis://"), "{e}");
+
+    for (url, named) in [
+        (
+            format!("unix://{sock}?pass={SECRET}&database=3"),
+            "`database`",
+        ),
+        (format!("unix://{sock}?pass={SECRET}&DB=3"), "`DB`"),
+        (format!("unix://{sock}?password={SECRET}"), "`password`"),
+        (format!("unix://{sock}?Pass={SECRET}"), "`Pass`"),
+        (
+            format!("unix://{sock}?username=default&pass={SECRET}"),
+            "`username`",
+        ),
+        (format!("unix://:{SECRET}@localhost{sock}"), "user info"),
+        (
+            format!("unix://default:{SECRET}@localhost{sock}"),
+            "user info",
+        ),
+    ] {
+        match Client::open(url.as_str()) {
+            Err(e @ Error::InvalidArgument(_)) => {
+                let text = e.to_string();
+                assert!(!text.contains(SECRET), "{text}");
+                assert!(!format!("{e:?}").contains(SECRET), "{e:?}");
+                assert!(text.contains(named), "{url}: {text}");
+                assert!(text.contains("`db`, `user` and `pass`"), "{url}: {text}");
+            }
+            Err(e) => panic!("{url}: expected InvalidArgument, got {e:?}"),
+            Ok(client) => {
+                // what the URL asked for is lost: show what happened instead
+                let done = client
+                    .semaphore("unix-ignored", 2)
+                    .and_then(|s| s.set_limit(2));
+                panic!(
+                    "{}: opened; set_limit gave {done:?}; database 0 holds {:?}",
+                    redis_semaphore::redact_url(&url),
+                    keys_in(0)
+                );
+            }
+        }
     }
 }

@@ -55,7 +55,15 @@ struct Cli {
     user: Option<String>,
     /// Password (overrides the URL's); better given in REDIS_PASSWORD than on the
     /// command line.
-    #[arg(long, env = "REDIS_PASSWORD", hide_env_values = true, global = true)]
+    // (a value that starts with `-` is the password, not an option that clap would
+    // name in its error: quoting the password)
+    #[arg(
+        long,
+        env = "REDIS_PASSWORD",
+        hide_env_values = true,
+        allow_hyphen_values = true,
+        global = true
+    )]
     password: Option<String>,
     /// ACL user name for the sentinels of a redis+sentinel:// URL (the URL's own
     /// credentials are the data nodes').
@@ -66,6 +74,7 @@ struct Cli {
         long,
         env = "REDIS_SENTINEL_PASSWORD",
         hide_env_values = true,
+        allow_hyphen_values = true,
         global = true
     )]
     sentinel_password: Option<String>,
