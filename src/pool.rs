@@ -5,7 +5,10 @@
 //! reply of a request that timed out while another can be had (an idle one, or a new
 //! one within a quarter of the operation timeout), so that a call does not wait for
 //! another call's late reply; once the client is gone, that pool opens no new
-//! connection.
+//! connection. A connection of that pool to a Sentinel service's primary since
+//! replaced is never handed out, and one already checked out sends nothing more: each
+//! request on it fails before a byte goes out (a retryable error naming the command
+//! and the node), so no call's second command reaches the old primary.
 
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
@@ -137,6 +140,8 @@ impl ConnectionLike for RConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
         match self {
             RConn::Primary(c) => {
+                // (nothing to a primary replaced since the connection was checked out)
+                c.refuse_if_stale(cmd)?;
                 let r = c.conn.req_packed_command(cmd).map(|v| [v]);
                 c.checked(r).map(|[v]| v)
             }
@@ -152,6 +157,7 @@ impl ConnectionLike for RConn {
     ) -> redis::RedisResult<Vec<redis::Value>> {
         match self {
             RConn::Primary(c) => {
+                c.refuse_if_stale(cmd)?;
                 let r = c.conn.req_packed_commands(cmd, offset, count);
                 c.checked(r)
             }
@@ -166,6 +172,9 @@ impl ConnectionLike for RConn {
     fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
             RConn::Primary(c) => {
+                if c.is_stale() {
+                    c.refuse_if_stale(&cmd.get_packed_command())?;
+                }
                 let r = c.conn.req_command(cmd).map(|v| [v]);
                 c.checked(r).map(|[v]| v)
             }
@@ -760,12 +769,27 @@ impl Conn {
     }
 
     /// Whether it goes to a Sentinel service's primary since replaced (the pool never
-    /// hands such a connection out; one held across the switch is, until it comes back):
+    /// hands such a connection out; one held across the switch is, until it comes back,
+    /// but refuses every request then: [`refuse_if_stale`](Self::refuse_if_stale)):
     /// for a caller that sends many requests on one checkout.
     pub(crate) fn is_stale(&self) -> bool {
         match &self.checkout {
             Checkout::Own(c) => c.is_stale(),
             Checkout::User(_) => false,
+        }
+    }
+
+    /// Refuses to send `cmd` (packed) when the connection goes to a Sentinel service's
+    /// primary since replaced ([`PrimaryConn::refuse_if_stale`]): for callers that send
+    /// on [`plain`](Self::plain) themselves (every request through this connection is
+    /// checked so already).
+    pub(crate) fn refuse_if_stale(&self, cmd: &[u8]) -> redis::RedisResult<()> {
+        match &self.checkout {
+            Checkout::Own(c) => match &**c {
+                RConn::Primary(p) => p.refuse_if_stale(cmd),
+                RConn::Cluster(..) => Ok(()),
+            },
+            Checkout::User(_) => Ok(()),
         }
     }
 

@@ -20,8 +20,11 @@
 //! - **No connection outlives its primary.** Every connection is tagged with the
 //!   generation it was opened in ([`PrimaryConn`]); once the generation moves on, the
 //!   pool never hands it out again and r2d2 discards it, and the listener re-subscribes
-//!   on the new primary. A command in flight at the moment of the switch may still
-//!   reach the old primary; none is sent there after the watcher has seen the switch.
+//!   on the new primary. A connection already checked out sends nothing more once the
+//!   switch is learnt ([`PrimaryConn::refuse_if_stale`]: a call's second command, a
+//!   script sent again by its text, fails as on a dropped connection). A command in
+//!   flight at the moment of the switch may still reach the old primary; none is sent
+//!   there after the watcher has seen the switch.
 //! - **A missed switch is caught up.** After every (re)subscription the watcher reads
 //!   the current primary again, since a switch may have happened while it was away.
 //! - **No going back to a primary a sentinel has not seen replaced.** The client
@@ -159,6 +162,8 @@ pub(crate) struct PrimaryConn {
     pub(crate) conn: redis::Connection,
     generation: u64,
     target: Option<Arc<SentinelTarget>>,
+    /// The node a Sentinel service's connection goes to, for messages.
+    node: Option<(String, u16)>,
     /// Set when a reply could not be parsed: the rest of it is still in the stream,
     /// so every later reply would be read out of step; the pool drops the connection.
     /// Also set on a connection that owes a reply, passed over by a checkout that
@@ -177,6 +182,37 @@ impl PrimaryConn {
         self.target
             .as_ref()
             .is_some_and(|t| t.generation() != self.generation)
+    }
+
+    /// Refuses a request about to be sent on this connection (`cmd`, packed) once its
+    /// primary has been replaced: a connection checked out before the switch was
+    /// learnt would otherwise send a call's later commands (a script sent again by its
+    /// text after `NOSCRIPT`, `WAIT` after a grant, a transaction after the book's
+    /// lock) to the old primary. Nothing is sent; the error is a dropped connection's
+    /// (retryable, and the caller takes the path of a request whose reply was lost:
+    /// whatever it owes is cleaned up on a connection to the new primary), naming the
+    /// command and the node.
+    pub(crate) fn refuse_if_stale(&self, cmd: &[u8]) -> redis::RedisResult<()> {
+        if !self.is_stale() {
+            return Ok(());
+        }
+        let node = self.node.as_ref().map_or_else(
+            || "the old primary".to_owned(),
+            |n| HostPort::of(n).to_string(),
+        );
+        let service = self
+            .target
+            .as_ref()
+            .map_or_else(String::new, |t| format!(" of {}", t.describe()));
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            format!(
+                "{} not sent to {node}: that primary{service} was replaced (a Sentinel \
+                 switch learnt while this connection was in use); nothing was sent, a new \
+                 connection goes to the new primary",
+                command_name(cmd)
+            ),
+        )))
     }
 
     /// Passes a reply on, noting what makes the connection unusable: a reply that
@@ -227,6 +263,24 @@ impl PrimaryConn {
     }
 }
 
+/// The name of the first command in `cmd` (a packed command or pipeline), for
+/// messages: `EVAL`, `WAIT`; "a command" when it cannot be read.
+pub(crate) fn command_name(cmd: &[u8]) -> String {
+    // *<args>\r\n$<len>\r\n<name>\r\n...
+    let name = (|| {
+        let rest = cmd.strip_prefix(b"*")?;
+        let rest = &rest[rest.windows(2).position(|w| w == b"\r\n")? + 2..];
+        let rest = rest.strip_prefix(b"$")?;
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+        let name = rest.get(end + 2..end + 2 + len.min(32))?;
+        let name = std::str::from_utf8(name).ok()?;
+        (!name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| name.to_ascii_uppercase())
+    })();
+    name.unwrap_or_else(|| "a command".to_owned())
+}
+
 impl std::ops::Deref for PrimaryConn {
     type Target = redis::Connection;
     fn deref(&self) -> &redis::Connection {
@@ -256,6 +310,7 @@ impl Connector {
                 conn: connect_within(&ep.client, step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
+                node: None,
                 desynced: false,
                 owes_reply: false,
             }),
@@ -263,15 +318,17 @@ impl Connector {
                 conn: c.plain(step(timeout, by).unwrap_or(MIN_STEP))?,
                 generation: 0,
                 target: None,
+                node: None,
                 desynced: false,
                 owes_reply: false,
             }),
             Connector::Sentinel(t) => {
-                let (conn, generation) = t.connect(timeout, by)?;
+                let (conn, generation, node) = t.connect(timeout, by)?;
                 Ok(PrimaryConn {
                     conn,
                     generation,
                     target: Some(Arc::clone(t)),
+                    node: Some(node),
                     desynced: false,
                     owes_reply: false,
                 })
@@ -707,14 +764,15 @@ impl SentinelTarget {
         Ok(conn)
     }
 
-    /// A connection to the current primary and the generation it belongs to: each
+    /// A connection to the current primary, the generation it belongs to and the
+    /// node's address: each
     /// step (the primary last known, each sentinel, the primary it names) within
     /// `timeout`, and all of them by `by` when given.
     fn connect(
         &self,
         timeout: Duration,
         by: Option<Instant>,
-    ) -> redis::RedisResult<(redis::Connection, u64)> {
+    ) -> redis::RedisResult<(redis::Connection, u64, (String, u16))> {
         let generation = self.generation();
         let Known {
             addr: known,
@@ -739,7 +797,7 @@ impl SentinelTarget {
                 return Err(out_of_time(&tried));
             };
             match self.open_primary(&addr, timeout) {
-                Ok(conn) => return Ok((conn, generation)),
+                Ok(conn) => return Ok((conn, generation, addr)),
                 Err(e) if is_refused_credentials(&e) => return Err(self.refused(&addr, &e)),
                 Err(e) => {
                     tried.push(format!("known primary {}: {e}", HostPort::of(&addr)));
@@ -783,7 +841,7 @@ impl SentinelTarget {
                     .and_then(|t| self.open_primary(&addr, t))
                 {
                     Ok(conn) => match self.observe_since(addr.clone(), epoch, learnt) {
-                        Some(generation) => return Ok((conn, generation)),
+                        Some(generation) => return Ok((conn, generation, addr)),
                         // the primary was learnt anew since this lookup began (a
                         // switch), or a higher epoch: the answer may be from before it
                         None => {
@@ -802,7 +860,7 @@ impl SentinelTarget {
                             ));
                             if let (Some(node), Some(t)) = (now_known, step(timeout, by)) {
                                 match self.open_primary(&node, t) {
-                                    Ok(conn) => return Ok((conn, generation)),
+                                    Ok(conn) => return Ok((conn, generation, node)),
                                     Err(e) if is_refused_credentials(&e) => {
                                         return Err(self.refused(&node, &e));
                                     }
@@ -867,7 +925,7 @@ impl SentinelTarget {
                                 HostPort::of(addr)
                             );
                         }
-                        return Ok((conn, generation));
+                        return Ok((conn, generation, addr.clone()));
                     }
                     tried.push(format!(
                         "every sentinel names {}, but another primary was learnt meanwhile",
@@ -1152,6 +1210,26 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_refused_request_is_named_by_its_first_command() {
+        let eval = redis::cmd("eval")
+            .arg("return 1")
+            .arg(0)
+            .get_packed_command();
+        assert_eq!(command_name(&eval), "EVAL");
+        let pipe = redis::pipe()
+            .atomic()
+            .cmd("ZADD")
+            .arg("k")
+            .arg(1)
+            .arg("m")
+            .get_packed_pipeline();
+        assert_eq!(command_name(&pipe), "MULTI");
+        assert_eq!(command_name(b""), "a command");
+        assert_eq!(command_name(b"*1\r\n$9\r\nWA"), "a command");
+        assert_eq!(command_name(b"*1\r\n$3\r\na b\r\n"), "a command");
     }
 
     #[test]

@@ -266,14 +266,14 @@ fn an_answer_from_before_a_switch_does_not_send_the_client_back_to_the_old_prima
     );
 }
 
-/// How many `SET` commands `server` has run (`INFO commandstats`).
-fn set_calls(server: &RedisServer) -> u64 {
+/// How many times `server` has run `command` (`INFO commandstats`).
+fn calls_of(server: &RedisServer, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
@@ -318,7 +318,7 @@ fn a_book_lock_spin_does_not_outlive_a_switch_on_the_old_primary() {
         .arg(60_000)
         .exec(&mut old.conn())
         .unwrap();
-    let before = set_calls(&old);
+    let before = calls_of(&old, "set");
     let spinning = {
         let sem = sem.clone();
         thread::spawn(move || sem.acquire_timeout(Duration::from_secs(30)))
@@ -326,7 +326,7 @@ fn a_book_lock_spin_does_not_outlive_a_switch_on_the_old_primary() {
     wait_until(
         Duration::from_secs(10),
         "the acquire spins for the lock",
-        || set_calls(&old) >= before + 3,
+        || calls_of(&old, "set") >= before + 3,
     );
 
     // the switch, announced; the client follows it (a probe lands on the new primary)
@@ -417,4 +417,231 @@ fn a_sentinel_reporting_the_highest_epoch_does_not_end_the_watcher() {
             lands_on("third", &a)
         },
     );
+}
+
+/// Whether a client of `server` waits, held by `CLIENT PAUSE WRITE`, with a command
+/// whose name starts with `cmd` (`CLIENT LIST`: flag `b`, its `cmd=`).
+fn held_at(server: &RedisServer, cmd: &str) -> bool {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    list.lines().any(|l| {
+        let field = |name: &str| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or("")
+                .to_owned()
+        };
+        field("flags=").contains('b') && field("cmd=").starts_with(cmd)
+    })
+}
+
+/// Holds every write command sent to `server` from now on (`CLIENT PAUSE WRITE`),
+/// until [`unpause`] (or a minute).
+fn pause_writes(server: &RedisServer) {
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .exec(&mut server.conn())
+        .unwrap();
+}
+
+fn unpause(server: &RedisServer) {
+    redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .exec(&mut server.conn())
+        .unwrap();
+}
+
+/// Waits until `client` uses `node` for a new checkout: a try on a probe semaphore of
+/// its own lands there.
+fn follows(client: &Client, name: &str, node: &RedisServer) {
+    let probe = client.semaphore(name, 1).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the client uses the new primary",
+        || {
+            probe.try_acquire().ok().flatten().is_some_and(|held| {
+                let there = !keys(&mut node.conn(), &format!("redsem:{{{name}}}:*")).is_empty();
+                drop(held);
+                there
+            })
+        },
+    );
+}
+
+/// Waits until `client` has learnt that `node` is the primary now: a connection it
+/// opens goes there (its `ROLE` check reaches `node`, which nothing of the client's
+/// asked before), writing nothing anywhere (a probe's script could be held by a
+/// paused old primary).
+fn learnt(client: &Client, node: &RedisServer) {
+    wait_until(
+        Duration::from_secs(10),
+        "the client knows the new primary",
+        || {
+            let _ = client.ping();
+            calls_of(node, "role") > 0
+        },
+    );
+}
+
+/// Seventh session: the pool never hands out a connection to a replaced primary, but
+/// one already checked out when the switch is learnt went on sending there: a second
+/// command of the same call reached the old primary after the client had moved to the
+/// new one. Here a try's `EVALSHA` is on its way to the old primary (held there, while
+/// its writes are paused) when the switch is heard; it then answers `NOSCRIPT`, and the
+/// script was sent again by its text on the same connection: granted on the old
+/// primary, while a client following the sentinels was granted the same permit of a
+/// limit-1 semaphore on the new one: two holders. A connection of the client's pool
+/// now refuses to send once its primary is replaced (a retryable error naming the
+/// node and the command; nothing sent), and the try takes the path of a lost reply.
+#[test]
+fn a_script_resent_by_its_text_after_a_switch_does_not_reach_the_old_primary() {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    sentinel.set_answer(Some(old.port()));
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(10))
+        .build(url.as_str())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed()
+    });
+    follows(&client, "before", &old);
+    // the old primary has no script cached: the try's EVALSHA will be refused
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .exec(&mut old.conn())
+        .unwrap();
+
+    // the try's first command is on its way to the old primary, held there
+    pause_writes(&old);
+    let trying = {
+        let sem = client.semaphore("one", 1).unwrap();
+        thread::spawn(move || sem.try_acquire())
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the try's EVALSHA waits at the old primary",
+        || held_at(&old, "evalsha"),
+    );
+
+    // the switch, announced; the client learns it (nothing of it written anywhere:
+    // a write to the old primary would wait there too)
+    sentinel.set_answer(Some(new.port()));
+    sentinel.publish_switch(old.port(), new.port());
+    learnt(&client, &new);
+
+    // the old primary answers: NOSCRIPT
+    unpause(&old);
+    let got = trying.join().unwrap();
+
+    let on_old = keys(&mut old.conn(), "redsem:{one}:*");
+    let other = Client::open(url.as_str())
+        .unwrap()
+        .semaphore("one", 1)
+        .unwrap();
+    let second = other.try_acquire().unwrap();
+    assert!(
+        on_old.is_empty(),
+        "the script was sent again to the old primary after the switch was learnt: its \
+         keys there: {on_old:?}; the try: {got:?}; a client following the sentinels: {:?}",
+        second.as_ref().map(|p| p.id().to_owned())
+    );
+    assert!(
+        !(matches!(got, Ok(Some(_))) && second.is_some()),
+        "two holders of a limit-1 semaphore"
+    );
+    match got {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(e.is_retryable(), "not retryable: {e}");
+            assert!(
+                text.contains(&old.port().to_string()) && text.contains("EVAL"),
+                "the error names neither the old primary nor the command: {text}"
+            );
+        }
+        Ok(p) => panic!("the try got {p:?} on a connection to the old primary"),
+    }
+}
+
+/// Seventh session, the same for a book semaphore, whose steps go on the plain
+/// connection under the pool's: a `Fair` acquire purges and counts in one transaction,
+/// then enters in a second. The first was on its way to the old primary when the
+/// switch was heard; the second went there too, and was granted on the old primary
+/// while a client following the sentinels was granted the same permit of a limit-1
+/// semaphore on the new one. It is refused now, and the try fails (retryable).
+#[test]
+fn a_book_acquire_s_second_transaction_after_a_switch_does_not_reach_the_old_primary() {
+    use redis_semaphore::BookVariant;
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    sentinel.set_answer(Some(old.port()));
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(10))
+        .build(url.as_str())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed()
+    });
+    follows(&client, "before", &old);
+    let build = |c: &Client| {
+        c.book_semaphore("bk", 1)
+            .variant(BookVariant::Fair)
+            .build()
+            .unwrap()
+    };
+
+    // the try's first transaction is on its way to the old primary, held there
+    pause_writes(&old);
+    let trying = {
+        let sem = build(&client);
+        thread::spawn(move || sem.try_acquire())
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the try's first transaction waits at the old primary",
+        || held_at(&old, "zremrangebyscore"),
+    );
+
+    // the switch, announced; the client learns it (nothing of it written anywhere:
+    // a write to the old primary would wait there too)
+    sentinel.set_answer(Some(new.port()));
+    sentinel.publish_switch(old.port(), new.port());
+    learnt(&client, &new);
+
+    // the old primary answers the first transaction
+    unpause(&old);
+    let got = trying.join().unwrap();
+
+    let on_old: u64 = redis::cmd("ZCARD")
+        .arg("bk")
+        .query(&mut old.conn())
+        .unwrap();
+    let other = Client::open(url.as_str()).unwrap();
+    let second = build(&other).try_acquire().unwrap();
+    assert!(
+        on_old == 0,
+        "the book's second transaction reached the old primary after the switch was \
+         learnt ({on_old} holder(s) there); the try: {got:?}; a client following the \
+         sentinels: {:?}",
+        second.as_ref().map(|p| p.id().to_owned())
+    );
+    assert!(
+        !(matches!(got, Ok(Some(_))) && second.is_some()),
+        "two holders of a limit-1 semaphore"
+    );
+    match got {
+        Err(e) => assert!(
+            e.is_retryable() && e.to_string().contains(&old.port().to_string()),
+            "not retryable, or the old primary not named: {e}"
+        ),
+        Ok(p) => panic!("the try got {p:?} on a connection to the old primary"),
+    }
 }

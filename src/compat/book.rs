@@ -427,6 +427,9 @@ impl BookConn {
         let op = self.op;
         let now = Instant::now();
         let deadline = self.deadline.map_or(now + op, |d| d.min(now + op));
+        // (sent on the plain connection: refused here, as the pool's own requests are,
+        // once its primary has been replaced)
+        self.conn.refuse_if_stale(cmd)?;
         let Some(c) = self.conn.plain() else {
             // never for a book semaphore, which refuses a cluster client
             return self.conn.req_packed_commands(cmd, offset, count);
@@ -645,7 +648,8 @@ impl BookInner {
         let shared = Arc::clone(&self.client.inner.shared);
         let (variant, keys, name) = (self.variant, self.keys.clone(), self.name.clone());
         let clean_up = move || {
-            let mut conn = if conn.is_open() {
+            // (not on a connection to a primary since replaced: it refuses to send)
+            let mut conn = if conn.is_open() && !conn.conn.is_stale() {
                 conn
             } else {
                 drop(conn);
@@ -799,10 +803,20 @@ impl BookInner {
                     // the SET may have run (its reply lost or late): the lock would
                     // block every acquire until it expires (the book's code leaves it)
                     self.release_lock_aside(lock_id);
+                    // a switch learnt between the check above and the SET (refused
+                    // then, nothing sent): the spin ends as it does at the check
+                    if conn.conn.is_stale() {
+                        return Ok(None);
+                    }
                     return Err(self.err(e));
                 }
             }
-            book::lock_repair(conn, &self.keys, lock_ms).map_err(|e| self.err(e))?;
+            match book::lock_repair(conn, &self.keys, lock_ms) {
+                Ok(()) => {}
+                // (likewise: the switch learnt after the SET)
+                Err(_) if conn.conn.is_stale() => return Ok(None),
+                Err(e) => return Err(self.err(e)),
+            }
             if Instant::now() >= end {
                 return Ok(None);
             }
