@@ -48,6 +48,11 @@ const POLL: Duration = Duration::from_millis(100);
 /// A PING after this much silence finds a half-open connection.
 const HEARTBEAT: Duration = Duration::from_secs(3);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one warning per this long about malformed wake-up messages (the others are
+/// logged at debug): anyone who may publish on a client's channel can send them.
+const MALFORMED_WARN_EVERY: Duration = Duration::from_secs(60);
+/// The most bytes of a malformed wake-up message a record quotes.
+const MALFORMED_QUOTED: usize = 120;
 
 /// What a waiter is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +87,8 @@ pub(crate) struct Hub {
     /// made, a `SUBSCRIBE` refused by an ACL without the channel): a waiter does not
     /// wait for the subscription then, it looks on its own timer at once.
     down: AtomicBool,
+    /// When a malformed message was last warned about, and how many came since.
+    malformed: Mutex<(Option<Instant>, u64)>,
 }
 
 impl Hub {
@@ -138,12 +145,54 @@ impl Hub {
     /// "L id" (look again).
     fn dispatch(&self, payload: &str) {
         let Some((id, wake)) = parse(payload, Instant::now()) else {
-            log::warn!("redis-semaphore: ignoring malformed wake-up {payload:?}");
+            self.ignore_malformed(payload);
             return;
         };
         let tx = self.waiters.lock().get(id).cloned();
         if let Some(tx) = tx {
             let _ = tx.send(wake);
+        }
+    }
+
+    /// Logs a malformed message, quoting its first [`MALFORMED_QUOTED`] bytes: at warn
+    /// at most once per [`MALFORMED_WARN_EVERY`] (with how many came since the last
+    /// warning), else at debug, so that a flood of them floods no log at warn. (The
+    /// record after the lock: a logger that panics leaves it free.)
+    fn ignore_malformed(&self, payload: &str) {
+        let warn = {
+            let mut m = self.malformed.lock();
+            let now = Instant::now();
+            if m.0
+                .is_none_or(|at| now.saturating_duration_since(at) >= MALFORMED_WARN_EVERY)
+            {
+                m.0 = Some(now);
+                Some(std::mem::take(&mut m.1))
+            } else {
+                m.1 += 1;
+                None
+            }
+        };
+        let quoted = if payload.len() <= MALFORMED_QUOTED {
+            format!("{payload:?}")
+        } else {
+            let mut end = MALFORMED_QUOTED;
+            while !payload.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{:?}... ({} bytes)", &payload[..end], payload.len())
+        };
+        match warn {
+            Some(0) => log::warn!(
+                "redis-semaphore: ignoring malformed wake-up {quoted} on {} (more within a \
+                 minute are logged at debug)",
+                self.channel
+            ),
+            Some(n) => log::warn!(
+                "redis-semaphore: ignoring malformed wake-up {quoted} on {} ({n} more since \
+                 the last warning, logged at debug)",
+                self.channel
+            ),
+            None => log::debug!("redis-semaphore: ignoring malformed wake-up {quoted}"),
         }
     }
 
@@ -226,6 +275,7 @@ impl Listener {
             ready_cv: Condvar::new(),
             stopping: AtomicBool::new(false),
             down: AtomicBool::new(false),
+            malformed: Mutex::new((None, 0)),
         });
         let (stop, stop_rx) = crossbeam_channel::bounded(0);
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
