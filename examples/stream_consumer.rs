@@ -40,10 +40,17 @@ const STANDBY_POLL: Duration = Duration::from_millis(500);
 
 fn main() -> ExitCode {
     let run_for = match parse_args() {
-        Ok(d) => d,
+        Ok(Args::Run(d)) => d,
+        Ok(Args::Help) => {
+            println!(
+                "the one consumer of stream:orders at a time (semaphore stream:orders, limit 1)"
+            );
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(msg) => {
             eprintln!("{msg}");
-            eprintln!("usage: stream_consumer [--for <seconds>]");
+            eprintln!("{USAGE}");
             return ExitCode::from(2);
         }
     };
@@ -174,8 +181,16 @@ fn run(
     Ok(outcome)
 }
 
-/// `--for <seconds>` (fractions allowed), or nothing.
-fn parse_args() -> Result<Option<Duration>, String> {
+/// What the command line asks for.
+enum Args {
+    /// Run, for so long if given.
+    Run(Option<Duration>),
+    /// Print the usage and stop (`-h`, `--help`).
+    Help,
+}
+
+/// `--for <seconds>` (fractions allowed), or nothing; `-h`/`--help`.
+fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let mut run_for = None;
     while let Some(arg) = args.next() {
@@ -190,12 +205,16 @@ fn parse_args() -> Result<Option<Duration>, String> {
                         .map_err(|_| format!("--for: {v:?} is not a usable duration"))?,
                 );
             }
-            "-h" | "--help" => return Err("a consumer that holds stream:orders".into()),
+            "-h" | "--help" => return Ok(Args::Help),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    Ok(run_for)
+    Ok(Args::Run(run_for))
 }
+
+/// The usage line.
+const USAGE: &str = "usage: stream_consumer [--for <seconds>]   (Redis at $REDIS_URL, \
+                     default redis://127.0.0.1:6379/)";
 
 /// The "orders" stream: a message every [`MESSAGE_EVERY`], numbered from 1.
 fn simulated_stream() -> Receiver<String> {
