@@ -67,7 +67,9 @@ pub(crate) enum Wake {
         slots: Vec<u32>,
         received: Instant,
     },
-    /// It asked for more permits than the limit now in force.
+    /// It asked for more permits than the limit now in force, and left the queue.
+    /// Nothing vouches for it either: the waiter looks again, and the look answers
+    /// the refusal when the limit was truly lowered.
     Refused { limit: u32 },
     /// It heads the queue: look again after this long (`None`: no lease will end).
     Head { retry_after: Option<Duration> },

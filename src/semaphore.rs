@@ -1419,10 +1419,10 @@ impl Semaphore {
                             waiter.finish();
                             return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, valid_until)));
                         }
-                        Ok(Wake::Refused { limit }) => {
-                            waiter.finish();
-                            return Err(self.too_many(n, limit));
-                        }
+                        // (anyone who may publish on the channel can send one: the
+                        // look answers the refusal when the limit was truly lowered,
+                        // and this waiter was then taken out of the queue)
+                        Ok(Wake::Refused { .. }) => break,
                         Ok(Wake::Head { retry_after }) => {
                             if let Some(r) = retry_after {
                                 look_at = look_at.min(later_by(Instant::now(), r));

@@ -344,6 +344,53 @@ fn a_forged_grant_message_gives_no_permit_past_a_heartbeat() {
     held.release().unwrap();
 }
 
+/// Seventh session: a refusal message another program publishes on a waiter's channel
+/// ("F id limit": the waiter asks for more than the limit in force) ended the wait
+/// with `Error::PermitsExceedLimit` as it came, though the limit was unchanged, and
+/// left the waiter's queue entry behind for its heartbeat. The waiter now looks
+/// again: the look answers the refusal when the limit was truly lowered, and here the
+/// waiter waits on and is served.
+#[test]
+fn a_forged_refusal_message_does_not_end_a_wait() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "forged-refusal";
+    let (sem, held, waiting) = held_with_a_waiter(&server, name);
+    let (id, channel) = waiter_and_channel(&mut conn, name);
+    let heard: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg(format!("F {id} 0"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(heard, 1, "the waiter's client listens on {channel}");
+    // the waiter looked again (the message read) and is still queued: a heartbeat
+    // renewed or a look made since the message is seen in the server's statistics
+    let calls = |conn: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    let before = calls(&mut conn);
+    support::wait_until(Duration::from_secs(5), "the waiter looked again", || {
+        calls(&mut conn) > before
+    });
+    assert!(!waiting.is_finished(), "the wait ended on a forged refusal");
+    assert_eq!(sem.queue_len().unwrap(), 1);
+    drop(held);
+    let (got, _) = waiting.join().expect("the waiter did not panic");
+    let permit = got.unwrap().expect("the waiter is served");
+    assert!(!permit.is_lost());
+}
+
 /// A lease deadline another program wrote into the holders' zset past 2^63 (a score
 /// of 1e30) reaches the client as `i64::MIN`, which is how Redis answers a Lua number
 /// out of range: the grant in a waiter's look made the clock conversion panic in a
