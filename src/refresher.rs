@@ -495,6 +495,11 @@ fn clean_up(
         Called::LeftRunning => Err(late(format!("the give-back of {} goes on aside", c.id))),
         Called::NotSent(e) => Err(e),
     };
+    if result.is_ok() || Instant::now() + RETRY_AFTER_FAILURE >= c.until {
+        // done with it: a grant whose release was owed may be adopted again in this
+        // client (its release ran, or its lease has surely ended)
+        shared.registry.lock().let_go_owed(&c.id);
+    }
     match result {
         Ok(_) => log::debug!("redis-semaphore: cleaned up after a lost reply: {}", c.id),
         Err(e) if Instant::now() + RETRY_AFTER_FAILURE < c.until => {
@@ -774,8 +779,10 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
                 .map(|p| (p.reason_for_missing(now, true), Arc::clone(p)));
             (lost.collect(), false)
         }
+        // (the permits the calls carried: not those declared lost, or past their max
+        // hold, by the time their chunk was sent, call_chunks)
         Ok(Renewal::Lost(gone)) => (
-            renewed_but(&batch.permits, batch.key.lease(), &gone, sent, now),
+            renewed_but(&answer.answered, batch.key.lease(), &gone, sent, now),
             false,
         ),
         Err(e) => {
@@ -849,6 +856,17 @@ fn call_chunks(
         .cloned()
         .collect();
     for chunk in live.chunks(REFRESH_CHUNK) {
+        // nor one whose max hold has passed since the batch was taken (the calls of the
+        // round before this one, and the chunks before this one, may have taken
+        // several operation timeouts): `max_hold` is "renewed until then and no more",
+        // and the renewal's deadline counts from before this look (`renew`'s `sent`)
+        let now = Instant::now();
+        let chunk: Vec<Arc<PermitState>> =
+            chunk.iter().filter(|p| !p.held_out(now)).cloned().collect();
+        if chunk.is_empty() {
+            continue;
+        }
+        let chunk = chunk.as_slice();
         let wait = by.saturating_duration_since(Instant::now()).max(MIN_WAIT);
         let gone = match &batch.renewer {
             Some(renewer) => renewer.renew(chunk, wait)?,

@@ -251,8 +251,10 @@ impl std::fmt::Debug for Group {
 pub(crate) struct Registry {
     groups: HashMap<GroupKey, Group>,
     cleanups: Vec<Cleanup>,
-    /// (semaphore, permit id) of the adoptions under way (see [`Registry::claim`]).
-    claims: Vec<(String, String)>,
+    /// (semaphore, permit id) of the adoptions under way (see [`Registry::claim`]),
+    /// and whether an operator's release of this client named the grant meanwhile
+    /// ([`Registry::force_released`]).
+    claims: Vec<(String, String, bool)>,
     /// Permit id -> semaphore of every `Permit` of the leased semaphore this client has
     /// handed out and that has not gone yet (released, dropped, handed over with
     /// `into_parts`), lost or not: such a grant is not adopted again
@@ -407,11 +409,35 @@ impl Registry {
             &*key.name == name && g.permits.get(id).is_some_and(|p| p.lost_reason().is_none())
         });
         let in_hand = self.in_hand.get(id).is_some_and(|n| &**n == name);
-        if held || in_hand || self.claims.iter().any(|(n, i)| n == name && i == id) {
+        if held || in_hand || self.claims.iter().any(|(n, i, _)| n == name && i == id) {
             return false;
         }
-        self.claims.push((name.to_owned(), id.to_owned()));
+        self.claims.push((name.to_owned(), id.to_owned(), false));
         true
+    }
+
+    /// An operator's release of grant `id` of semaphore `name` by this client is about
+    /// to be sent: the registered permits of the grant (under any lease of it), which
+    /// [`Semaphore::force_release`](crate::Semaphore::force_release) marks lost, and
+    /// an adoption of it under way is told too ([`Registry::claim_force_released`]):
+    /// its script may have run before the release, its `Permit` not registered yet.
+    pub(crate) fn force_released(&mut self, name: &str, id: &str) -> Vec<Arc<PermitState>> {
+        for claim in self.claims.iter_mut() {
+            if claim.0 == name && claim.1 == id {
+                claim.2 = true;
+            }
+        }
+        self.permits_of(name, id)
+    }
+
+    /// Whether an operator's release of this client named grant `id` of semaphore
+    /// `name` while this client's adoption of it was under way (asked by the adoption
+    /// after it registered its permit, before it ends its claim: a release sent after
+    /// the registration finds the permit, one sent before it marked the claim).
+    pub(crate) fn claim_force_released(&self, name: &str, id: &str) -> bool {
+        self.claims
+            .iter()
+            .any(|(n, i, released)| *released && n == name && i == id)
     }
 
     /// The registered permits of grant `id` of semaphore `name` (under any lease of
@@ -427,7 +453,7 @@ impl Registry {
 
     /// Ends the claim [`Registry::claim`] made.
     pub(crate) fn unclaim(&mut self, name: &str, id: &str) {
-        self.claims.retain(|(n, i)| !(n == name && i == id));
+        self.claims.retain(|(n, i, _)| !(n == name && i == id));
     }
 
     /// A `Permit` of grant `id` of semaphore `name` was handed out: until
@@ -442,6 +468,16 @@ impl Registry {
         if self.in_hand.get(id).is_some_and(|n| &**n == name) {
             self.in_hand.remove(id);
         }
+    }
+
+    /// The owed release of grant `id` ([`Registry::clean_up`]) is done with (it ran,
+    /// or it was given up once the lease had surely ended): the `Permit` whose
+    /// release failed with an outcome unknown (a timeout, say) held the grant until
+    /// now (`Semaphore`'s `release_by`), and it may be adopted again. (By the id alone:
+    /// ids are random and unique to their grant, and a grant in hand is not adopted
+    /// again, so the entry can only be that permit's.)
+    pub(crate) fn let_go_owed(&mut self, id: &str) {
+        self.in_hand.remove(id);
     }
 
     /// The earliest deadline of the permits registered since the last call (in O(1):

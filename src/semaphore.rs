@@ -835,8 +835,10 @@ impl Semaphore {
     /// of it (each renewing it, the first release ending both). Within one [`Client`]
     /// that is refused: a grant a `Permit` of the client holds (also one known lost
     /// and not yet dropped: its release would free the grant under the new handle),
-    /// or that another thread is adopting, is not adopted again, and Redis is not
-    /// called.
+    /// or that another thread is adopting, or whose release by this client failed
+    /// with its outcome unknown (a timeout: the background thread sends it again)
+    /// until that release has run or the lease has surely ended, is not adopted
+    /// again, and Redis is not called.
     ///
     /// # Errors
     ///
@@ -922,14 +924,32 @@ impl Semaphore {
         // max_hold counts from the grant, not from this adoption (the server's time
         // since the grant, before the call was sent: never later than the grant)
         let granted = held.map_or(sent, |h| sent.checked_sub(h).unwrap_or(sent));
-        Ok(self.permit_since(
+        let permit = self.permit_since(
             parts.id().to_owned(),
             parts.token(),
             parts.slots().to_vec(),
             parts.permits(),
             valid_until,
             granted,
-        ))
+        );
+        // an operator's release of this client that named the grant while the adoption
+        // was on its way (it found no Permit to mark lost) may have run after the
+        // adoption's script: the grant is then gone on the server, its slot perhaps
+        // granted again. (Asked after the registration, under the claim: a release
+        // sent from then on finds the permit and marks it itself.) Its drop sends a
+        // release, which changes nothing when the operator's ran.
+        if client
+            .shared
+            .registry
+            .lock()
+            .claim_force_released(&sem.name, parts.id())
+        {
+            if permit.state.mark_lost(LostReason::Released) {
+                Counters::bump(&client.shared.stats.lost);
+            }
+            return lost(LostReason::Released);
+        }
+        Ok(permit)
     }
 
     /// Limit, permits held and free, queue length, in one round trip.
@@ -1061,7 +1081,8 @@ impl Semaphore {
     /// new holder's higher [`token`](crate::Permit::token) for that slot) is what
     /// tells them apart downstream. Use it for a holder known to be gone. A `Permit`
     /// of this call's own [`Client`] is told at once: it is marked lost
-    /// ([`LostReason::Released`]) before the call is sent.
+    /// ([`LostReason::Released`]) before the call is sent; an adoption of it under
+    /// way in this client fails with [`Error::PermitLost`] (reason `Released`).
     ///
     /// # Errors
     ///
@@ -1079,7 +1100,9 @@ impl Semaphore {
         // while another Permit of this client may already hold the slot (marked before
         // the call: one that fails may have run)
         let shared = &self.inner.client.inner.shared;
-        let own = shared.registry.lock().permits_of(&self.inner.name, id);
+        // (an adoption of it under way in this client is told as well: its script may
+        // have run before this release, its Permit not registered yet)
+        let own = shared.registry.lock().force_released(&self.inner.name, id);
         for p in own {
             if p.mark_lost(LostReason::Released) {
                 Counters::bump(&shared.stats.lost);
@@ -2221,8 +2244,14 @@ impl SemInner {
             .give_back(permit, deadline)
             .map_err(|e| e.during("release"));
         // the grant may be adopted again in this client once its release has ended
-        // (not before: an adoption that ran before the release would be freed by it)
-        shared.registry.lock().let_go(&self.name, &permit.id);
+        // (not before: an adoption that ran before the release would be freed by it).
+        // A release that may still run (its reply timed out, say: the first send may
+        // yet arrive, and the background thread sends it again, Grantor::release) keeps
+        // the grant in hand until the background thread is done with it: until its
+        // release ran, or its lease has surely ended (Registry::let_go_owed).
+        if !result.as_ref().is_err_and(Error::is_retryable) {
+            shared.registry.lock().let_go(&self.name, &permit.id);
+        }
         match &result {
             Ok(()) => {
                 Counters::bump(&shared.stats.released);
