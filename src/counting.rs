@@ -510,8 +510,8 @@ impl CountingSemaphore {
         let shared = self.shared();
         let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
         self.run_by(op, end, |c, k| {
-            let once = once.on(c)?;
-            call(c, k, once)
+            let op = once.on(c)?;
+            once.checked(call(c, k, op))
         })
     }
 

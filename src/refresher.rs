@@ -153,13 +153,19 @@ impl Asides {
 
 /// Which node of a cluster serves each slot (`CLUSTER SLOTS`), read in the background
 /// ([`read_slot_map`]). Used to budget the thread's calls only: a map gone stale (a
-/// slot moved since) misplaces a semaphore's call in the budget, and nothing else.
+/// slot moved since) misplaces a semaphore's call in the budget, and nothing else. A
+/// node that turns slow has the map read again (from a node that is not slow) when it
+/// is older than [`SLOT_MAP_RETRY`]: a slot moved onto a node that then hangs would
+/// otherwise make its first slow call count for the slot's old node, and every
+/// semaphore there, which answers, would wait behind the hung node's calls.
 #[derive(Default)]
 struct SlotMap {
     /// Slot ranges (first, last, node as `host:port`), by first slot.
     ranges: Vec<(u16, u16, Arc<str>)>,
     /// When it is read next (`None`: at once).
     next_read: Option<Instant>,
+    /// When the map in use was read.
+    read_at: Option<Instant>,
     /// Whether a read is on its way.
     reading: bool,
 }
@@ -177,6 +183,18 @@ impl SlotMap {
             .checked_sub(1)?;
         let (_, last, node) = &self.ranges[i];
         (slot <= *last).then(|| Arc::clone(node))
+    }
+
+    /// A node of the map other than those of `avoid`, to read the map from (`None`:
+    /// any node, as the cluster client picks one).
+    fn node_to_ask(&self, avoid: &HashMap<Arc<str>, Instant>) -> Option<(String, u16)> {
+        let node = self
+            .ranges
+            .iter()
+            .map(|r| &r.2)
+            .find(|n| !avoid.contains_key(*n))?;
+        let (host, port) = node.rsplit_once(':')?;
+        Some((host.to_owned(), port.parse().ok()?))
     }
 }
 
@@ -267,8 +285,15 @@ fn call_by<T: Send + 'static>(
         Ok(answer) => {
             let now = Instant::now();
             a.slow.insert(key.to_owned(), now);
-            if let Some(node) = node {
-                a.slow_nodes.insert(node, now);
+            if let Some(node) = node
+                && a.slow_nodes.insert(node, now).is_none()
+                && a.slots
+                    .read_at
+                    .is_some_and(|at| now.saturating_duration_since(at) >= SLOT_MAP_RETRY)
+            {
+                // a node turned slow: the map it was found by is read again (a slot
+                // moved since would count the slow call for a node that answers)
+                a.slots.next_read = None;
             }
             answer.map_or(Called::LeftRunning, Called::Done)
         }
@@ -291,7 +316,7 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
     if !shared.is_cluster() {
         return;
     }
-    {
+    let ask = {
         let mut a = asides.lock();
         let now = Instant::now();
         if a.slots.reading
@@ -301,7 +326,10 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
             return;
         }
         a.slots.reading = true;
-    }
+        // (from a node that answers, when the map names one: a read sent to the node
+        // that hangs would hold a call's room for an operation timeout)
+        a.slots.node_to_ask(&a.slow_nodes)
+    };
     /// Ends the read in the map, also when the read panics (a logger of the user's).
     struct Reading(SharedAsides, Option<Vec<(u16, u16, Arc<str>)>>);
     impl Drop for Reading {
@@ -310,8 +338,24 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
             let now = Instant::now();
             match self.1.take() {
                 Some(ranges) => {
-                    a.slots.ranges = ranges;
+                    let old = std::mem::replace(&mut a.slots.ranges, ranges);
                     a.slots.next_read = Some(now + SLOT_MAP_FOR);
+                    a.slots.read_at = Some(now);
+                    // the slow nodes, found by the old map, are found again by the new
+                    // one: each slow call counts for the node its slot is on now
+                    let old = SlotMap {
+                        ranges: old,
+                        ..SlotMap::default()
+                    };
+                    let mut slow_nodes: HashMap<Arc<str>, Instant> = HashMap::new();
+                    for (key, at) in &a.slow {
+                        let was = old.node_of(key).filter(|n| a.slow_nodes.contains_key(n));
+                        if let (Some(_), Some(node)) = (was, a.slots.node_of(key)) {
+                            let t = slow_nodes.entry(node).or_insert(*at);
+                            *t = (*t).max(*at);
+                        }
+                    }
+                    a.slow_nodes = slow_nodes;
                 }
                 None => a.slots.next_read = Some(now + SLOT_MAP_RETRY),
             }
@@ -325,7 +369,7 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
         let op = s.op_timeout;
         let read = s.pool.run_by(Some(Instant::now() + op), op, |c| {
             c.cluster()
-                .map(|mut cluster| leased::cluster_slot_owners(&mut cluster))
+                .map(|mut cluster| leased::cluster_slot_owners_at(&mut cluster, ask.as_ref()))
                 .transpose()
         });
         match read {

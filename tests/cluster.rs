@@ -2123,3 +2123,232 @@ fn a_release_refused_while_the_slot_migrates_is_sent_again_once_it_can_run() {
         || sem.available().unwrap() == 2,
     );
 }
+
+/// Review (seventh session) of the slot map the background thread budgets by: the map
+/// is read once a minute, and a slot moved since (a resharding) still counts as its old
+/// node's. A semaphore moved onto a node that then hangs made its first slow call count
+/// for its old node, which answers: every semaphore there counted as slow, waited for
+/// the quarter of the pool the hung node's call filled, and its permit was lost though
+/// each of its calls was quick. Before the slot map (one call on the hung node, two on
+/// their way at most) it was renewed.
+#[test]
+fn a_slot_moved_onto_a_node_that_then_hangs_does_not_starve_its_old_node_s_renewals() {
+    const LEASE: Duration = Duration::from_secs(3);
+    const SLACK: Duration = Duration::from_millis(700);
+    let cluster = RedisCluster::start();
+    no_failover_and_partial_service(&cluster);
+    let client = Client::builder()
+        .max_connections(4)
+        .operation_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(1))
+        .build(cluster.url())
+        .unwrap();
+    let stays_name = "moved:stays";
+    let k = cluster.primary_of(&format!("redsem:{{{stays_name}}}:h"));
+    // another semaphore on the same node, moved off it below, to the node that hangs
+    let moved_name = (0..)
+        .map(|n| format!("moved:{n}"))
+        .find(|n| cluster.primary_of(&format!("redsem:{{{n}}}:h")) == k)
+        .unwrap();
+    let to = (0..)
+        .map(|n| cluster.primary_of(&format!("redsem:{{other:{n}}}:h")))
+        .find(|&j| j != k)
+        .unwrap();
+    let sem = |name: &str| {
+        client
+            .semaphore_builder(name)
+            .limit(1)
+            .lease(LEASE)
+            .build()
+            .unwrap()
+    };
+    let (stays_sem, moved_sem) = (sem(stays_name), sem(&moved_name));
+    let stays = stays_sem.try_acquire().unwrap().expect("a permit");
+    let moved = moved_sem.try_acquire().unwrap().expect("a permit");
+    // the background thread has read the slot map (at its first round) and renewed
+    // both permits twice
+    wait_until(Duration::from_secs(10), "two rounds of renewals", || {
+        client.stats().refresh_calls >= 4
+    });
+    move_slot(&cluster, &format!("redsem:{{{moved_name}}}:h"), k, to);
+    // the client's connections learn where the slot went (a redirection, then a
+    // refresh of their own map), and two more rounds renew both permits
+    for _ in 0..20 {
+        moved_sem.available().unwrap();
+        stays_sem.available().unwrap();
+    }
+    let calls = client.stats().refresh_calls;
+    wait_until(
+        Duration::from_secs(10),
+        "two more rounds of renewals",
+        || client.stats().refresh_calls >= calls + 4,
+    );
+    let paused = cluster.nodes[to].pause();
+    // until the hung node's permit is lost and a whole lease more: the permit on the
+    // node that answers is renewed on time throughout (every third of its lease)
+    let started = Instant::now();
+    while !moved.is_lost() || started.elapsed() < 2 * LEASE {
+        assert!(
+            moved.is_lost() || started.elapsed() <= LEASE + SLACK,
+            "the hung node's permit was not told of its loss within its lease"
+        );
+        assert!(
+            stays.lease_left() > LEASE / 3,
+            "the permit on the node that answers was not renewed on time: {:?} of its \
+             lease left {:?} after the node another semaphore of it moved to hung (lost: \
+             {:?})",
+            stays.lease_left(),
+            started.elapsed(),
+            stays.lost_reason()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    drop(paused);
+    assert!(!stays.is_lost(), "{:?}", stays.lost_reason());
+    assert_eq!(stays_sem.holders().unwrap().len(), 1);
+    stays.release().unwrap();
+}
+
+/// Moves the slot of `key`, with its keys, from primary `from` to primary `to` (a
+/// resharding of one slot, as `redis-cli --cluster reshard` does it), and waits until
+/// every running node says `to` serves it.
+fn move_slot(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
+    let id = |k: usize| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut cluster.nodes[k].conn())
+            .unwrap()
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.nodes[from].conn())
+        .unwrap();
+    let setslot = |k: usize, how: &str, node: &str| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(node)
+            .query(&mut cluster.nodes[k].conn())
+            .unwrap();
+    };
+    setslot(to, "IMPORTING", &from_id);
+    setslot(from, "MIGRATING", &to_id);
+    let mut source = cluster.nodes[from].conn();
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut source)
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.nodes[to].port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut source)
+            .unwrap();
+    }
+    setslot(to, "NODE", &to_id);
+    setslot(from, "NODE", &to_id);
+    for k in 0..cluster.nodes.len() {
+        if k != from && k != to {
+            let _ = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id)
+                .exec(&mut cluster.nodes[k].conn());
+        }
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the slot served by its new node",
+        || cluster.primary_of(key) == to,
+    );
+}
+
+/// Review (seventh session) of the operation keys' deadlines in their node's clock:
+/// the client reads a semaphore's node's clock once a minute and keeps using the
+/// reading after a failover. A replica whose clock is ahead of its old primary's by
+/// more than the deadline's margin (two operation timeouts and 10 s: an hour here)
+/// refused every counting and Redisson call of its new slots as "arrived after its
+/// deadline" for up to a minute (nothing is written, and before the deadlines nothing
+/// was refused). A refusal now drops the reading: the next call reads the new node's
+/// clock, and each call applies once.
+#[test]
+fn calls_work_soon_after_a_failover_to_a_node_whose_clock_is_ahead() {
+    const HOUR_MS: i64 = 3_600_000;
+    let Some(shifted) = support::clock_shift_env(HOUR_MS) else {
+        eprintln!("skipped: no C compiler to shift a server's clock");
+        return;
+    };
+    // the replicas' clocks an hour ahead of the primaries'
+    let cluster =
+        RedisCluster::start_with_env(|k| if k >= 3 { shifted.clone() } else { Vec::new() });
+    let (name, k, r) = (0..)
+        .map(|n| format!("skewed-{n}"))
+        .take(50)
+        .find_map(|n| {
+            let k = cluster.primary_of(&n);
+            let r = replica_of(&cluster, k);
+            (k < 3 && r >= 3).then_some((n, k, r))
+        })
+        .expect("a semaphore whose primary's clock is right and whose replica's is ahead");
+    let ahead = support::server_ms(&mut cluster.nodes[r].conn())
+        - support::server_ms(&mut cluster.nodes[k].conn());
+    assert!(
+        ahead > HOUR_MS - 60_000,
+        "the replica's clock is ahead ({ahead} ms)"
+    );
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(1))
+        .build(cluster.url())
+        .unwrap();
+    let rs = client.redisson_semaphore(&name);
+    assert!(rs.try_set_permits(5).unwrap());
+    // the node's clock is read here, and kept for a minute
+    assert_eq!(rs.add_permits(1).unwrap(), 6);
+    let mut replica = cluster.nodes[r].conn();
+    redis::cmd("READONLY").exec(&mut replica).unwrap();
+    wait_until(Duration::from_secs(10), "the replica in sync", || {
+        let n: Option<i64> = redis::cmd("GET").arg(&name).query(&mut replica).unwrap();
+        n == Some(6)
+    });
+    redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .exec(&mut cluster.nodes[r].conn())
+        .unwrap();
+    wait_until(Duration::from_secs(20), "the replica promoted", || {
+        cluster.primary_of(&name) == r
+    });
+    // well within the minute the reading is kept: a call applies (once)
+    let mut refused = 0;
+    wait_until(
+        Duration::from_secs(10),
+        "a call on the new primary",
+        || match rs.add_permits(1) {
+            Ok(n) => {
+                assert_eq!(n, 7, "applied once");
+                true
+            }
+            Err(e) => {
+                if e.to_string().contains("after its deadline") {
+                    refused += 1;
+                }
+                assert!(refused <= 1, "refused again: {e}");
+                false
+            }
+        },
+    );
+    assert_eq!(rs.available_permits().unwrap(), 7);
+}

@@ -705,8 +705,16 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
         for id in &ids {
             let once = keys.once(shared.is_cluster(), shared.op_timeout);
             let released = shared.pool.run_by(Some(end), shared.op_timeout, |c| {
-                let once = once.on(&mut **c)?;
-                calls::pes_release(&mut **c, &keys, publish, now_ms(), id, None, once)
+                let op = once.on(&mut **c)?;
+                once.checked(calls::pes_release(
+                    &mut **c,
+                    &keys,
+                    publish,
+                    now_ms(),
+                    id,
+                    None,
+                    op,
+                ))
             });
             if let Err(e) = released {
                 log::warn!(
@@ -825,16 +833,16 @@ impl GiveBack for OwedPesGiveBack {
     ) -> Result<()> {
         let once = self.keys.once(self.cluster, op_timeout);
         pool.run_by(Some(end), op_timeout, |c| {
-            let once = once.on(&mut **c)?;
-            calls::pes_release(
+            let op = once.on(&mut **c)?;
+            once.checked(calls::pes_release(
                 &mut **c,
                 &self.keys,
                 self.publish,
                 now_ms(),
                 &self.id,
                 None,
-                once,
-            )
+                op,
+            ))
         })
         .map(|_| ())
     }
@@ -969,8 +977,8 @@ impl RSemaphore {
         self.common.run_write(
             "try_set_permits",
             |c, k| {
-                let once = once.on(c)?;
-                calls::try_set(c, k, publish, permits, None, once)
+                let op = once.on(c)?;
+                once.checked(calls::try_set(c, k, publish, permits, None, op))
             },
             |_| false,
         )
@@ -999,8 +1007,8 @@ impl RSemaphore {
         self.common.run_write(
             "try_set_permits",
             |c, k| {
-                let once = once.on(c)?;
-                calls::try_set(c, k, publish, permits, Some(ms), once)
+                let op = once.on(c)?;
+                once.checked(calls::try_set(c, k, publish, permits, Some(ms), op))
             },
             |_| false,
         )
@@ -1021,8 +1029,8 @@ impl RSemaphore {
         self.common.run_write(
             "add_permits",
             |c, k| {
-                let once = once.on(c)?;
-                calls::rs_add(c, k, publish, delta, once)
+                let op = once.on(c)?;
+                once.checked(calls::rs_add(c, k, publish, delta, op))
             },
             |_| false,
         )
@@ -1063,8 +1071,8 @@ impl RSemaphore {
             "acquire",
             end,
             |c, k| {
-                let once = once.on(c)?;
-                calls::rs_try_acquire(c, k, permits, once)
+                let op = once.on(c)?;
+                once.checked(calls::rs_try_acquire(c, k, permits, op))
             },
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back (by the
@@ -1177,8 +1185,8 @@ impl RSemaphore {
             "release",
             Some(self.common.release_end()),
             |c, k| {
-                let once = once.on(c)?;
-                calls::rs_release(c, k, publish, permits, false, once)
+                let op = once.on(c)?;
+                once.checked(calls::rs_release(c, k, publish, permits, false, op))
             },
             |_| false,
         )?;
@@ -1201,8 +1209,8 @@ impl RSemaphore {
                 "release",
                 Some(self.common.release_end()),
                 |c, k| {
-                    let once = once.on(c)?;
-                    calls::rs_release(c, k, publish, permits, true, once)
+                    let op = once.on(c)?;
+                    once.checked(calls::rs_release(c, k, publish, permits, true, op))
                 },
                 |_| false,
             )?
@@ -1231,8 +1239,8 @@ impl RSemaphore {
             "drain_permits",
             |c, k| {
                 let once = self.common.once();
-                let once = once.on(c)?;
-                calls::rs_drain(c, k, once)
+                let op = once.on(c)?;
+                once.checked(calls::rs_drain(c, k, op))
             },
             |_| false,
         )
@@ -1441,8 +1449,8 @@ impl PesInner {
         let now = now_ms();
         let once = self.common.once();
         self.common.run(|c, k| {
-            let once = once.on(c)?;
-            calls::pes_release(c, k, publish, now, &id, None, once)
+            let op = once.on(c)?;
+            once.checked(calls::pes_release(c, k, publish, now, &id, None, op))
         })
     }
 
@@ -1465,8 +1473,8 @@ impl PesInner {
             "release",
             Some(deadline),
             |c, k| {
-                let once = once.on(c)?;
-                calls::pes_release(c, k, publish, now, &id, legacy, once)
+                let op = once.on(c)?;
+                once.checked(calls::pes_release(c, k, publish, now, &id, legacy, op))
             },
             |_| false,
         );
@@ -1487,8 +1495,16 @@ impl PesInner {
         let again = self.common.shared().on_fresh_connection(deadline, |c| {
             // (the first send's operation key, if it was made: a second run of the
             // release answers the first one's reply)
-            let once = once.on(c)?;
-            calls::pes_release(c, &self.common.keys, publish, now, &id, legacy, once)
+            let op = once.on(c)?;
+            once.checked(calls::pes_release(
+                c,
+                &self.common.keys,
+                publish,
+                now,
+                &id,
+                legacy,
+                op,
+            ))
         });
         again.map_err(|e| self.common.named(e).during("release"))
     }
@@ -2086,8 +2102,8 @@ impl RPermitExpirableSemaphore {
         self.run_write(
             "try_set_permits",
             |c, k, p, _| {
-                let once = once.on(c)?;
-                calls::try_set(c, k, p, permits, None, once)
+                let op = once.on(c)?;
+                once.checked(calls::try_set(c, k, p, permits, None, op))
             },
             |_| false,
         )
@@ -2106,8 +2122,8 @@ impl RPermitExpirableSemaphore {
         self.run_write(
             "add_permits",
             |c, k, p, now| {
-                let once = once.on(c)?;
-                calls::pes_add(c, k, p, now, delta, once)
+                let op = once.on(c)?;
+                once.checked(calls::pes_add(c, k, p, now, delta, op))
             },
             |_| false,
         )

@@ -799,10 +799,28 @@ pub(crate) type SlotRange = (u16, u16, (String, u16));
 /// Which primary serves each slot range of a cluster (`CLUSTER SLOTS`): its first and
 /// last slot and the primary's host and port, in the server's order.
 pub(crate) fn cluster_slot_owners(conn: &mut ClusterConn) -> Result<Vec<SlotRange>> {
-    let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query(conn)
-        .map_err(Error::Redis)?;
+    cluster_slot_owners_at(conn, None)
+}
+
+/// [`cluster_slot_owners`] as the node `at` says it (`None`: any node, as the cluster
+/// client picks one).
+pub(crate) fn cluster_slot_owners_at(
+    conn: &mut ClusterConn,
+    at: Option<&(String, u16)>,
+) -> Result<Vec<SlotRange>> {
+    let cmd = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+    let reply = match at {
+        Some((host, port)) => conn.route_command(
+            &cmd,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            }),
+        ),
+        None => cmd.query(conn),
+    };
+    let ranges: Vec<Vec<Value>> = redis::from_redis_value(reply.map_err(Error::Redis)?)
+        .map_err(|e| Error::reply("cluster slots", e.to_string()))?;
     let bad = |what: String| Error::reply("cluster slots", what);
     let mut owners = Vec::with_capacity(ranges.len());
     for range in ranges {

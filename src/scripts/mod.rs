@@ -160,6 +160,11 @@ impl PartialEq for NodeClock {
 impl Eq for NodeClock {}
 
 impl NodeClock {
+    /// Drops the last reading: the next call reads the node's clock again.
+    fn forget(&self) {
+        *self.0.lock() = None;
+    }
+
     /// A server time (ms) the node has surely reached by now: from the last reading
     /// while it is under [`NODE_CLOCK_FOR`] old, else from a new one, `read` (the
     /// node's `TIME`, on the connection of the call).
@@ -219,7 +224,24 @@ impl LazyOnce<'_> {
             Once::until(prefix, now.saturating_add(window))
         })))
     }
+
+    /// Passes on the answer of a send of the call, after dropping the node's clock
+    /// reading when a run was refused for arriving after its deadline: the node that
+    /// runs the call now may not be the one read (a failover, a slot moved) and its
+    /// clock may be ahead, and every call until the next reading (a minute) would be
+    /// refused too. The next call reads the clock of the node that serves the slot.
+    pub(crate) fn checked<T>(&self, answer: Result<T>) -> Result<T> {
+        if let (Err(e), Some((_, _, clock, _))) = (&answer, self.on_cluster)
+            && e.to_string().contains(ARRIVED_LATE)
+        {
+            clock.forget();
+        }
+        answer
+    }
 }
+
+/// What `once.lua` says when it refuses a run after its deadline.
+const ARRIVED_LATE: &str = "the operation arrived after its deadline";
 
 /// Adds the operation key `once`, if any, after the script's keys and its retention
 /// as the script's last argument (an invocation keeps keys and arguments apart, so

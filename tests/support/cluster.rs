@@ -19,19 +19,29 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_with_env(|_| Vec::new())
+    }
+
+    /// [`start`](Self::start), node `k` (0..6) with the environment variables `env(k)`
+    /// (the first three are made primaries: `redis-cli --cluster create` takes them so
+    /// on one host).
+    pub fn start_with_env(env: impl Fn(usize) -> Vec<(String, String)>) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    // replicas sync at once (the default waits 5 s for more replicas)
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
+            .map(|k| {
+                RedisServer::start_with_env(
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "1000",
+                        // replicas sync at once (the default waits 5 s for more replicas)
+                        "--repl-diskless-sync-delay",
+                        "0",
+                    ],
+                    &env(k),
+                )
             })
             .collect();
         let ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();

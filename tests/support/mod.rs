@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::thread;
@@ -123,6 +123,76 @@ pub fn faketime(offset: &str, program: &Path) -> Command {
     cmd
 }
 
+/// The environment variables that run a redis-server with its wall clock (`TIME`, key
+/// expiry) moved by `offset_ms`, its monotonic clock left alone: a small preload
+/// library built here with the C compiler (`cc`), since libfaketime crashes
+/// redis-server at start-up. `None` without a C compiler.
+pub fn clock_shift_env(offset_ms: i64) -> Option<Vec<(String, String)>> {
+    static LIB: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clock-shift");
+        std::fs::create_dir_all(&dir).ok()?;
+        let src = dir.join("clock_shift.c");
+        std::fs::write(&src, CLOCK_SHIFT_C).ok()?;
+        let lib = dir.join(format!("libclockshift-{}.so", std::process::id()));
+        let built = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .ok()?;
+        built.success().then_some(lib)
+    });
+    let lib = lib.as_ref()?;
+    Some(vec![
+        ("LD_PRELOAD".into(), lib.display().to_string()),
+        ("REDSEM_TEST_CLOCK_OFFSET_MS".into(), offset_ms.to_string()),
+    ])
+}
+
+/// [`clock_shift_env`]'s library: `clock_gettime` (realtime clocks), `gettimeofday`
+/// and `time` shifted by `REDSEM_TEST_CLOCK_OFFSET_MS`, through the system call itself
+/// (no symbol lookup, no allocation: jemalloc reads the clock while it starts).
+const CLOCK_SHIFT_C: &str = r#"
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+static long long offset_ms;
+__attribute__((constructor)) static void init(void) {
+    const char *s = getenv("REDSEM_TEST_CLOCK_OFFSET_MS");
+    offset_ms = s ? atoll(s) : 0;
+}
+static void shift(struct timespec *ts) {
+    long long ns = ts->tv_nsec + (offset_ms % 1000) * 1000000LL;
+    ts->tv_sec += offset_ms / 1000 + ns / 1000000000LL;
+    ts->tv_nsec = ns % 1000000000LL;
+    if (ts->tv_nsec < 0) { ts->tv_nsec += 1000000000LL; ts->tv_sec -= 1; }
+}
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    long r = syscall(SYS_clock_gettime, id, ts);
+    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) shift(ts);
+    return (int)r;
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+    struct timespec ts;
+    (void)tz;
+    if (syscall(SYS_clock_gettime, CLOCK_REALTIME, &ts) != 0) return -1;
+    shift(&ts);
+    if (tv) { tv->tv_sec = ts.tv_sec; tv->tv_usec = ts.tv_nsec / 1000; }
+    return 0;
+}
+time_t time(time_t *t) {
+    struct timespec ts;
+    syscall(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+    shift(&ts);
+    if (t) *t = ts.tv_sec;
+    return ts.tv_sec;
+}
+"#;
+
 /// Whether [`faketime`] works here (libfaketime or the `faketime` wrapper installed).
 pub fn has_faketime() -> bool {
     faketime("+0", Path::new("true"))
@@ -158,6 +228,8 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     extra_args: Vec<String>,
+    /// Environment variables of the process (kept by `restart`).
+    env: Vec<(String, String)>,
     // Declared last: dropped after the child is killed.
     dir: tempfile::TempDir,
 }
@@ -172,6 +244,12 @@ impl RedisServer {
     /// (`--port P --bind 127.0.0.1 --save "" --appendonly no --dir <tmp> --logfile <tmp>/redis.log
     /// --enable-debug-command yes`). `restart` reuses them.
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        Self::start_with_env(extra_args, &[])
+    }
+
+    /// [`start_with`](Self::start_with), the process having the environment variables
+    /// `env` too (a clock shifted with [`clock_shift_lib`], say).
+    pub fn start_with_env(extra_args: &[&str], env: &[(String, String)]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("redsem-test-")
             .tempdir()
@@ -180,6 +258,7 @@ impl RedisServer {
             child: None,
             port: 0,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env.to_vec(),
             dir,
         };
         let mut failures = Vec::new();
@@ -355,6 +434,7 @@ impl RedisServer {
             .envs(scrubbed_faketime_env())
             .env_remove("FAKETIME")
             .env_remove("FAKETIME_DONT_FAKE_MONOTONIC")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
