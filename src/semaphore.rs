@@ -174,6 +174,8 @@ impl SemInner {
                     // (read above for every batch with an acquire; 0 would mean none, 1 ms
                     // after the epoch refuses)
                     cutoff_ms: anchor.as_ref().map_or(1, |a| a.server_ms_by(*give_up)),
+                    // a try is never queued
+                    ticket: 0,
                 }),
                 Op::Release { id } => HotOp::Release { id },
             })
@@ -558,9 +560,11 @@ enum Attempt {
     Granted(Permit),
     /// Not granted; look again after `retry_after` at the latest (the script's answer:
     /// for the head when the earliest lease ends, for the next few waiters when the
-    /// head's heartbeat would end, so that a dead head is replaced within it).
+    /// head's heartbeat would end, so that a dead head is replaced within it);
+    /// `ticket`: the waiter's arrival ticket in the queue (0: none said).
     Busy {
         retry_after: Option<Duration>,
+        ticket: u64,
     },
 }
 
@@ -714,7 +718,7 @@ impl Semaphore {
     /// errors.
     pub fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
         self.check_permits(n)?;
-        match self.attempt(&new_id(), n, Mode::Try, "")? {
+        match self.attempt(&new_id(), n, Mode::Try, "", 0)? {
             Attempt::Granted(p) => self.confirm(p, None).map(Some),
             Attempt::Busy { .. } => Ok(None),
         }
@@ -1170,7 +1174,7 @@ impl Semaphore {
         let answered_before = self.inner.clock.get().is_some();
         let tried = Instant::now();
         let mut outage_since = None;
-        match self.attempt(&id, n, Mode::Try, "") {
+        match self.attempt(&id, n, Mode::Try, "", 0) {
             Ok(Attempt::Granted(p)) => return self.confirm(p, end).map(Some),
             Ok(_) => {}
             // An outage (a failover, a restart) met by the first try is ridden through
@@ -1332,6 +1336,8 @@ impl Semaphore {
     /// the clean-up `attempt` schedules, and a queued record of it lapses with its
     /// heartbeat (about a second). `outage_since`: when an outage the call met before
     /// it queued (its first try's) began, which the first look's failure continues.
+    /// The wait's arrival ticket (see [`wait_queued`](Self::wait_queued)) goes on
+    /// with the new id: the waiter keeps its place in the arrival order.
     fn wait_riding_through<T>(
         &self,
         n: u32,
@@ -1343,10 +1349,11 @@ impl Semaphore {
     ) -> Result<Option<Permit>> {
         let mut pause = Duration::from_millis(20);
         let end = wait_end(deadline, self.inner.client.inner.shared.op_timeout);
+        let mut ticket = 0;
         loop {
             let mut waiter = Waiter::new(self, Arc::clone(hub), id, end);
             let looked = Instant::now();
-            match self.wait_queued(n, deadline, cancel, &mut waiter) {
+            match self.wait_queued(n, deadline, cancel, &mut waiter, &mut ticket) {
                 Err(e) if is_outage(&e) => {
                     // leave without a cancel round trip (the server is not answering)
                     waiter.finish();
@@ -1381,12 +1388,20 @@ impl Semaphore {
     }
 
     /// The queued part of [`wait_for`](Semaphore::wait_for).
+    ///
+    /// `ticket`: the arrival ticket of the wait's last queued reply (0: none yet),
+    /// passed on every later look. A waiter the queue dropped while it still waits
+    /// (its heartbeat ended unrenewed: writes paused or the server stopped for longer
+    /// than a heartbeat, which purges every waiter at once) queues again with it, in
+    /// its old place, not behind the waiters whose clients learnt of the loss first.
+    /// It only orders the queue: the script grants the same with or without it.
     fn wait_queued<T>(
         &self,
         n: u32,
         deadline: Option<Instant>,
         cancel: &Receiver<T>,
         waiter: &mut Waiter<'_>,
+        ticket: &mut u64,
     ) -> Result<Option<Permit>> {
         let fallback = self
             .inner
@@ -1407,12 +1422,22 @@ impl Semaphore {
                 }
                 return self.give_up(waiter, true, deadline);
             }
-            let retry_after = match self.attempt(&waiter.id, n, Mode::Wait, &waiter.hub.channel)? {
+            let channel = &waiter.hub.channel;
+            let retry_after = match self.attempt(&waiter.id, n, Mode::Wait, channel, *ticket)? {
                 Attempt::Granted(p) => {
                     waiter.finish();
                     return Ok(Some(p));
                 }
-                Attempt::Busy { retry_after } => retry_after,
+                Attempt::Busy {
+                    retry_after,
+                    ticket: t,
+                } => {
+                    // (a reply without one, from an older script, keeps the last)
+                    if t > 0 {
+                        *ticket = t;
+                    }
+                    retry_after
+                }
             };
             waiter.answered = true;
             let now = Instant::now();
@@ -1541,7 +1566,8 @@ impl Semaphore {
     /// The permit's client-side deadline comes from the server's deadline in the reply,
     /// converted with the client's clock anchor (`clock.rs`): never later than the
     /// server's, whenever the call was sent, however long it waited for a connection.
-    fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str) -> Result<Attempt> {
+    /// `ticket`: a waiter's arrival ticket (0 for a try, which is never queued).
+    fn attempt(&self, id: &str, n: u32, mode: Mode, channel: &str, ticket: u64) -> Result<Attempt> {
         let sem = &self.inner;
         let shared = &sem.client.inner.shared;
         let lease_ms = sem.group.lease_ms;
@@ -1574,7 +1600,7 @@ impl Semaphore {
                     HotReply::Acquired(a) => Ok(a),
                     HotReply::Released(_) => Err(Error::reply("acquire", "a release's reply")),
                 }),
-            Mode::Wait => self.look(id, n, channel, give_up),
+            Mode::Wait => self.look(id, n, channel, ticket, give_up),
         };
         let reply = match reply {
             Ok(r) => r,
@@ -1628,8 +1654,11 @@ impl Semaphore {
                     valid_until,
                 )))
             }
-            Acquired::Busy { retry_ms, .. } => Ok(Attempt::Busy {
+            Acquired::Busy {
+                retry_ms, ticket, ..
+            } => Ok(Attempt::Busy {
                 retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
+                ticket,
             }),
             Acquired::TooMany { limit, .. } => Err(self.too_many(n, limit)),
             Acquired::TooLate { .. } => Err(late_reply(&sem.name)),
@@ -1720,10 +1749,17 @@ impl Semaphore {
     /// whole call (checkout, write, read) ending by `give_up` (one operation timeout
     /// from its start, so a look in flight at the wait's deadline ends within the
     /// wait's bound).
-    fn look(&self, id: &str, n: u32, channel: &str, give_up: Instant) -> Result<Acquired> {
+    fn look(
+        &self,
+        id: &str,
+        n: u32,
+        channel: &str,
+        ticket: u64,
+        give_up: Instant,
+    ) -> Result<Acquired> {
         let shared = &self.inner.client.inner.shared;
         shared.pool.run_by(Some(give_up), shared.op_timeout, |c| {
-            self.look_on(&mut **c, id, n, channel, give_up)
+            self.look_on(&mut **c, id, n, channel, ticket, give_up)
         })
     }
 
@@ -1734,6 +1770,7 @@ impl Semaphore {
         id: &str,
         n: u32,
         channel: &str,
+        ticket: u64,
         give_up: Instant,
     ) -> Result<Acquired> {
         let sem = &self.inner;
@@ -1752,6 +1789,7 @@ impl Semaphore {
             fair: sem.fair,
             channel,
             cutoff_ms: anchor.server_ms_by(give_up),
+            ticket,
         };
         let sent = Instant::now();
         let reply = leased::acquire(conn, &sem.keys, &args)?;

@@ -769,7 +769,8 @@ fn acquire_reply(reply: &[i64]) -> Acq {
             slots: slots.iter().map(|&s| s as u32).collect(),
             token: Some(u64::try_from(*token).expect("token")),
         },
-        [0, _now, _retry, _head] => Acq::Busy,
+        // (a queued waiter's reply also carries its arrival ticket)
+        [0, _now, _retry, _head] | [0, _now, _retry, _head, _] => Acq::Busy,
         [-1, _now, limit] => Acq::Refused(*limit as u32),
         other => panic!("acquire reply {other:?}"),
     }

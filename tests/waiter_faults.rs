@@ -463,14 +463,19 @@ fn ownerless_waits_that_give_up_as_a_permit_comes_take_nothing() {
 /// operation timeout), a release sent during the pause: the waiters are served in
 /// their arrival order when it ends.
 ///
-/// Confirmed open finding (seventh session's waiter review): the first script after
+/// Found in the seventh session's waiter review, fixed since: the first script after
 /// the pause purges every queued waiter (their heartbeats ended on the server's clock
-/// while nothing ran), and the live waiters queue again with new tickets in the order
-/// their clients hear of the loss: 4 runs in 5 served them as [0, 2, 3, 1, 4] and
+/// while nothing ran), and the live waiters queued again with new tickets in the order
+/// their clients heard of the loss: 4 runs in 5 served them as [0, 2, 3, 1, 4] and
 /// the like. (A server stopped with SIGSTOP purges them the same way; there they
-/// happened to queue again in their old order.)
+/// happened to queue again in their old order.) Now a waiter's looks pass back the
+/// arrival ticket of its last queued reply, and one that queues again takes its old
+/// place (ops.lua). The ticket orders the queue only: the release, first to run after
+/// the pause, finds the queue purged and serves nobody, and the first look after it
+/// is granted on the empty queue, with or without a ticket. That look is the head's:
+/// its client finds its heartbeat lost a few milliseconds before the waiters behind
+/// it look at the moment the script told them the head's heartbeat would end.
 #[test]
-#[ignore = "confirmed open finding: a pause longer than a heartbeat reorders the queue"]
 fn waiters_keep_their_order_through_a_client_pause() {
     let server = RedisServer::start();
     let name = "clientpaused";
@@ -502,4 +507,111 @@ fn waiters_keep_their_order_through_a_client_pause() {
     }
     releaser.join().unwrap().unwrap();
     assert_eq!(*order.lock(), vec![0, 1, 2, 3, 4]);
+}
+
+/// The acquire script's side of the fix above: a waiter the queue dropped (its
+/// heartbeat ended) that looks again with the arrival ticket of its last queued reply
+/// takes its old place, whatever order the looks come in; `qseq` does not move for it.
+/// A ticket above `qseq` (from a queue made again since) or none gets a fresh one, one
+/// already queued keeps its own, and a bad ticket is refused before anything is
+/// written, on the fast path too. The ticket only orders: the release serves the head.
+#[test]
+fn a_waiter_that_queues_again_with_its_ticket_keeps_its_place() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let name = "tickets";
+    let script = support::acquire_script();
+    let run = |conn: &mut redis::Connection,
+               id: &str,
+               mode: &str,
+               hb: u64,
+               ticket: Option<&str>|
+     -> redis::RedisResult<Vec<i64>> {
+        let mut inv = support::call_on(&script, name);
+        inv.arg(id)
+            .arg(1)
+            .arg(1)
+            .arg(60_000)
+            .arg(1000)
+            .arg(hb)
+            .arg("1|test|")
+            .arg(mode)
+            .arg("1")
+            .arg("")
+            .arg("0");
+        if let Some(t) = ticket {
+            inv.arg(t);
+        }
+        let reply: redis::Value = inv.invoke(conn)?;
+        Ok(support::acquire_reply(&reply))
+    };
+    let id = |k: u32| format!("aaaaaaaa-0000-4000-8000-{k:012}");
+    let queue = |conn: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(format!("redsem:{{{name}}}:q"))
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap()
+    };
+    let qseq = |conn: &mut redis::Connection| -> i64 {
+        redis::cmd("HGET")
+            .arg(format!("redsem:{{{name}}}:i"))
+            .arg("qseq")
+            .query(conn)
+            .unwrap()
+    };
+    // a bad ticket on a semaphore without keys (the fast path's create) writes nothing
+    for bad in ["x", "-1", "1.5", "9007199254740994", "1e300", "inf", ""] {
+        let e = run(&mut conn, &id(1), "w", 1000, Some(bad)).unwrap_err();
+        assert!(e.to_string().contains("bad ticket"), "{bad}: {e}");
+    }
+    assert!(support::keys(&mut conn, "redsem:*").is_empty());
+    // the holder, then three waiters with a heartbeat of 100 ms: tickets 1, 2, 3
+    assert_eq!(run(&mut conn, &id(9), "t", 1000, None).unwrap()[0], 1);
+    for k in 1..=3 {
+        let r = run(&mut conn, &id(k), "w", 100, None).unwrap();
+        assert_eq!(
+            (r[0], r[3], r[4]),
+            (0, i64::from(k == 1), i64::from(k)),
+            "{r:?}"
+        );
+    }
+    // their heartbeats end unrenewed
+    let last: i64 = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(format!("w:{}", id(3)))
+        .query(&mut conn)
+        .unwrap();
+    support::wait_past_server_ms(&mut conn, last);
+    // the third looks first: its look purges all three, and it queues with its ticket
+    let r = run(&mut conn, &id(3), "w", 1000, Some("3")).unwrap();
+    assert_eq!((r[0], r[3], r[4]), (0, 1, 3), "{r:?}");
+    // a bad ticket on the full logic is refused before any write
+    let before = queue(&mut conn);
+    assert!(run(&mut conn, &id(1), "w", 1000, Some("x")).is_err());
+    assert_eq!(queue(&mut conn), before);
+    // then the first and the second, with theirs: in front of the third
+    let r = run(&mut conn, &id(1), "w", 1000, Some("1")).unwrap();
+    assert_eq!((r[0], r[3], r[4]), (0, 1, 1), "{r:?}");
+    let r = run(&mut conn, &id(2), "w", 1000, Some("2")).unwrap();
+    assert_eq!((r[0], r[3], r[4]), (0, 0, 2), "{r:?}");
+    assert_eq!(qseq(&mut conn), 3, "kept tickets take no new one");
+    // a new waiter without a ticket, and one with a ticket this queue never gave
+    // (above 'qseq'): fresh ones, behind
+    assert_eq!(run(&mut conn, &id(4), "w", 1000, None).unwrap()[4], 4);
+    assert_eq!(run(&mut conn, &id(5), "w", 1000, Some("99")).unwrap()[4], 5);
+    assert_eq!(run(&mut conn, &id(6), "w", 1000, Some("0")).unwrap()[4], 6);
+    assert_eq!(qseq(&mut conn), 6);
+    // one already queued keeps its own ticket, whatever it passes
+    assert_eq!(run(&mut conn, &id(4), "w", 1000, Some("1")).unwrap()[4], 4);
+    assert_eq!(queue(&mut conn), (1..=6).map(id).collect::<Vec<_>>());
+    // the release serves the head, the first waiter
+    let released: i64 = support::call_on(&support::release_script(), name)
+        .arg(id(9))
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(run(&mut conn, &id(1), "w", 1000, Some("1")).unwrap()[0], 1);
+    assert_eq!(queue(&mut conn), (2..=6).map(id).collect::<Vec<_>>());
 }

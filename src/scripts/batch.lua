@@ -3,7 +3,9 @@
 --
 -- ARGV: a sequence of operations, each a tag followed by its arguments:
 --   'a' and acquire.lua's 11 arguments     an acquire (the client sends only tries,
---                                          mode 't', so a batch never queues anyone)
+--                                          mode 't', so a batch never queues anyone;
+--                                          without acquire.lua's optional 12th, the
+--                                          ticket, which only a queued look has)
 --   'A', id, cutoff                        an acquire with the other arguments of the
 --                                          last 'a' before it (the tries of one
 --                                          semaphore handle share them)

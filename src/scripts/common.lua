@@ -16,12 +16,18 @@
 --                                      'mind'  lower bound of the earliest deadline in h
 --                                      'qn'    number of queued waiters
 --                                      'qseq'  last arrival ticket of the queue
+--                                              (never falls while the hash lives;
+--                                              a waiter that queues again may
+--                                              bring back one it was given, and
+--                                              'qseq' then stays: op_acquire)
 --                                      'cl'    the limit the last acquiring client
 --                                              passed (shown to operators)
 --                                      <id>    holder record, see below
 --                                      'w:'..<id>  waiter record, see below
 --   KEYS[3]  redsem:{NAME}:s  string  bitmap: bit k is 1 while slot k is occupied
---   KEYS[4]  redsem:{NAME}:q  zset    waiter id -> arrival ticket: the FIFO queue;
+--   KEYS[4]  redsem:{NAME}:q  zset    waiter id -> arrival ticket: the FIFO queue
+--                                      (equal tickets, possible once the keys
+--                                      were made again, go by id);
 --                                      it exists only while someone queues ('qn' > 0):
 --                                      the first waiter's ZADD makes it (and gives it
 --                                      its TTL), and the ZREM of the last one deletes it
@@ -81,7 +87,8 @@
 --     nobody queued (fast.lua), so that check cannot fail after their writes;
 --   - a bad argument (an id of another shape, a non-number, a fraction, a number out
 --     of range, a missing one): checked before load() (int_arg; check_acquire in
---     fast_acquire.lua; a batch checks every operation first);
+--     fast_acquire.lua; an acquire's id, count and ticket in acquire_entry.lua,
+--     before its fast path; a batch checks every operation first);
 --   - out of memory: without a shebang flag, Redis refuses only a script's *first*
 --     write when maxmemory is reached, never a later one;
 --   - PUBLISH refused by ACL (a user without the channel): sent with redis.pcall, its

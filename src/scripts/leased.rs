@@ -46,13 +46,19 @@ pub(crate) struct AcquireArgs<'a> {
     /// The server time (ms) after which the script must do nothing (the caller has
     /// given up by then).
     pub(crate) cutoff_ms: i64,
+    /// The arrival ticket an earlier queued reply of the same wait gave it
+    /// ([`Acquired::Busy`]), 0 for none (every try): a waiter the queue dropped
+    /// (its heartbeat ended while the server was paused, say) queues again in its
+    /// old place. It only orders the queue; it grants nothing (ops.lua).
+    pub(crate) ticket: u64,
 }
 
 impl AcquireArgs<'_> {
     /// Whether `other` has the same arguments but for its id and cutoff (batch.lua's
     /// 'A' form).
     fn same_but_id(&self, other: &AcquireArgs<'_>) -> bool {
-        self.n == other.n
+        self.ticket == other.ticket
+            && self.n == other.n
             && self.limit == other.limit
             && self.lease_ms == other.lease_ms
             && self.origin == other.origin
@@ -81,12 +87,15 @@ pub(crate) enum Acquired {
         grant: Grant,
     },
     /// Not granted: `retry_ms` until the earliest lease ends (negative: unknown);
-    /// `head` when the waiter is at the head of the queue. A try refused on the fast
-    /// path says neither the time nor when to look again (a try does not use them).
+    /// `head` when the waiter is at the head of the queue; `ticket` its arrival
+    /// ticket in the queue (0: not queued, a try, or a server that does not say it).
+    /// A try refused on the fast path says neither the time nor when to look again
+    /// (a try does not use them).
     Busy {
         now_ms: Option<i64>,
         retry_ms: i64,
         head: bool,
+        ticket: u64,
     },
     /// More permits asked for than the limit in force.
     TooMany {
@@ -120,6 +129,7 @@ impl Acquired {
                     now_ms: None,
                     retry_ms: -1,
                     head: false,
+                    ticket: 0,
                 });
             }
             Value::BulkString(text) => return Self::parse_short_grant(&text, n),
@@ -140,6 +150,18 @@ impl Acquired {
                 now_ms: Some(now(now_ms)?),
                 retry_ms: *retry,
                 head: *head == 1,
+                ticket: 0,
+            }),
+            // queued: with its arrival ticket (an integer below 2^53; one out of range,
+            // from a queue edited by hand, is no ticket: the next look takes a fresh one)
+            [0, now_ms, retry, head, ticket] => Ok(Acquired::Busy {
+                now_ms: Some(now(now_ms)?),
+                retry_ms: *retry,
+                head: *head == 1,
+                ticket: u64::try_from(*ticket)
+                    .ok()
+                    .filter(|t| *t <= MAX_TICKET)
+                    .unwrap_or(0),
             }),
             [-1, now_ms, limit] => Ok(Acquired::TooMany {
                 now_ms: now(now_ms)?,
@@ -221,6 +243,11 @@ pub(crate) enum HotReply {
     Released(Released),
 }
 
+/// The largest arrival ticket acquire.lua takes (its MAX_TOKEN, 2^53).
+const MAX_TICKET: u64 = 1 << 53;
+
+/// acquire.lua's 11 arguments, batch.lua's 'a' form (without the ticket: see
+/// [`push_ticket`]).
 fn push_acquire(inv: &mut Invocation<'_>, a: &AcquireArgs<'_>) {
     inv.arg(a.id)
         .arg(a.n)
@@ -236,6 +263,15 @@ fn push_acquire(inv: &mut Invocation<'_>, a: &AcquireArgs<'_>) {
         .arg(if a.fair { "1" } else { "0" })
         .arg(a.channel)
         .arg(a.cutoff_ms.max(1));
+}
+
+/// acquire.lua's optional 12th argument, the ticket, sent only when there is one
+/// (a try never has one). A batch carries none (batch.lua's 'a' takes 11 arguments):
+/// the client batches only tries.
+fn push_ticket(inv: &mut Invocation<'_>, a: &AcquireArgs<'_>) {
+    if a.ticket > 0 {
+        inv.arg(a.ticket);
+    }
 }
 
 /// Runs hot-path operations in one call: the operation's own script (acquire.lua or
@@ -255,7 +291,10 @@ pub(crate) fn hot(
             HotOp::Release { .. } => &RELEASE,
         });
         match op {
-            HotOp::Acquire(a) => push_acquire(&mut inv, a),
+            HotOp::Acquire(a) => {
+                push_acquire(&mut inv, a);
+                push_ticket(&mut inv, a);
+            }
             HotOp::Release { id } => {
                 inv.arg(*id);
             }
@@ -303,6 +342,7 @@ pub(crate) fn acquire(
 ) -> Result<Acquired> {
     let mut inv = keys.invoke(&ACQUIRE);
     push_acquire(&mut inv, args);
+    push_ticket(&mut inv, args);
     let reply: Value = inv.invoke(conn).map_err(Error::Redis)?;
     Acquired::parse(reply, args.n)
 }
@@ -959,7 +999,8 @@ mod tests {
             Acquired::Busy {
                 now_ms: None,
                 retry_ms: -1,
-                head: false
+                head: false,
+                ticket: 0,
             }
         );
         let long = Value::Array(
@@ -998,6 +1039,28 @@ mod tests {
         // a short grant is of one permit only
         assert!(Acquired::parse(bulk("1|2|3|4"), 2).is_err());
         assert!(Acquired::parse(Value::BulkString(vec![0xff, b'|']), 1).is_err());
+    }
+
+    /// A queued reply carries the waiter's arrival ticket (ops.lua); the form without
+    /// it (an older script) is still read, as no ticket, and so is one out of the
+    /// scripts' range (a queue edited by hand).
+    #[test]
+    fn a_queued_reply_carries_its_ticket() {
+        const NOW: i64 = 1_700_000_000_000;
+        let busy = |head, ticket| Acquired::Busy {
+            now_ms: Some(NOW),
+            retry_ms: 250,
+            head,
+            ticket,
+        };
+        let parse = |r: &[i64]| Acquired::parse(array(r), 1).unwrap();
+        assert_eq!(parse(&[0, NOW, 250, 1, 7]), busy(true, 7));
+        assert_eq!(parse(&[0, NOW, 250, 0, 7]), busy(false, 7));
+        assert_eq!(parse(&[0, NOW, 250, 0]), busy(false, 0));
+        assert_eq!(parse(&[0, NOW, 250, 0, -3]), busy(false, 0));
+        assert_eq!(parse(&[0, NOW, 250, 0, (1 << 53) + 1]), busy(false, 0));
+        assert_eq!(parse(&[0, NOW, 250, 0, 1 << 53]), busy(false, 1 << 53));
+        assert!(Acquired::parse(array(&[0, NOW, 250, 0, 7, 8]), 1).is_err());
     }
 
     fn array(items: &[i64]) -> Value {

@@ -11,14 +11,19 @@
 --       (how long a queued waiter, and a permit pushed to it, lives without renewal),
 --       origin "pid|host|label", mode ('t' try, never queued; 'w' wait, queued when
 --       not granted), fair (boolean), the caller's wake-up channel, cutoff (server ms:
---       the caller has given up on this call by then, so it must not run; 0: none)
+--       the caller has given up on this call by then, so it must not run; 0: none),
+--       ticket (the arrival ticket this id's wait was given by an earlier queued
+--       reply, an integer; 0 or nil: none; a batch passes none)
 -- Reply: {1, now, token, deadline, slot...}  granted (or granted before to this same
 --                                            id), lasting until `deadline` (server ms)
---        {0, now, retry_ms, is_head}         not now; retry_ms is when to look again
---                                            (-1: no time known; 0: at once, as when
---                                            'mind' has passed because the purge's
---                                            budget ran out), is_head 1 when the
---                                            caller heads the queue
+--        {0, now, retry_ms, is_head, ticket} queued: not now; retry_ms is when to look
+--                                            again (-1: no time known; 0: at once, as
+--                                            when 'mind' has passed because the
+--                                            purge's budget ran out), is_head 1 when
+--                                            the caller heads the queue, ticket its
+--                                            arrival ticket (its score in q), which
+--                                            its later looks pass back
+--        {0, now, retry_ms, 0}               not now, a try (mode 't', never queued)
 --        {-1, now, limit}                    n is above the limit: never grantable
 --        {-2, now}                           past the cutoff: nothing was done
 -- `now` is the server's time of the call, in ms, for the client's clock anchor.
@@ -30,7 +35,16 @@
 -- serve while it waited); tokens strictly increase, also across the keys expiring (the
 -- counter never falls below TIME in microseconds); slots are the lowest free ones and
 -- all below the limit, because exactly `used` bits are set (K2) and used + n <= limit;
--- K1 for the new deadlines; a waiter is queued once, with a heartbeat; a call that
+-- K1 for the new deadlines; a waiter is queued once, with a heartbeat; a waiter found
+-- out of the queue (its heartbeat ended: a pause of the server, a slow client) queues
+-- again with the ticket it passes when 1 <= ticket <= 'qseq' (given by this queue:
+-- 'qseq' never falls while the hash lives), so it keeps its place in the arrival
+-- order; 'qseq' then does not move, and a ticket above it (from a queue since deleted
+-- with the keys and made again) or none gets a fresh one. A ticket only places the
+-- caller in q: it is read after every decision of this call to grant or not, and
+-- grants, limits, slots and tokens never read it (a caller on an empty queue is
+-- granted or not the same with or without one; a later serve serves q's head, K6,
+-- whatever its ticket); a call that
 -- comes after its cutoff writes nothing, so a call whose reply the client stopped
 -- waiting for cannot leave a grant behind that the client's clean-up has missed.
 -- Fails only before its first write: a bad id is refused by the caller (acquire.lua,
@@ -39,7 +53,7 @@
 -- saves what the call did (whole operations) and answers TRYAGAIN, its caller neither
 -- granted nor queued, so the call's repeat is the same call.
 
-local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, chan, cutoff)
+local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, chan, cutoff, ticket)
     if cutoff > 0 and now >= cutoff then return {-2, now} end
     local st = load(id)
     local limit = st.limit or tonumber(climit)
@@ -85,11 +99,21 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     -- the first waiter makes q (K1: while nobody queues it does not exist, as
     -- check_keys or the ZREM of the last waiter left it)
     local q_made = false
+    -- the caller's arrival ticket, its score in q (K8: an integer below 2^53)
+    local seq
     if queued then
         redis.call('ZADD', H, 'XX', int(heartbeat), 'w:' .. id)
+        seq = tonumber(queued)
     else
         q_made = st.qn == 0
-        st.qseq = st.qseq + 1
+        -- a ticket this queue gave the caller before keeps its place (see Keeps)
+        local fresh = not (ticket and ticket >= 1 and ticket <= st.qseq)
+        if fresh then
+            st.qseq = st.qseq + 1
+            seq = st.qseq
+        else
+            seq = ticket
+        end
         if q_made then
             -- Making q can fail after this script wrote: on Redis Cluster, while the
             -- slot migrates away (SETSLOT .. MIGRATING), the node refuses any command
@@ -99,9 +123,9 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
             -- of its own is written yet: save what the purge and serve did (whole
             -- operations, K1-K9 hold) and answer an error, TRYAGAIN for the migration
             -- (transient: the client looks again, the keys are then on one node)
-            local made = redis.pcall('ZADD', Q, int(st.qseq), id)
+            local made = redis.pcall('ZADD', Q, int(seq), id)
             if type(made) == 'table' and made.err then
-                st.qseq = st.qseq - 1
+                if fresh then st.qseq = st.qseq - 1 end
                 save(st)
                 if string.find(made.err, 'non local key', 1, true) then
                     return redis.error_reply('TRYAGAIN redis-semaphore: the semaphore\'s '
@@ -111,7 +135,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
                 return redis.error_reply(made.err)
             end
         else
-            redis.call('ZADD', Q, int(st.qseq), id)
+            redis.call('ZADD', Q, int(seq), id)
         end
         redis.call('ZADD', H, int(heartbeat), 'w:' .. id)
         put(st, 'w:' .. id, int(n) .. '|' .. int(limit) .. '|' .. int(lease) .. '|' .. int(pad) .. '|'
@@ -134,7 +158,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     local rank = redis.call('ZRANK', Q, id)
     if rank == 0 then
         if st.mind < END_OF_TIME then retry = math.max(st.mind - now, 0) end
-        return {0, now, retry, 1}
+        return {0, now, retry, 1, seq}
     end
     retry = -1
     if rank and (rank < 4 or not fair) then
@@ -142,7 +166,7 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
         local hdl = head and tonumber(redis.call('ZSCORE', H, 'w:' .. head))
         if hdl then retry = math.max(hdl - now, 0) end
     end
-    return {0, now, retry, 0}
+    return {0, now, retry, 0, seq}
 end
 
 -- release: give back the permits of permit id `id`, then serve the queue.
