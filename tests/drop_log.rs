@@ -4,41 +4,14 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use redis_semaphore::Client;
 use support::RedisServer;
 
-/// Every record logged by the crate in this process: level and text.
-static RECORDS: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if record.target().starts_with("redis_semaphore") {
-            RECORDS
-                .lock()
-                .unwrap()
-                .push((record.level(), record.args().to_string()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: Capture = Capture;
-
 fn warnings_about(text: &str) -> Vec<String> {
-    RECORDS
-        .lock()
-        .unwrap()
-        .iter()
+    support::capture::crate_records()
+        .into_iter()
         .filter(|(level, msg)| *level == log::Level::Warn && msg.contains(text))
         .map(|(_, msg)| msg.clone())
         .collect()
@@ -46,8 +19,7 @@ fn warnings_about(text: &str) -> Vec<String> {
 
 #[test]
 fn dropping_a_permit_whose_lease_ended_logs_a_warning_and_a_live_one_nothing() {
-    log::set_logger(&LOGGER).unwrap();
-    log::set_max_level(log::LevelFilter::Debug);
+    support::capture::install();
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();
     let sem = client
@@ -62,13 +34,11 @@ fn dropping_a_permit_whose_lease_ended_logs_a_warning_and_a_live_one_nothing() {
     let live = sem.try_acquire().unwrap().expect("a permit");
     drop(live);
     assert!(
-        RECORDS
-            .lock()
-            .unwrap()
+        support::capture::crate_records()
             .iter()
             .all(|(level, _)| *level > log::Level::Warn),
         "{:?}",
-        RECORDS.lock().unwrap()
+        support::capture::crate_records()
     );
 
     // a permit whose lease ended on the server (nobody renews it) and that this
@@ -85,6 +55,6 @@ fn dropping_a_permit_whose_lease_ended_logs_a_warning_and_a_live_one_nothing() {
     });
     drop(late);
     let said = warnings_about(&id);
-    assert_eq!(said.len(), 1, "{:?}", RECORDS.lock().unwrap());
+    assert_eq!(said.len(), 1, "{:?}", support::capture::crate_records());
     assert!(said[0].contains("lease"), "{said:?}");
 }

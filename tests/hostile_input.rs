@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -17,31 +16,8 @@ use redis_semaphore::compat::book::BookVariant;
 use redis_semaphore::{Client, Error, PermitParts, Semaphore, redact_url};
 use support::RedisServer;
 
-/// Every record the crate logged in this process.
-static RECORDS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        RECORDS.lock().unwrap().push(record.args().to_string());
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: Capture = Capture;
-
 fn capture_logs() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        log::set_logger(&LOGGER).unwrap();
-        log::set_max_level(log::LevelFilter::Trace);
-    });
+    support::capture::install();
 }
 
 /// Where nobody listens: a call that reaches for the network fails with `Connect`.
@@ -250,7 +226,9 @@ fn waiter_and_channel(conn: &mut redis::Connection, name: &str) -> (String, Stri
 
 /// Whether the crate logged a line containing `what`.
 fn logged(what: &str) -> bool {
-    RECORDS.lock().unwrap().iter().any(|r| r.contains(what))
+    support::capture::all_texts()
+        .iter()
+        .any(|r| r.contains(what))
 }
 
 /// The holder's handle of `name` (limit 1, 30 s lease), the only permit it holds, and
@@ -595,7 +573,7 @@ proptest! {
         for text in everything_shown(&url, &pw) {
             prop_assert!(!text.contains(&pw), "{url:?} showed its password: {text}");
         }
-        let logs = RECORDS.lock().unwrap();
+        let logs = support::capture::all_texts();
         prop_assert!(logs.iter().all(|l| !l.contains(&pw)), "a log line showed {pw}");
     }
 }
@@ -898,7 +876,7 @@ fn passwords_refused_by_a_server_are_never_shown() {
             shown.push(format!("{e} {e:?}"));
         }
         drop(client);
-        shown.extend(RECORDS.lock().unwrap().iter().cloned());
+        shown.extend(support::capture::all_texts());
         for text in shown {
             assert!(!text.contains("Pw0rd-"), "{url}: {text}");
         }

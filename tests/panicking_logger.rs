@@ -391,19 +391,6 @@ fn one_listener_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The channel of the wake-up listener of the one client of server `conn` is
-/// connected to, once it is subscribed.
-fn listener_channel(conn: &mut redis::Connection) -> String {
-    support::wait_for(Duration::from_secs(5), "the listener subscribed", || {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("redsem:c:*")
-            .query(conn)
-            .unwrap();
-        channels.into_iter().next()
-    })
-}
-
 /// Publishes `junk` on `channel` until the logger has panicked on `trigger` (taken out
 /// as it does): the listener has read it (published again while it was not subscribed).
 fn read_junk(conn: &mut redis::Connection, channel: &str, junk: &str, trigger: &str) {
@@ -447,7 +434,7 @@ fn a_logger_that_panics_in_the_listener_does_not_end_the_wake_ups() {
             .is_none()
     );
     let mut conn = server.conn();
-    let channel = listener_channel(&mut conn);
+    let channel = support::listener_channel(&mut conn);
     // each junk message's record makes the logger panic: the second is read only if
     // the listener lives on after the first
     for k in 0..2 {
@@ -497,7 +484,7 @@ fn a_logger_that_panics_as_the_listener_subscribes_does_not_end_the_wake_ups() {
     });
     // the listener subscribes again and reads its messages
     let mut conn = server.conn();
-    let channel = listener_channel(&mut conn);
+    let channel = support::listener_channel(&mut conn);
     let junk = format!("junk after the panic for {channel}");
     let trigger = format!("malformed wake-up {junk:?}");
     ANY_TRIGGERS.lock().unwrap().push(vec![trigger.clone()]);

@@ -3,39 +3,14 @@
 
 mod support;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use redis_semaphore::Client;
-use support::{RedisServer, wait_for, wait_until};
-
-/// Every record logged by the crate in this process: level and text.
-static RECORDS: Mutex<Vec<(log::Level, String)>> = Mutex::new(Vec::new());
-
-struct Capture;
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if record.target().starts_with("redis_semaphore") {
-            RECORDS
-                .lock()
-                .unwrap()
-                .push((record.level(), record.args().to_string()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: Capture = Capture;
+use support::{RedisServer, wait_until};
 
 /// The records about malformed wake-ups: (warnings, all of them).
 fn malformed_records() -> (Vec<String>, usize) {
-    let records = RECORDS.lock().unwrap();
+    let records = support::capture::crate_records();
     let about: Vec<_> = records
         .iter()
         .filter(|(_, msg)| msg.contains("malformed wake-up"))
@@ -57,8 +32,7 @@ fn malformed_records() -> (Vec<String>, usize) {
 #[test]
 fn a_flood_of_malformed_wake_ups_is_not_a_flood_of_warnings() {
     const MESSAGES: usize = 200;
-    log::set_logger(&LOGGER).unwrap();
-    log::set_max_level(log::LevelFilter::Debug);
+    support::capture::install();
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();
     let sem = client.semaphore("flood", 1).unwrap();
@@ -70,14 +44,7 @@ fn a_flood_of_malformed_wake_ups_is_not_a_flood_of_warnings() {
             .is_none()
     );
     let mut conn = server.conn();
-    let channel: String = wait_for(Duration::from_secs(5), "the listener subscribed", || {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("redsem:c:*")
-            .query(&mut conn)
-            .unwrap();
-        channels.into_iter().next()
-    });
+    let channel = support::listener_channel(&mut conn);
     let junk = "é".repeat(50_000);
     for _ in 0..MESSAGES {
         let heard: u32 = redis::cmd("PUBLISH")
@@ -102,9 +69,7 @@ fn a_flood_of_malformed_wake_ups_is_not_a_flood_of_warnings() {
         "the warning says how long the message was: {}",
         warnings[0]
     );
-    let longest = RECORDS
-        .lock()
-        .unwrap()
+    let longest = support::capture::crate_records()
         .iter()
         .map(|(_, msg)| msg.len())
         .max()

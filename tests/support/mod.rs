@@ -28,6 +28,7 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod capture;
 pub mod cluster;
 pub mod python;
 pub mod tls_topologies;
@@ -1473,4 +1474,17 @@ pub fn non_utf8_at(key: &str) -> (RedisServer, redis_semaphore::Client) {
         .build(server.url())
         .unwrap();
     (server, client)
+}
+
+/// The channel of the wake-up listener of the one client of the server `conn` is
+/// connected to, once it is subscribed.
+pub fn listener_channel(conn: &mut redis::Connection) -> String {
+    wait_for(Duration::from_secs(5), "the listener subscribed", || {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redsem:c:*")
+            .query(conn)
+            .unwrap();
+        channels.into_iter().next()
+    })
 }
