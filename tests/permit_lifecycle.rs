@@ -65,16 +65,7 @@ fn a_force_release_racing_an_adoption_in_the_same_client_tells_the_adopted_permi
         s.spawn(|| sem.holders().unwrap());
     });
     drop(warm);
-    let parts = giver
-        .semaphore_builder(name)
-        .limit(1)
-        .lease(Duration::from_secs(10))
-        .build()
-        .unwrap()
-        .try_acquire()
-        .unwrap()
-        .expect("a free permit")
-        .into_parts();
+    let parts = handed_over(&giver, name, Duration::from_secs(10));
     let id = parts.id().to_owned();
     let before = score(&mut conn, name, &id).expect("held");
     // the adoption's reply (and every reply through the proxy) is slow
@@ -131,16 +122,7 @@ fn a_release_whose_outcome_is_unknown_keeps_its_grant_from_a_second_adoption() {
         .unwrap();
     // warm the proxied client's pool and scripts (the release script is loaded)
     drop(sem.try_acquire().unwrap().expect("a free permit"));
-    let parts = giver
-        .semaphore_builder(name)
-        .limit(1)
-        .lease(Duration::from_secs(30))
-        .build()
-        .unwrap()
-        .try_acquire()
-        .unwrap()
-        .expect("a free permit")
-        .into_parts();
+    let parts = handed_over(&giver, name, Duration::from_secs(30));
     let id = parts.id().to_owned();
     let first = sem.adopt(parts.clone()).unwrap();
     // the releases are slow (longer than the operation timeout)
@@ -257,4 +239,19 @@ fn no_renewal_is_sent_after_max_hold_even_late_in_a_round() {
     assert_eq!(lost, LostReason::MaxHold);
     assert!(slow.iter().all(|p| !p.is_lost()), "their leases still run");
     proxy.delay_sent(b"-", Duration::ZERO);
+}
+
+/// The parts of the only permit of `name` (limit 1, `lease`), taken by `giver`, to
+/// hand over.
+fn handed_over(giver: &Client, name: &str, lease: Duration) -> redis_semaphore::PermitParts {
+    giver
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(lease)
+        .build()
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit")
+        .into_parts()
 }

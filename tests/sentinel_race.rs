@@ -499,46 +499,19 @@ fn learnt(client: &Client, node: &RedisServer) {
 /// node and the command; nothing sent), and the try takes the path of a lost reply.
 #[test]
 fn a_script_resent_by_its_text_after_a_switch_does_not_reach_the_old_primary() {
-    let old = RedisServer::start();
-    let new = RedisServer::start();
-    let sentinel = FakeSentinel::start();
-    sentinel.set_answer(Some(old.port()));
-    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(10))
-        .build(url.as_str())
-        .unwrap();
-    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
-        sentinel.subscribed()
-    });
-    follows(&client, "before", &old);
+    let (old, new, sentinel, url, client) = following_the_old_primary();
     // the old primary has no script cached: the try's EVALSHA will be refused
     redis::cmd("SCRIPT")
         .arg("FLUSH")
         .exec(&mut old.conn())
         .unwrap();
 
-    // the try's first command is on its way to the old primary, held there
-    pause_writes(&old);
-    let trying = {
-        let sem = client.semaphore("one", 1).unwrap();
-        thread::spawn(move || sem.try_acquire())
-    };
-    wait_until(
-        Duration::from_secs(10),
-        "the try's EVALSHA waits at the old primary",
-        || held_at(&old, "evalsha"),
-    );
-
-    // the switch, announced; the client learns it (nothing of it written anywhere:
-    // a write to the old primary would wait there too)
-    sentinel.set_answer(Some(new.port()));
-    sentinel.publish_switch(old.port(), new.port());
-    learnt(&client, &new);
-
-    // the old primary answers: NOSCRIPT
-    unpause(&old);
-    let got = trying.join().unwrap();
+    // the try's EVALSHA is held at the old primary across the switch, which then
+    // answers NOSCRIPT
+    let sem = client.semaphore("one", 1).unwrap();
+    let got = held_across_a_switch(&old, &new, &sentinel, &client, "evalsha", move || {
+        sem.try_acquire()
+    });
 
     let on_old = keys(&mut old.conn(), "redsem:{one}:*");
     let other = Client::open(url.as_str())
@@ -578,19 +551,7 @@ fn a_script_resent_by_its_text_after_a_switch_does_not_reach_the_old_primary() {
 #[test]
 fn a_book_acquire_s_second_transaction_after_a_switch_does_not_reach_the_old_primary() {
     use redis_semaphore::BookVariant;
-    let old = RedisServer::start();
-    let new = RedisServer::start();
-    let sentinel = FakeSentinel::start();
-    sentinel.set_answer(Some(old.port()));
-    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(10))
-        .build(url.as_str())
-        .unwrap();
-    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
-        sentinel.subscribed()
-    });
-    follows(&client, "before", &old);
+    let (old, new, sentinel, url, client) = following_the_old_primary();
     let build = |c: &Client| {
         c.book_semaphore("bk", 1)
             .variant(BookVariant::Fair)
@@ -598,27 +559,17 @@ fn a_book_acquire_s_second_transaction_after_a_switch_does_not_reach_the_old_pri
             .unwrap()
     };
 
-    // the try's first transaction is on its way to the old primary, held there
-    pause_writes(&old);
-    let trying = {
-        let sem = build(&client);
-        thread::spawn(move || sem.try_acquire())
-    };
-    wait_until(
-        Duration::from_secs(10),
-        "the try's first transaction waits at the old primary",
-        || held_at(&old, "zremrangebyscore"),
+    // the try's first transaction is held at the old primary across the switch,
+    // which then answers it
+    let sem = build(&client);
+    let got = held_across_a_switch(
+        &old,
+        &new,
+        &sentinel,
+        &client,
+        "zremrangebyscore",
+        move || sem.try_acquire(),
     );
-
-    // the switch, announced; the client learns it (nothing of it written anywhere:
-    // a write to the old primary would wait there too)
-    sentinel.set_answer(Some(new.port()));
-    sentinel.publish_switch(old.port(), new.port());
-    learnt(&client, &new);
-
-    // the old primary answers the first transaction
-    unpause(&old);
-    let got = trying.join().unwrap();
 
     let on_old: u64 = redis::cmd("ZCARD")
         .arg("bk")
@@ -644,4 +595,50 @@ fn a_book_acquire_s_second_transaction_after_a_switch_does_not_reach_the_old_pri
         ),
         Ok(p) => panic!("the try got {p:?} on a connection to the old primary"),
     }
+}
+
+/// A primary `old`, a server `new` to switch to, a fake sentinel naming `old` (with
+/// its watcher subscribed), its URL, and a client (10 s operation timeout) whose
+/// connections go to `old`.
+fn following_the_old_primary() -> (RedisServer, RedisServer, FakeSentinel, String, Client) {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let sentinel = FakeSentinel::start();
+    sentinel.set_answer(Some(old.port()));
+    let url = format!("redis+sentinel://127.0.0.1:{}/{SERVICE}", sentinel.port);
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(10))
+        .build(url.as_str())
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the watcher subscribed", || {
+        sentinel.subscribed()
+    });
+    follows(&client, "before", &old);
+    (old, new, sentinel, url, client)
+}
+
+/// Runs `call` on a thread of its own, its first command (`cmd`) held at the paused
+/// `old` primary while the switch to `new` is announced and `client` learns it
+/// (nothing of that written anywhere: a write to the old primary would wait there
+/// too); then lets `old` answer, and returns what the call returned.
+fn held_across_a_switch<T: Send + 'static>(
+    old: &RedisServer,
+    new: &RedisServer,
+    sentinel: &FakeSentinel,
+    client: &Client,
+    cmd: &str,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    pause_writes(old);
+    let trying = thread::spawn(call);
+    wait_until(
+        Duration::from_secs(10),
+        &format!("the call's {cmd} waits at the old primary"),
+        || held_at(old, cmd),
+    );
+    sentinel.set_answer(Some(new.port()));
+    sentinel.publish_switch(old.port(), new.port());
+    learnt(client, new);
+    unpause(old);
+    trying.join().unwrap()
 }
