@@ -961,3 +961,52 @@ fn a_try_without_a_reply_in_time_ends_within_the_operation_timeout() {
         }
     }
 }
+
+/// Seventh session (hostile audit of the book steps): at `maxmemory` Redis refuses
+/// every command queued inside `MULTI` (also a `ZREM`, which frees memory) and `EXEC`
+/// then aborts, so the fair variants' release (listing 15, `ZREM` from both zsets in
+/// one transaction) failed, and the permit held its place until its timeout while the
+/// basic release (a plain `ZREM`) went through. The release now gets through, and a
+/// refused transaction fails with the refusal (`OOM`), not with a parse error.
+#[test]
+fn a_fair_release_gets_through_when_redis_is_out_of_memory() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let mut admin = server.conn();
+    let maxmemory = |conn: &mut redis::Connection, bytes: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .exec(conn)
+            .unwrap();
+    };
+    for variant in [
+        BookVariant::Basic,
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+        BookVariant::NodeFair,
+    ] {
+        let sem = book(&client, variant, 2).build().unwrap();
+        let p = sem.try_acquire().unwrap().expect("a permit");
+        assert_eq!(sem.held().unwrap(), 1, "{variant:?}");
+        maxmemory(&mut admin, "1");
+        // the acquire's transaction is refused, and says why (it used to fail with
+        // "Invalid response when parsing multi response": EXEC's EXECABORT)
+        let refused = sem.try_acquire().unwrap_err().to_string();
+        assert!(refused.contains("OOM"), "{variant:?}: {refused}");
+        let released = p.release();
+        maxmemory(&mut admin, "0");
+        assert!(released.is_ok(), "{variant:?}: {released:?}");
+        assert_eq!(sem.held().unwrap(), 0, "{variant:?}");
+        if variant != BookVariant::Basic {
+            let (time, owner) = if variant == BookVariant::NodeFair {
+                (format!("{NAME}:time"), format!("{NAME}:count"))
+            } else {
+                (NAME.to_owned(), format!("{NAME}:owner"))
+            };
+            assert_eq!(zcard(&mut admin, &time), 0, "{variant:?}");
+            assert_eq!(zcard(&mut admin, &owner), 0, "{variant:?}");
+        }
+    }
+}

@@ -896,17 +896,19 @@ fn a_batch_asking_for_more_than_the_most_permits_in_all_is_refused_before_any_wr
     assert_eq!(support::acquire_reply(&replies[2])[0], 1, "{replies:?}");
 }
 
-/// A Redisson script, as the library builds it, for calls the public API never makes.
+/// A Redisson script, as the library builds it (src/scripts/mod.rs: publish, counter,
+/// the PES prelude, once, the body), for calls the public API never makes.
 fn redisson_script(pes: bool, body: &str) -> redis::Script {
     let publish = include_str!("../src/scripts/redisson_publish.lua");
+    let counter = include_str!("../src/scripts/redisson_counter.lua");
     let once = include_str!("../src/scripts/once.lua");
     if pes {
         redis::Script::new(&format!(
-            "{publish}{}{once}{body}",
+            "{publish}{counter}{}{once}{body}",
             include_str!("../src/scripts/redisson_pes_common.lua")
         ))
     } else {
-        redis::Script::new(&format!("{publish}{once}{body}"))
+        redis::Script::new(&format!("{publish}{counter}{once}{body}"))
     }
 }
 
@@ -991,6 +993,146 @@ fn redisson_scripts_refuse_bad_arguments_before_any_write() {
     assert_eq!(counter(&mut conn).as_deref(), Some("3"));
     let fresh: Option<String> = redis::cmd("GET").arg("fresh").query(&mut conn).unwrap();
     assert_eq!(fresh, None);
+}
+
+/// Seventh session: a Redisson script called with an argument missing (a direct
+/// `EVALSHA` with a wrong argument count) failed after its first write. The lease
+/// zset's `getLeaseTime` without its id reclaimed the expired permits (`INCRBY` of the
+/// counter, `ZREMRANGEBYSCORE`) and only then raised at `ZSCORE` with a nil argument.
+#[test]
+fn a_redisson_lease_read_without_its_id_fails_before_any_write() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    redis::cmd("SET")
+        .arg("jobs")
+        .arg(5)
+        .exec(&mut conn)
+        .unwrap();
+    // two leases that ended long ago (client ms 10 and 20), reclaimable at now = 1000
+    redis::cmd("ZADD")
+        .arg("{jobs}:timeout")
+        .arg(10)
+        .arg(vec![1u8; 16])
+        .arg(20)
+        .arg(vec![2u8; 16])
+        .exec(&mut conn)
+        .unwrap();
+    let lease = redisson_script(true, include_str!("../src/scripts/redisson_pes_lease.lua"));
+    for args in [vec!["get"], vec![]] {
+        let mut inv = lease.prepare_invoke();
+        inv.key("jobs")
+            .key("{jobs}:timeout")
+            .key("redisson_sc:{jobs}")
+            .arg("PUBLISH")
+            .arg(1000);
+        for a in &args {
+            inv.arg(*a);
+        }
+        let r: redis::RedisResult<redis::Value> = inv.invoke(&mut conn);
+        assert!(r.is_err(), "lease {args:?}: {r:?}");
+        let counter: Option<String> = redis::cmd("GET").arg("jobs").query(&mut conn).unwrap();
+        assert_eq!(
+            counter.as_deref(),
+            Some("5"),
+            "lease {args:?}: counter written"
+        );
+        let held: u64 = redis::cmd("ZCARD")
+            .arg("{jobs}:timeout")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(held, 2, "lease {args:?}: leases reclaimed");
+    }
+    // with its id the same call reclaims them and answers
+    let r: Vec<i64> = lease
+        .key("jobs")
+        .key("{jobs}:timeout")
+        .key("redisson_sc:{jobs}")
+        .arg("PUBLISH")
+        .arg(1000)
+        .arg("get")
+        .arg(vec![3u8; 16])
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(r, vec![0]);
+    let counter: Option<String> = redis::cmd("GET").arg("jobs").query(&mut conn).unwrap();
+    assert_eq!(counter.as_deref(), Some("7"));
+}
+
+/// Seventh session: Redisson scripts stored a counter that every later call refuses
+/// (WRONGTYPE: not integer text of at most 15 digits), from arguments the public API
+/// never sends: `setPermits` stored its count as sent ('007', '-0'), and `release`
+/// took any n: on a missing counter a 17-digit one was stored, and a negative or zero
+/// n (a release that takes permits) was applied.
+#[test]
+fn redisson_scripts_never_store_a_counter_they_refuse() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let get = |conn: &mut redis::Connection, key: &str| -> Option<String> {
+        redis::cmd("GET").arg(key).query(conn).unwrap()
+    };
+    let pes_set = redisson_script(true, include_str!("../src/scripts/redisson_pes_set.lua"));
+    for v in ["007", "-0", "00"] {
+        let r: redis::RedisResult<redis::Value> = pes_set
+            .key("fresh")
+            .key("{fresh}:timeout")
+            .key("redisson_sc:{fresh}")
+            .arg("PUBLISH")
+            .arg(1000)
+            .arg("set")
+            .arg(v)
+            .invoke(&mut conn);
+        assert!(r.is_err(), "pes set {v}: {r:?}");
+        assert_eq!(get(&mut conn, "fresh"), None, "pes set {v}: stored");
+    }
+    let rs_release = redisson_script(
+        false,
+        include_str!("../src/scripts/redisson_rs_release.lua"),
+    );
+    for n in ["99999999999999999", "0", "-5", "1.5", "007"] {
+        for key in ["absent", "jobs"] {
+            redis::cmd("SET")
+                .arg("jobs")
+                .arg(3)
+                .exec(&mut conn)
+                .unwrap();
+            let r: redis::RedisResult<redis::Value> = rs_release
+                .key(key)
+                .key(format!("redisson_sc:{{{key}}}"))
+                .arg("PUBLISH")
+                .arg(n)
+                .arg("0")
+                .invoke(&mut conn);
+            assert!(r.is_err(), "rs release {n} on {key}: {r:?}");
+            assert_eq!(get(&mut conn, "absent"), None, "rs release {n}: stored");
+            assert_eq!(
+                get(&mut conn, "jobs").as_deref(),
+                Some("3"),
+                "rs release {n}"
+            );
+        }
+    }
+    // the arguments the library sends still work
+    let r: Vec<i64> = rs_release
+        .key("jobs")
+        .key("redisson_sc:{jobs}")
+        .arg("PUBLISH")
+        .arg(2)
+        .arg("0")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(r, vec![1, 5]);
+    let r: i64 = pes_set
+        .key("fresh")
+        .key("{fresh}:timeout")
+        .key("redisson_sc:{fresh}")
+        .arg("PUBLISH")
+        .arg(1000)
+        .arg("set")
+        .arg(0)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(r, 0);
+    assert_eq!(get(&mut conn, "fresh").as_deref(), Some("0"));
 }
 
 /// The server's clock (`TIME`) in microseconds.

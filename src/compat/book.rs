@@ -471,6 +471,13 @@ impl BookConn {
                         }
                     }
                     Ok(v) if idx >= offset => replies.push(v),
+                    // a command refused as it was queued inside MULTI (OOM at
+                    // maxmemory, NOPERM...): the call fails with it, as redis-rs's own
+                    // connection does, not with EXEC's EXECABORT (which redis-rs then
+                    // reported as "Invalid response when parsing multi response")
+                    Ok(Value::ServerError(e)) => {
+                        first_err.get_or_insert(e.into());
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         if read_only.is_none() && is_read_only_error(&e) {

@@ -160,20 +160,30 @@ pub(crate) fn fair_enter(
 
 /// Listing 15: `ZREM` of `id` from both zsets in one transaction; whether it was in
 /// the time zset.
+///
+/// At `maxmemory` Redis refuses every command queued inside `MULTI` (a `ZREM` too,
+/// which only frees memory) and aborts the `EXEC`: nothing ran. The two `ZREM`s are
+/// then sent again as a plain pipeline (the Node port's own form of this step), so a
+/// release still frees its place when Redis is full, as the basic release and the
+/// scripts' releases do. Between the two another client may see the id in the owner
+/// zset alone: its purge (`ZINTERSTORE` with the time zset) drops it, and until then
+/// it only ranks others lower, never over the limit.
 pub(crate) fn fair_remove(
     conn: &mut dyn ConnectionLike,
     keys: &BookKeys,
     id: &str,
 ) -> RedisResult<bool> {
-    let (timeout_zset, _owner): (i64, i64) = redis::pipe()
-        .atomic()
-        .cmd("ZREM")
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZREM")
         .arg(&keys.time)
         .arg(id)
         .cmd("ZREM")
         .arg(&keys.owner)
-        .arg(id)
-        .query(conn)?;
+        .arg(id);
+    let (timeout_zset, _owner): (i64, i64) = match pipe.clone().atomic().query(conn) {
+        Err(e) if e.code() == Some("OOM") => pipe.query(conn)?,
+        other => other?,
+    };
     Ok(timeout_zset == 1)
 }
 

@@ -66,6 +66,9 @@ local function incr(n)
         if not counter_fits(after) then
             return nil, redis.error_reply(counter_refused(stored))
         end
+    elseif stored == false and not counter_fits(tonumber(n)) then
+        -- (a missing counter: INCRBY would create it with n itself)
+        return nil, redis.error_reply(counter_refused(tostring(n)))
     end
     local value = redis.pcall('INCRBY', KEYS[1], n)
     if type(value) ~= 'table' then return value end

@@ -11,9 +11,11 @@
 -- answered) may land after a later one, and must not end the lease that one's client
 -- counts on ('update', Redisson's updateLeaseTime, sets the deadline it is given).
 -- get: {0} absent; {1, -1} no lease; {1, ms left} (deadline - now).
--- Errors (see the prelude): the new deadline (update) or now (get) is checked before
--- reclaim, whose read proves the zset's type; reclaim is the only write before the
--- ZADDs, so neither they nor the subtraction can fail after a write.
+-- Errors (see the prelude): the new deadline (update) or now and the id (get) are
+-- checked before reclaim, whose read proves the zset's type; reclaim is the only write
+-- before the ZADDs and the get's ZSCORE, so neither they nor the subtraction can fail
+-- after a write. (A get without its id, a direct call with an argument missing, used
+-- to reclaim first and then fail at its ZSCORE of nil.)
 local now
 local renew = ARGV[3] == 'renew'
 if ARGV[3] == 'update' or renew then
@@ -23,7 +25,10 @@ if ARGV[3] == 'update' or renew then
 else
     now = tonumber(NOW)
     if now == nil then
-        return redis.error_reply('ERR now must be a number of ms, found ' .. string.sub(NOW, 1, 40))
+        return redis.error_reply('ERR now must be a number of ms, found ' .. string.sub(tostring(NOW), 1, 40))
+    end
+    if ARGV[3] ~= 'get' or ARGV[4] == nil or #ARGV ~= 4 then
+        return redis.error_reply('ERR the lease read takes get and one id')
     end
 end
 local bad = reclaim(nil)

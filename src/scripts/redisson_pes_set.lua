@@ -7,13 +7,15 @@
 -- ARGV 5, KEYS 4 (add only): the operation key's deadline or retention and the key (Redis Cluster,
 -- see once.lua).
 -- Reply: the counter after (add, resent: its first run's).
--- Errors (see the prelude): p or d that is no integer of at most 10 digits is refused
--- first (not 'inf', not '1.5', which would be stored as such); a counter
+-- Errors (see the prelude): p or d that is no integer text of at most 10 digits, as
+-- counter_text() reads a counter, is refused first (not 'inf', not '1.5', nor '007'
+-- or '-0': set stores p as sent, and a counter no later call can read would have been
+-- stored); a counter
 -- of another type, or one that is not integer text, fails counter_value() with
 -- WRONGTYPE, a zset of another type the ZCOUNT, all before the one write (SET or INCRBY, which writes
 -- nothing when refused); only the publish (pcall) follows it.
 local arg = nil
-if string.find(ARGV[4], '^%-?%d+$') and #ARGV[4] <= 11 then arg = tonumber(ARGV[4]) end
+if ARGV[4] and counter_text(ARGV[4]) and #ARGV[4] <= 11 then arg = tonumber(ARGV[4]) end
 if arg == nil then
     return redis.error_reply('ERR permits must be a number, found ' .. string.sub(tostring(ARGV[4]), 1, 40))
 end

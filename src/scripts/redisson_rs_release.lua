@@ -8,10 +8,15 @@
 --        its first run's reply);
 --        {0, 0} releaseIfExists on a missing counter: nothing changed.
 -- No owner check and no upper bound, by design (Redisson #5066).
--- Errors (Redis does not undo a script's writes): the INCRBY is the only write, and
--- a counter of another type, not an integer, or a bad n makes it fail with nothing
--- written; the publish after it is sent with redis.pcall and its error ignored (a
+-- Errors (Redis does not undo a script's writes): n that is no integer from 1, of at
+-- most 10 digits, is refused first (a negative or zero one took permits or published
+-- for nothing, and one past 15 digits created a counter no later call can read); the
+-- INCRBY is the only write, and a counter of another type, or not an integer, makes it
+-- fail with nothing written; the publish after it is sent with redis.pcall and its error ignored (a
 -- refused PUBLISH/SPUBLISH: waiters also poll).
+if not string.find(ARGV[2], '^[1-9]%d*$') or #ARGV[2] > 10 then
+    return redis.error_reply('ERR permits must be an integer from 1, found ' .. string.sub(ARGV[2], 1, 40))
+end
 local done, bad = once_done(2)
 if bad then return bad end
 if done then return {1, tonumber(done)} end
