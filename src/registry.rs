@@ -109,6 +109,12 @@ impl PermitState {
             })
     }
 
+    /// The lease was set anew on the server (`updateLeaseTime`, which may shorten it):
+    /// it surely runs until `until`, and no longer.
+    pub(crate) fn lease_set(&self, until: Instant) {
+        *self.valid_until.lock() = until;
+    }
+
     pub(crate) fn renewed(&self, until: Instant) {
         let mut v = self.valid_until.lock();
         if until > *v {
@@ -261,6 +267,14 @@ pub(crate) struct Registry {
     /// ([`Registry::claim`]). (Keyed by the id alone, a random 128-bit one, so that
     /// the hot path's removal and the look-up allocate nothing.)
     in_hand: HashMap<String, Arc<str>>,
+    /// Hex id -> (semaphore, state) of every `RPermitExpirableSemaphore` permit this
+    /// client handed out and that has not gone yet: `update_lease_time` on its id, by
+    /// any handle of the client, moves its deadline too
+    /// ([`Registry::pes_held`]). Weak: a permit dropped without its release path
+    /// leaves a dead entry, pruned as the map grows.
+    pes_in_hand: HashMap<String, (Arc<str>, std::sync::Weak<PermitState>)>,
+    /// The size at which `pes_in_hand` is pruned of dead entries next.
+    pes_prune_at: usize,
     /// The earliest deadline of the permits registered since the background thread
     /// last asked ([`take_fresh_deadline`](Registry::take_fresh_deadline)).
     fresh_deadline: Option<Instant>,
@@ -449,6 +463,34 @@ impl Registry {
             .filter(|(key, _)| &*key.name == name)
             .filter_map(|(_, g)| g.permits.get(id).cloned())
             .collect()
+    }
+
+    /// An `RPermitExpirableSemaphore` permit of semaphore `name` was handed out: until
+    /// [`Registry::pes_let_go`], [`Registry::pes_held`] finds it by its id.
+    pub(crate) fn pes_hold(&mut self, name: &Arc<str>, state: &Arc<PermitState>) {
+        if self.pes_in_hand.len() >= self.pes_prune_at.max(64) {
+            self.pes_in_hand.retain(|_, (_, s)| s.strong_count() > 0);
+            self.pes_prune_at = self.pes_in_hand.len() * 2;
+        }
+        self.pes_in_hand
+            .insert(state.id.clone(), (Arc::clone(name), Arc::downgrade(state)));
+    }
+
+    /// The `RPermitExpirableSemaphore` permit `id` of semaphore `name` went (released,
+    /// dropped, handed over).
+    pub(crate) fn pes_let_go(&mut self, name: &str, id: &str) {
+        if self.pes_in_hand.get(id).is_some_and(|(n, _)| &**n == name) {
+            self.pes_in_hand.remove(id);
+        }
+    }
+
+    /// The live `RPermitExpirableSemaphore` permit `id` of semaphore `name` this client
+    /// holds, if any.
+    pub(crate) fn pes_held(&self, name: &str, id: &str) -> Option<Arc<PermitState>> {
+        self.pes_in_hand
+            .get(id)
+            .filter(|(n, _)| &**n == name)
+            .and_then(|(_, s)| s.upgrade())
     }
 
     /// Ends the claim [`Registry::claim`] made.

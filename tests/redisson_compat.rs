@@ -1246,3 +1246,80 @@ fn a_permit_expirable_permit_is_not_valid_once_a_client_on_its_clock_may_reclaim
         drop(permit);
     }
 }
+
+/// `update_lease_time` on the id of a `Permit` this client holds moves the lease on the
+/// server, and the `Permit` must follow: it said it was valid for its first lease
+/// (`lease_left() > 0`, not lost) after a shorter one had ended and another client
+/// had reclaimed its place (two valid holders of a one-permit semaphore; DESIGN "Under
+/// faults": the client's deadline is never later than the server's). A handle made
+/// apart on the same client updates it too.
+#[test]
+fn a_lease_shortened_by_update_lease_time_is_the_permits_own_deadline() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let sem = pes(&client);
+    let apart = pes(&client);
+    let mut conn = server.conn();
+    assert!(sem.try_set_permits(1).unwrap());
+    for shorten in [&sem, &apart] {
+        let permit = sem.try_acquire(Some(LONG)).unwrap().expect("a permit");
+        assert!(
+            shorten
+                .update_lease_time(permit.id(), Some(Duration::from_millis(300)))
+                .unwrap()
+        );
+        let score = zscore(&mut conn, &decode(permit.id())).expect("held");
+        wait_until(REPLY, "the shortened lease to end by this clock", || {
+            now_ms() >= score
+        });
+        let theirs = pes(&other)
+            .try_acquire(Some(LONG))
+            .unwrap()
+            .expect("the other client reclaims the expired permit");
+        let valid = !permit.is_lost() && permit.lease_left() > Duration::ZERO;
+        assert!(
+            !valid,
+            "the permit still says valid for {:?} while {} holds the only permit",
+            permit.lease_left(),
+            theirs.id()
+        );
+        drop(permit);
+        drop(theirs);
+    }
+}
+
+/// `release(id)` and `try_release(id)` on the id of a `Permit` this client holds give
+/// the permit back; the `Permit` must then say it is gone: it stayed valid (not lost,
+/// its whole lease left) while another client held the only permit, as
+/// `Semaphore::force_release` already tells the client's own `Permit`s.
+#[test]
+fn a_permit_released_by_its_id_through_the_semaphore_is_lost() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let sem = pes(&client);
+    let apart = pes(&client);
+    assert!(sem.try_set_permits(1).unwrap());
+    for (by, try_release) in [(&sem, false), (&apart, true)] {
+        let permit = sem.try_acquire(Some(LONG)).unwrap().expect("a permit");
+        if try_release {
+            assert!(by.try_release(permit.id()).unwrap());
+        } else {
+            by.release(permit.id()).unwrap();
+        }
+        let theirs = pes(&other)
+            .try_acquire(Some(LONG))
+            .unwrap()
+            .expect("the other client takes the permit given back");
+        let valid = !permit.is_lost() && permit.lease_left() > Duration::ZERO;
+        assert!(
+            !valid,
+            "the permit still says valid for {:?} while {} holds the only permit",
+            permit.lease_left(),
+            theirs.id()
+        );
+        drop(permit);
+        drop(theirs);
+    }
+}

@@ -1524,9 +1524,11 @@ impl Grantor for PesGrant {
     }
 
     fn detach(&self, permit: &PermitState) {
+        let shared = self.inner.common.shared();
+        let mut registry = shared.registry.lock();
+        registry.pes_let_go(&self.inner.common.name, &permit.id);
         if let Some(key) = &self.group {
-            let shared = self.inner.common.shared();
-            shared.registry.lock().deregister(key, &permit.id);
+            registry.deregister(key, &permit.id);
         }
     }
 
@@ -1803,12 +1805,14 @@ impl RPermitExpirableSemaphore {
                     }) as Arc<dyn Renew>
                 });
                 let keys = Arc::new(Keys::new(&self.inner.common.name));
+                let name: Arc<str> = Arc::from(self.inner.common.name.as_str());
                 let permits = ids
                     .iter()
                     .map(|id| {
                         Counters::bump(&stats.acquired);
                         let (state, lost_rx) =
                             PermitState::new(encode_id(id), valid_until(sent, lease));
+                        client.shared.registry.lock().pes_hold(&name, &state);
                         if let (Some(key), Some(l)) = (&group, renewed) {
                             let nudge = client.shared.registry.lock().register_with(
                                 key.clone(),
@@ -1973,6 +1977,9 @@ impl RPermitExpirableSemaphore {
     /// publishes the new counter. All of it (the wait for a connection, the call, the
     /// replica wait when it is on, and a resend on a fresh connection after a broken
     /// one) ends within the operation timeout, as a permit's release does.
+    /// A [`Permit`] of this client with that id (from any handle) is marked lost
+    /// ([`LostReason::Released`](crate::LostReason)) before the call is sent; its drop
+    /// then finds nothing to release.
     ///
     /// # Errors
     ///
@@ -1981,6 +1988,7 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn release(&self, id: &str) -> Result<()> {
+        self.tell_released(id);
         match self
             .inner
             .release_raw(id, self.inner.common.release_end())?
@@ -2003,14 +2011,40 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for an id that is not 32 hex characters; Redis and
     /// pool errors.
     pub fn try_release(&self, id: &str) -> Result<bool> {
+        self.tell_released(id);
         Ok(self
             .inner
             .release_raw(id, self.inner.common.release_end())?
             == PesReleased::Live)
     }
 
+    /// A release by id through the semaphore: a [`Permit`] of this client with that id
+    /// (from any handle) is marked lost (released) before the call is sent, as
+    /// `Semaphore::force_release` marks the client's own permits, so that it never says
+    /// it is valid once another client may have taken its place (should the call fail,
+    /// the permit may still be held: told lost all the same, the safe side).
+    fn tell_released(&self, id: &str) {
+        let Ok(raw) = decode_id(id) else {
+            return;
+        };
+        let shared = self.inner.common.shared();
+        let state = shared
+            .registry
+            .lock()
+            .pes_held(&self.inner.common.name, &encode_id(&raw));
+        if let Some(state) = state
+            && state.mark_lost(LostReason::Released)
+        {
+            Counters::bump(&shared.stats.lost);
+        }
+    }
+
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming
     /// expired permits; `false` when it is not held (Redisson's `updateLeaseTime`).
+    /// A [`Permit`] of this client with that id (from any handle) follows: its
+    /// [`lease_left`](Permit::lease_left) counts the new lease, a shorter one
+    /// included, and it is marked lost when the call finds it gone. (A Java client's
+    /// `updateLeaseTime` on it is not seen until its next call.)
     ///
     /// # Errors
     ///
@@ -2018,13 +2052,30 @@ impl RPermitExpirableSemaphore {
     pub fn update_lease_time(&self, id: &str, lease: Option<Duration>) -> Result<bool> {
         check_lease(lease)?;
         let raw = decode_id(id)?;
-        self.run_write(
+        let sent = Instant::now();
+        let held = self.run_write(
             "update_lease_time",
             |c, k, publish, now| {
                 calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease), false)
             },
             |_| false,
-        )
+        )?;
+        // a `Permit` of this client with that id follows the lease it now has on the
+        // server, a shorter one included (else it would say it is valid after another
+        // client reclaimed its place), and learns it is gone when it is
+        let shared = self.inner.common.shared();
+        let state = shared
+            .registry
+            .lock()
+            .pes_held(&self.inner.common.name, &encode_id(&raw));
+        if let Some(state) = state {
+            if held {
+                state.lease_set(valid_until(sent, lease));
+            } else if state.mark_lost(state.gone_reason()) {
+                Counters::bump(&shared.stats.lost);
+            }
+        }
+        Ok(held)
     }
 
     /// The lease left to permit `id` by this client's clock (`None`: no lease), after
