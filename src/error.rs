@@ -399,7 +399,11 @@ impl Error {
     /// a primary and is a replica now; the client drops its connections to it and asks
     /// the sentinels again), `MOVED` and `ASK` (a cluster slot moved while the cluster
     /// client ran out of redirections) and `NOREPLICAS` (`min-replicas-to-write` not met
-    /// while replicas reconnect). Not retryable: bad arguments, refused credentials
+    /// while replicas reconnect), and a call on a Redis Cluster refused for arriving
+    /// after its deadline (`the operation arrived after its deadline`: nothing was
+    /// written, and no send of that call can apply any more; a new call gets a new
+    /// deadline, read from the node that serves the slot now). Not retryable: bad
+    /// arguments, refused credentials
     /// ([`Error::Auth`]), a TLS handshake refused over certificates, a database index
     /// the server refused, a cluster seed without cluster mode (all three
     /// [`Error::Connect`]), wrong types, malformed replies,
@@ -411,6 +415,7 @@ impl Error {
                     || e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
+                    || arrived_late(e)
                     || matches!(
                         server_code(e),
                         Some(
@@ -431,6 +436,15 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// What `once.lua` says when it refuses a run of a call after the call's deadline.
+pub(crate) const ARRIVED_LATE: &str = "the operation arrived after its deadline";
+
+/// Whether `e` is `once.lua`'s refusal of a run after its call's deadline (nothing
+/// written).
+pub(crate) fn arrived_late(e: &redis::RedisError) -> bool {
+    e.detail().is_some_and(|d| d.contains(ARRIVED_LATE)) || e.to_string().contains(ARRIVED_LATE)
 }
 
 /// The code of a Redis error reply (`READONLY`, `NOREPLICAS`...), also when a script's

@@ -114,8 +114,18 @@ const SLOW_FOR: Duration = Duration::from_secs(30);
 /// How long a cluster's slot map serves before it is read again ([`read_slot_map`]).
 const SLOT_MAP_FOR: Duration = Duration::from_secs(60);
 
-/// How soon a slot map read that failed is tried again.
+/// How soon a slot map read that failed is tried again (at once on another node when
+/// the failed one was sent to a node of the map's choosing).
 const SLOT_MAP_RETRY: Duration = Duration::from_secs(5);
+
+/// How old the slot map must be for a node turning slow to have it read again (a map
+/// read since the node turned slow already says where its slots are).
+const SLOT_MAP_REREAD: Duration = Duration::from_secs(1);
+
+/// How long a slot map read may take: `CLUSTER SLOTS` is answered at once by a node
+/// that answers at all, and a read sent to a node that hangs (one the map did not know
+/// to be slow: a slot moved there since) is given up soon and sent to another.
+const SLOT_MAP_READ_FOR: Duration = Duration::from_millis(500);
 
 /// The thread's calls that run on threads of their own (on a cluster), by the holders
 /// key of their semaphore.
@@ -145,17 +155,18 @@ impl Asides {
                 .is_some_and(|n| self.slow_nodes.contains_key(&n))
     }
 
-    /// How many calls are on their way, a read of the slot map included.
+    /// How many calls are on their way (a read of the slot map is not counted: one at
+    /// a time, bounded by [`SLOT_MAP_READ_FOR`], it never holds the renewals' room).
     fn calls_on_way(&self) -> usize {
-        self.on_way.len() + usize::from(self.slots.reading)
+        self.on_way.len()
     }
 }
 
 /// Which node of a cluster serves each slot (`CLUSTER SLOTS`), read in the background
 /// ([`read_slot_map`]). Used to budget the thread's calls only: a map gone stale (a
 /// slot moved since) misplaces a semaphore's call in the budget, and nothing else. A
-/// node that turns slow has the map read again (from a node that is not slow) when it
-/// is older than [`SLOT_MAP_RETRY`]: a slot moved onto a node that then hangs would
+/// node that turns slow has the map read again at once (from a node that is not slow)
+/// when it is older than [`SLOT_MAP_REREAD`]: a slot moved onto a node that then hangs would
 /// otherwise make its first slow call count for the slot's old node, and every
 /// semaphore there, which answers, would wait behind the hung node's calls.
 #[derive(Default)]
@@ -168,6 +179,8 @@ struct SlotMap {
     read_at: Option<Instant>,
     /// Whether a read is on its way.
     reading: bool,
+    /// Nodes a read sent to failed, and when (not asked again for [`SLOW_FOR`]).
+    failed: HashMap<Arc<str>, Instant>,
 }
 
 impl SlotMap {
@@ -185,16 +198,17 @@ impl SlotMap {
         (slot <= *last).then(|| Arc::clone(node))
     }
 
-    /// A node of the map other than those of `avoid`, to read the map from (`None`:
-    /// any node, as the cluster client picks one).
-    fn node_to_ask(&self, avoid: &HashMap<Arc<str>, Instant>) -> Option<(String, u16)> {
-        let node = self
-            .ranges
-            .iter()
-            .map(|r| &r.2)
-            .find(|n| !avoid.contains_key(*n))?;
-        let (host, port) = node.rsplit_once(':')?;
-        Some((host.to_owned(), port.parse().ok()?))
+    /// A node of the map other than those of `avoid` and those a read failed on
+    /// lately, to read the map from (`None`: any node, as the cluster client picks one).
+    fn node_to_ask(&self, avoid: &HashMap<Arc<str>, Instant>) -> Option<Arc<str>> {
+        let now = Instant::now();
+        self.ranges.iter().map(|r| &r.2).find_map(|n| {
+            let failed = self
+                .failed
+                .get(n)
+                .is_some_and(|at| now.saturating_duration_since(*at) < SLOW_FOR);
+            (!avoid.contains_key(n) && !failed).then(|| Arc::clone(n))
+        })
     }
 }
 
@@ -289,11 +303,13 @@ fn call_by<T: Send + 'static>(
                 && a.slow_nodes.insert(node, now).is_none()
                 && a.slots
                     .read_at
-                    .is_some_and(|at| now.saturating_duration_since(at) >= SLOT_MAP_RETRY)
+                    .is_some_and(|at| now.saturating_duration_since(at) >= SLOT_MAP_REREAD)
             {
-                // a node turned slow: the map it was found by is read again (a slot
-                // moved since would count the slow call for a node that answers)
+                // a node turned slow: the map it was found by is read again, now (a
+                // slot moved since would count the slow call for a node that answers)
                 a.slots.next_read = None;
+                drop(a);
+                read_slot_map(shared, asides);
             }
             answer.map_or(Called::LeftRunning, Called::Done)
         }
@@ -310,19 +326,21 @@ fn on_way_at_most(shared: &Shared) -> usize {
 
 /// On a cluster, reads which node serves each slot (`CLUSTER SLOTS`), on a thread of
 /// its own and not waited for, when the map is due ([`SLOT_MAP_FOR`] after the last
-/// read, [`SLOT_MAP_RETRY`] after a failed one) and there is room in the budget of
-/// calls on their way (a read counts as one call; one at a time).
+/// read, [`SLOT_MAP_RETRY`] after a failed one; at once when a node turns slow), one
+/// at a time; each node asked within [`SLOT_MAP_READ_FOR`], and one that fails is left
+/// for the next node the map names (it may be the one that hangs). A read takes a
+/// connection besides the calls on their way, not their room. Never with a budget
+/// of one call (a pool of up to three connections): the map could not keep a hung
+/// node's calls from the others' room then (one call on its way fills it, slow or
+/// not), and a read sent to a hung node would hold that room itself.
 fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
-    if !shared.is_cluster() {
+    if !shared.is_cluster() || on_way_at_most(shared) < 2 {
         return;
     }
     let ask = {
         let mut a = asides.lock();
         let now = Instant::now();
-        if a.slots.reading
-            || a.slots.next_read.is_some_and(|t| now < t)
-            || a.calls_on_way() >= on_way_at_most(shared)
-        {
+        if a.slots.reading || a.slots.next_read.is_some_and(|t| now < t) {
             return;
         }
         a.slots.reading = true;
@@ -330,13 +348,18 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
         // that hangs would hold a call's room for an operation timeout)
         a.slots.node_to_ask(&a.slow_nodes)
     };
-    /// Ends the read in the map, also when the read panics (a logger of the user's).
-    struct Reading(SharedAsides, Option<Vec<(u16, u16, Arc<str>)>>);
+    /// Ends the read (asked of node `.1`, when chosen) in the map, also when the read
+    /// panics (a logger of the user's).
+    struct Reading(
+        SharedAsides,
+        Option<Arc<str>>,
+        Option<Vec<(u16, u16, Arc<str>)>>,
+    );
     impl Drop for Reading {
         fn drop(&mut self) {
             let mut a = self.0.lock();
             let now = Instant::now();
-            match self.1.take() {
+            match self.2.take() {
                 Some(ranges) => {
                     let old = std::mem::replace(&mut a.slots.ranges, ranges);
                     a.slots.next_read = Some(now + SLOT_MAP_FOR);
@@ -357,35 +380,56 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
                     }
                     a.slow_nodes = slow_nodes;
                 }
+                // (every node the map names failed, or the cluster client's choice)
                 None => a.slots.next_read = Some(now + SLOT_MAP_RETRY),
             }
             a.slots.reading = false;
         }
     }
-    let reading = Reading(Arc::clone(asides), None);
-    let s = Arc::clone(shared);
+    let reading = Reading(Arc::clone(asides), ask, None);
+    let (s, sides) = (Arc::clone(shared), Arc::clone(asides));
     let spawned = run_aside("redsem-slots", Instant::now(), move || {
         let mut reading = reading;
         let op = s.op_timeout;
-        let read = s.pool.run_by(Some(Instant::now() + op), op, |c| {
-            c.cluster()
-                .map(|mut cluster| leased::cluster_slot_owners_at(&mut cluster, ask.as_ref()))
-                .transpose()
-        });
-        match read {
-            Ok(Some(owners)) => {
-                let mut ranges: Vec<(u16, u16, Arc<str>)> = owners
-                    .into_iter()
-                    .map(|(first, last, (host, port))| {
-                        (first, last, format!("{host}:{port}").into())
-                    })
-                    .collect();
-                ranges.sort_unstable_by_key(|r| r.0);
-                reading.1 = Some(ranges);
+        // a node chosen that fails is left for the next one the map names, at once
+        // (it may be the one that hangs), each read within SLOT_MAP_READ_FOR
+        loop {
+            let node = reading.1.as_ref().and_then(|n| {
+                let (host, port) = n.rsplit_once(':')?;
+                Some((host.to_owned(), port.parse::<u16>().ok()?))
+            });
+            let until = Instant::now() + op.min(SLOT_MAP_READ_FOR);
+            let read = s.pool.run_by(Some(until), op, |c| {
+                c.cluster()
+                    .map(|mut cluster| leased::cluster_slot_owners_at(&mut cluster, node.as_ref()))
+                    .transpose()
+            });
+            match read {
+                Ok(Some(owners)) => {
+                    let mut ranges: Vec<(u16, u16, Arc<str>)> = owners
+                        .into_iter()
+                        .map(|(first, last, (host, port))| {
+                            (first, last, format!("{host}:{port}").into())
+                        })
+                        .collect();
+                    ranges.sort_unstable_by_key(|r| r.0);
+                    reading.2 = Some(ranges);
+                }
+                // (a pool of the user's: no map, read again later all the same)
+                Ok(None) => reading.2 = Some(Vec::new()),
+                Err(e) => {
+                    log::debug!("redis-semaphore: reading the cluster's slot map failed: {e}");
+                    if let Some(failed) = reading.1.take() {
+                        let mut a = sides.lock();
+                        a.slots.failed.insert(failed, Instant::now());
+                        reading.1 = a.slots.node_to_ask(&a.slow_nodes);
+                        if reading.1.is_some() {
+                            continue;
+                        }
+                    }
+                }
             }
-            // (a pool of the user's: no map, read again later all the same)
-            Ok(None) => reading.1 = Some(Vec::new()),
-            Err(e) => log::debug!("redis-semaphore: reading the cluster's slot map failed: {e}"),
+            break;
         }
     });
     if let Err(e) = spawned {

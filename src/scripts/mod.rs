@@ -232,16 +232,13 @@ impl LazyOnce<'_> {
     /// refused too. The next call reads the clock of the node that serves the slot.
     pub(crate) fn checked<T>(&self, answer: Result<T>) -> Result<T> {
         if let (Err(e), Some((_, _, clock, _))) = (&answer, self.on_cluster)
-            && e.to_string().contains(ARRIVED_LATE)
+            && e.to_string().contains(crate::error::ARRIVED_LATE)
         {
             clock.forget();
         }
         answer
     }
 }
-
-/// What `once.lua` says when it refuses a run after its deadline.
-const ARRIVED_LATE: &str = "the operation arrived after its deadline";
 
 /// Adds the operation key `once`, if any, after the script's keys and its retention
 /// as the script's last argument (an invocation keeps keys and arguments apart, so
