@@ -509,10 +509,7 @@ impl CountingSemaphore {
     ) -> Result<T> {
         let shared = self.shared();
         let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
-        self.run_by(op, end, |c, k| {
-            let op = once.on(c)?;
-            once.checked(call(c, k, op))
-        })
+        self.run_by(op, end, |c, k| once.run(c, |c, op| call(c, k, op)))
     }
 
     /// {set, count, queued} in one round trip.

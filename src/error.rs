@@ -219,8 +219,8 @@ pub enum Error {
 }
 
 /// What a WRONGTYPE error says, without what Redis adds to an error raised in a script
-/// (Redis 7: " script: <sha>, on @user_script:<line>." after it; Redis 6.2: "Error
-/// running script (call to f_<sha>): @user_script:<line>: " before it) and without
+/// (Redis 7: " script: `<sha>`, on @user_script:`<line>`." after it; Redis 6.2: "Error
+/// running script (call to f_`<sha>`): @user_script:`<line>`: " before it) and without
 /// the library's own prefix: the key and the type it holds, when a script of this
 /// crate found it.
 fn wrong_type_detail(e: &redis::RedisError) -> String {
@@ -438,13 +438,19 @@ impl Error {
     }
 }
 
-/// What `once.lua` says when it refuses a run of a call after the call's deadline.
-pub(crate) const ARRIVED_LATE: &str = "the operation arrived after its deadline";
+impl Error {
+    /// Whether this is a Redis Cluster call's run refused for arriving after the
+    /// call's deadline (`once.lua`; nothing was written).
+    pub(crate) fn arrived_late(&self) -> bool {
+        matches!(self, Error::Redis(e) | Error::Call { source: e, .. } if arrived_late(e))
+    }
+}
 
 /// Whether `e` is `once.lua`'s refusal of a run after its call's deadline (nothing
 /// written).
-pub(crate) fn arrived_late(e: &redis::RedisError) -> bool {
-    e.detail().is_some_and(|d| d.contains(ARRIVED_LATE)) || e.to_string().contains(ARRIVED_LATE)
+fn arrived_late(e: &redis::RedisError) -> bool {
+    e.to_string()
+        .contains("the operation arrived after its deadline")
 }
 
 /// The code of a Redis error reply (`READONLY`, `NOREPLICAS`...), also when a script's

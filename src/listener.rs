@@ -67,13 +67,10 @@ pub(crate) enum Wake {
         slots: Vec<u32>,
         received: Instant,
     },
-    /// It asked for more permits than the limit now in force, and left the queue.
-    /// Nothing vouches for it either: the waiter looks again, and the look answers
-    /// the refusal when the limit was truly lowered.
-    Refused { limit: u32 },
     /// It heads the queue: look again after this long (`None`: no lease will end).
     Head { retry_after: Option<Duration> },
-    /// Messages may have been lost: look again now.
+    /// Messages may have been lost, or one said what a look must confirm (a refusal):
+    /// look again now.
     LookAgain,
 }
 
@@ -235,9 +232,14 @@ fn parse(payload: &str, received: Instant) -> Option<(&str, Wake)> {
                 received,
             }
         }
-        "F" => Wake::Refused {
-            limit: f.next()?.parse().ok()?,
-        },
+        // "F id limit": it asked for more permits than the limit now in force, and
+        // left the queue. Nothing vouches for it (anyone who may publish on the
+        // channel can send one): the waiter looks again, and the look answers the
+        // refusal when the limit was truly lowered.
+        "F" => {
+            let _limit: u32 = f.next()?.parse().ok()?;
+            Wake::LookAgain
+        }
         "L" => Wake::LookAgain,
         "H" => {
             let ms: i64 = f.next()?.parse().ok()?;
@@ -774,7 +776,8 @@ mod tests {
                 }
             ))
         );
-        assert_eq!(parse("F abc 5"), Some(("abc", Wake::Refused { limit: 5 })));
+        assert_eq!(parse("F abc 5"), Some(("abc", Wake::LookAgain)));
+        assert_eq!(parse("F abc x"), None);
         assert_eq!(
             parse("H abc 250"),
             Some((

@@ -139,7 +139,7 @@ struct Asides {
     /// The nodes of those calls, and when: the first slow call about a node that hangs
     /// stands for every semaphore on it, not only its own (forgotten after
     /// [`SLOW_FOR`], or at the node's first quick answer).
-    slow_nodes: HashMap<Arc<str>, Instant>,
+    slow_nodes: HashMap<Node, Instant>,
     /// Which node serves each slot, as the cluster last said.
     slots: SlotMap,
 }
@@ -154,12 +154,6 @@ impl Asides {
                 .node_of(key)
                 .is_some_and(|n| self.slow_nodes.contains_key(&n))
     }
-
-    /// How many calls are on their way (a read of the slot map is not counted: one at
-    /// a time, bounded by [`SLOT_MAP_READ_FOR`], it never holds the renewals' room).
-    fn calls_on_way(&self) -> usize {
-        self.on_way.len()
-    }
 }
 
 /// Which node of a cluster serves each slot (`CLUSTER SLOTS`), read in the background
@@ -171,8 +165,8 @@ impl Asides {
 /// semaphore there, which answers, would wait behind the hung node's calls.
 #[derive(Default)]
 struct SlotMap {
-    /// Slot ranges (first, last, node as `host:port`), by first slot.
-    ranges: Vec<(u16, u16, Arc<str>)>,
+    /// Slot ranges (first, last, node), by first slot.
+    ranges: Vec<(u16, u16, Node)>,
     /// When it is read next (`None`: at once).
     next_read: Option<Instant>,
     /// When the map in use was read.
@@ -180,12 +174,12 @@ struct SlotMap {
     /// Whether a read is on its way.
     reading: bool,
     /// Nodes a read sent to failed, and when (not asked again for [`SLOW_FOR`]).
-    failed: HashMap<Arc<str>, Instant>,
+    failed: HashMap<Node, Instant>,
 }
 
 impl SlotMap {
     /// The node serving the slot of `key`, when the map has it.
-    fn node_of(&self, key: &str) -> Option<Arc<str>> {
+    fn node_of(&self, key: &str) -> Option<Node> {
         if self.ranges.is_empty() {
             return None;
         }
@@ -200,7 +194,7 @@ impl SlotMap {
 
     /// A node of the map other than those of `avoid` and those a read failed on
     /// lately, to read the map from (`None`: any node, as the cluster client picks one).
-    fn node_to_ask(&self, avoid: &HashMap<Arc<str>, Instant>) -> Option<Arc<str>> {
+    fn node_to_ask(&self, avoid: &HashMap<Node, Instant>) -> Option<Node> {
         let now = Instant::now();
         self.ranges.iter().map(|r| &r.2).find_map(|n| {
             let failed = self
@@ -211,6 +205,9 @@ impl SlotMap {
         })
     }
 }
+
+/// A node of a cluster: its host and port, as `CLUSTER SLOTS` names it.
+type Node = Arc<(String, u16)>;
 
 /// [`Asides`], shared with the threads of the calls.
 type SharedAsides = Arc<Mutex<Asides>>;
@@ -270,11 +267,11 @@ fn call_by<T: Send + 'static>(
         if a.is_slow(key) {
             most = (most / 2).max(1);
         }
-        if a.calls_on_way() >= most {
+        if a.on_way.len() >= most {
             return Called::NotSent(late(format!(
                 "{} calls of the background thread are on their way (a node of the cluster \
                  hangs?); {key} is tried again soon",
-                a.calls_on_way()
+                a.on_way.len()
             )));
         }
         a.on_way.insert(key.to_owned());
@@ -350,11 +347,7 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
     };
     /// Ends the read (asked of node `.1`, when chosen) in the map, also when the read
     /// panics (a logger of the user's).
-    struct Reading(
-        SharedAsides,
-        Option<Arc<str>>,
-        Option<Vec<(u16, u16, Arc<str>)>>,
-    );
+    struct Reading(SharedAsides, Option<Node>, Option<Vec<(u16, u16, Node)>>);
     impl Drop for Reading {
         fn drop(&mut self) {
             let mut a = self.0.lock();
@@ -370,7 +363,7 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
                         ranges: old,
                         ..SlotMap::default()
                     };
-                    let mut slow_nodes: HashMap<Arc<str>, Instant> = HashMap::new();
+                    let mut slow_nodes: HashMap<Node, Instant> = HashMap::new();
                     for (key, at) in &a.slow {
                         let was = old.node_of(key).filter(|n| a.slow_nodes.contains_key(n));
                         if let (Some(_), Some(node)) = (was, a.slots.node_of(key)) {
@@ -394,23 +387,20 @@ fn read_slot_map(shared: &Arc<Shared>, asides: &SharedAsides) {
         // a node chosen that fails is left for the next one the map names, at once
         // (it may be the one that hangs), each read within SLOT_MAP_READ_FOR
         loop {
-            let node = reading.1.as_ref().and_then(|n| {
-                let (host, port) = n.rsplit_once(':')?;
-                Some((host.to_owned(), port.parse::<u16>().ok()?))
-            });
+            let node = reading.1.clone();
             let until = Instant::now() + op.min(SLOT_MAP_READ_FOR);
             let read = s.pool.run_by(Some(until), op, |c| {
                 c.cluster()
-                    .map(|mut cluster| leased::cluster_slot_owners_at(&mut cluster, node.as_ref()))
+                    .map(|mut cluster| {
+                        leased::cluster_slot_owners_at(&mut cluster, node.as_deref())
+                    })
                     .transpose()
             });
             match read {
                 Ok(Some(owners)) => {
-                    let mut ranges: Vec<(u16, u16, Arc<str>)> = owners
+                    let mut ranges: Vec<(u16, u16, Node)> = owners
                         .into_iter()
-                        .map(|(first, last, (host, port))| {
-                            (first, last, format!("{host}:{port}").into())
-                        })
+                        .map(|(first, last, node)| (first, last, Arc::new(node)))
                         .collect();
                     ranges.sort_unstable_by_key(|r| r.0);
                     reading.2 = Some(ranges);

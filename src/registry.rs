@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use crate::error::LostReason;
 use crate::metrics::SemMetrics;
 use crate::scripts::Keys;
+use crate::stats::Counters;
 
 /// How soon a failed renewal is tried again (bounded by the group's period).
 pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
@@ -119,6 +120,14 @@ impl PermitState {
         let mut v = self.valid_until.lock();
         if until > *v {
             *v = until;
+        }
+    }
+
+    /// [`mark_lost`](Self::mark_lost), counted in the client's `lost` statistic when
+    /// this call recorded the loss.
+    pub(crate) fn mark_lost_counted(&self, reason: LostReason, stats: &Counters) {
+        if self.mark_lost(reason) {
+            Counters::bump(&stats.lost);
         }
     }
 

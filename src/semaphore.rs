@@ -948,9 +948,9 @@ impl Semaphore {
             .lock()
             .claim_force_released(&sem.name, parts.id())
         {
-            if permit.state.mark_lost(LostReason::Released) {
-                Counters::bump(&client.shared.stats.lost);
-            }
+            permit
+                .state
+                .mark_lost_counted(LostReason::Released, &client.shared.stats);
             return lost(LostReason::Released);
         }
         Ok(permit)
@@ -1108,9 +1108,7 @@ impl Semaphore {
         // have run before this release, its Permit not registered yet)
         let own = shared.registry.lock().force_released(&self.inner.name, id);
         for p in own {
-            if p.mark_lost(LostReason::Released) {
-                Counters::bump(&shared.stats.lost);
-            }
+            p.mark_lost_counted(LostReason::Released, &shared.stats);
         }
         // keep the keys, so that the holder learns "released", not "keys gone"
         let status = self.counted(|| {
@@ -1467,10 +1465,6 @@ impl Semaphore {
                             waiter.finish();
                             return Ok(Some(self.permit(waiter.id.clone(), token, slots, n, valid_until)));
                         }
-                        // (anyone who may publish on the channel can send one: the
-                        // look answers the refusal when the limit was truly lowered,
-                        // and this waiter was then taken out of the queue)
-                        Ok(Wake::Refused { .. }) => break,
                         Ok(Wake::Head { retry_after }) => {
                             if let Some(r) = retry_after {
                                 look_at = look_at.min(later_by(Instant::now(), r));
@@ -1925,7 +1919,8 @@ impl Semaphore {
     }
 
     /// Registers a waiter's heartbeat ("w:" + id) with the refresher, which renews it
-    /// every third of a heartbeat (at most [`WAITER_HEARTBEAT`]), apart from the permits.
+    /// every third of a heartbeat (the lease's [`heartbeat_ms`](crate::scripts::heartbeat_ms)),
+    /// apart from the permits.
     fn register_heartbeat(&self, id: &str) -> (Arc<PermitState>, Receiver<LostReason>) {
         let sem = &self.inner;
         let client = &sem.client.inner;
@@ -2343,9 +2338,7 @@ impl SemInner {
             Renewal::Lost(_) => permit.reason_for_missing(now, false),
             Renewal::Reset => permit.reason_for_missing(now, true),
         };
-        if permit.mark_lost(reason) {
-            Counters::bump(&shared.stats.lost);
-        }
+        permit.mark_lost_counted(reason, &shared.stats);
         let reason = permit.lost_reason().unwrap_or(reason);
         Err(Error::PermitLost {
             id: permit.id.clone(),

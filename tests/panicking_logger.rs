@@ -428,11 +428,7 @@ fn a_logger_that_panics_in_the_listener_does_not_end_the_wake_ups() {
     let sem = client.semaphore("pl-listener", 1).unwrap();
     let held = sem.acquire().unwrap();
     // starts the listener
-    assert!(
-        sem.acquire_timeout(Duration::from_millis(100))
-            .unwrap()
-            .is_none()
-    );
+    support::start_listener(&sem);
     let mut conn = server.conn();
     let channel = support::listener_channel(&mut conn);
     // each junk message's record makes the logger panic: the second is read only if
@@ -444,15 +440,9 @@ fn a_logger_that_panics_in_the_listener_does_not_end_the_wake_ups() {
         read_junk(&mut conn, &channel, &junk, &trigger);
     }
     // and a waiter is still handed its permit
-    let waiter = {
-        let sem = sem.clone();
-        std::thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
-    };
-    wait_until(Duration::from_secs(5), "the waiter is queued", || {
-        sem.queue_len().unwrap() == 1
-    });
+    let waiter = support::queued_waiter(&sem, Duration::from_secs(5));
     drop(held);
-    let served = waiter.join().unwrap().unwrap();
+    let served = waiter.join().unwrap().0.unwrap();
     assert!(served.is_some(), "the waiter was not served");
 }
 
@@ -470,11 +460,7 @@ fn a_logger_that_panics_as_the_listener_subscribes_does_not_end_the_wake_ups() {
     let subscribed = "listening for wake-ups on redsem:c:".to_owned();
     ANY_TRIGGERS.lock().unwrap().push(vec![subscribed.clone()]);
     // starts the listener, which panics once subscribed
-    assert!(
-        sem.acquire_timeout(Duration::from_millis(100))
-            .unwrap()
-            .is_none()
-    );
+    support::start_listener(&sem);
     wait_until(Duration::from_secs(5), "the logger panics", || {
         !ANY_TRIGGERS
             .lock()

@@ -1277,15 +1277,7 @@ fn a_lease_shortened_by_update_lease_time_is_the_permits_own_deadline() {
             .try_acquire(Some(LONG))
             .unwrap()
             .expect("the other client reclaims the expired permit");
-        let valid = !permit.is_lost() && permit.lease_left() > Duration::ZERO;
-        assert!(
-            !valid,
-            "the permit still says valid for {:?} while {} holds the only permit",
-            permit.lease_left(),
-            theirs.id()
-        );
-        drop(permit);
-        drop(theirs);
+        not_valid_beside(permit, theirs);
     }
 }
 
@@ -1312,14 +1304,18 @@ fn a_permit_released_by_its_id_through_the_semaphore_is_lost() {
             .try_acquire(Some(LONG))
             .unwrap()
             .expect("the other client takes the permit given back");
-        let valid = !permit.is_lost() && permit.lease_left() > Duration::ZERO;
-        assert!(
-            !valid,
-            "the permit still says valid for {:?} while {} holds the only permit",
-            permit.lease_left(),
-            theirs.id()
-        );
-        drop(permit);
-        drop(theirs);
+        not_valid_beside(permit, theirs);
     }
+}
+
+/// Asserts that `permit` does not say it is valid while `theirs`, another client's,
+/// holds the only permit; drops both.
+fn not_valid_beside(permit: Permit, theirs: Permit) {
+    let valid = !permit.is_lost() && permit.lease_left() > Duration::ZERO;
+    assert!(
+        !valid,
+        "the permit still says valid for {:?} while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
 }

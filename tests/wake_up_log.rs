@@ -38,11 +38,7 @@ fn a_flood_of_malformed_wake_ups_is_not_a_flood_of_warnings() {
     let sem = client.semaphore("flood", 1).unwrap();
     let held = sem.acquire().unwrap();
     // starts the listener
-    assert!(
-        sem.acquire_timeout(Duration::from_millis(100))
-            .unwrap()
-            .is_none()
-    );
+    support::start_listener(&sem);
     let mut conn = server.conn();
     let channel = support::listener_channel(&mut conn);
     let junk = "é".repeat(50_000);
@@ -77,14 +73,8 @@ fn a_flood_of_malformed_wake_ups_is_not_a_flood_of_warnings() {
     assert!(longest < 400, "a record of {longest} bytes");
 
     // and a waiter is still woken by its message
-    let waiter = {
-        let sem = sem.clone();
-        std::thread::spawn(move || sem.acquire_timeout(Duration::from_secs(10)))
-    };
-    wait_until(Duration::from_secs(5), "the waiter is queued", || {
-        sem.queue_len().unwrap() == 1
-    });
+    let waiter = support::queued_waiter(&sem, Duration::from_secs(5));
     drop(held);
-    let served = waiter.join().unwrap().unwrap();
+    let served = waiter.join().unwrap().0.unwrap();
     assert!(served.is_some(), "the waiter was not served");
 }

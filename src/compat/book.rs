@@ -865,9 +865,7 @@ impl BookInner {
     }
 
     fn lost(&self, permit: &PermitState, reason: LostReason) -> Error {
-        if permit.mark_lost(reason) {
-            Counters::bump(&self.stats().lost);
-        }
+        permit.mark_lost_counted(reason, self.stats());
         Error::PermitLost {
             id: permit.id.clone(),
             reason: permit.lost_reason().unwrap_or(reason),

@@ -608,7 +608,7 @@ impl Common {
 /// A wait's subscription, left without waiting for the server when the wait ends,
 /// however it ends ([`quit_pubsub`]): the holder of its connection then closes it (the
 /// wait's own) or brings it back in step with its replies before it goes back to the
-/// user's pool, by the wait's bound ([`SubConn::leave_by`]).
+/// user's pool, by the wait's bound ([`SubConn::leave_by`](crate::listener::SubConn::leave_by)).
 struct Leaving<'a> {
     ps: Option<redis::PubSub<'a>>,
 }
@@ -705,16 +705,9 @@ fn give_back_after_failure(inner: &PesInner, ids: Vec<[u8; 16]>) {
         for id in &ids {
             let once = keys.once(shared.is_cluster(), shared.op_timeout);
             let released = shared.pool.run_by(Some(end), shared.op_timeout, |c| {
-                let op = once.on(&mut **c)?;
-                once.checked(calls::pes_release(
-                    &mut **c,
-                    &keys,
-                    publish,
-                    now_ms(),
-                    id,
-                    None,
-                    op,
-                ))
+                once.run(&mut **c, |c, op| {
+                    calls::pes_release(c, &keys, publish, now_ms(), id, None, op)
+                })
             });
             if let Err(e) = released {
                 log::warn!(
@@ -833,16 +826,9 @@ impl GiveBack for OwedPesGiveBack {
     ) -> Result<()> {
         let once = self.keys.once(self.cluster, op_timeout);
         pool.run_by(Some(end), op_timeout, |c| {
-            let op = once.on(&mut **c)?;
-            once.checked(calls::pes_release(
-                &mut **c,
-                &self.keys,
-                self.publish,
-                now_ms(),
-                &self.id,
-                None,
-                op,
-            ))
+            once.run(&mut **c, |c, op| {
+                calls::pes_release(c, &self.keys, self.publish, now_ms(), &self.id, None, op)
+            })
         })
         .map(|_| ())
     }
@@ -976,10 +962,7 @@ impl RSemaphore {
         let once = self.common.once();
         self.common.run_write(
             "try_set_permits",
-            |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::try_set(c, k, publish, permits, None, op))
-            },
+            |c, k| once.run(c, |c, op| calls::try_set(c, k, publish, permits, None, op)),
             |_| false,
         )
     }
@@ -1007,8 +990,9 @@ impl RSemaphore {
         self.common.run_write(
             "try_set_permits",
             |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::try_set(c, k, publish, permits, Some(ms), op))
+                once.run(c, |c, op| {
+                    calls::try_set(c, k, publish, permits, Some(ms), op)
+                })
             },
             |_| false,
         )
@@ -1028,10 +1012,7 @@ impl RSemaphore {
         let once = self.common.once();
         self.common.run_write(
             "add_permits",
-            |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::rs_add(c, k, publish, delta, op))
-            },
+            |c, k| once.run(c, |c, op| calls::rs_add(c, k, publish, delta, op)),
             |_| false,
         )
     }
@@ -1070,10 +1051,7 @@ impl RSemaphore {
         let got = self.common.run_write_by(
             "acquire",
             end,
-            |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::rs_try_acquire(c, k, permits, op))
-            },
+            |c, k| once.run(c, |c, op| calls::rs_try_acquire(c, k, permits, op)),
             |got| {
                 // Redisson's handleNoSync: give the permits just taken back (by the
                 // wait's bound, when there is one). Nothing ends ownerless permits but
@@ -1185,8 +1163,9 @@ impl RSemaphore {
             "release",
             Some(self.common.release_end()),
             |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::rs_release(c, k, publish, permits, false, op))
+                once.run(c, |c, op| {
+                    calls::rs_release(c, k, publish, permits, false, op)
+                })
             },
             |_| false,
         )?;
@@ -1209,8 +1188,9 @@ impl RSemaphore {
                 "release",
                 Some(self.common.release_end()),
                 |c, k| {
-                    let op = once.on(c)?;
-                    once.checked(calls::rs_release(c, k, publish, permits, true, op))
+                    once.run(c, |c, op| {
+                        calls::rs_release(c, k, publish, permits, true, op)
+                    })
                 },
                 |_| false,
             )?
@@ -1235,13 +1215,10 @@ impl RSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<i64> {
+        let once = self.common.once();
         self.common.run_write(
             "drain_permits",
-            |c, k| {
-                let once = self.common.once();
-                let op = once.on(c)?;
-                once.checked(calls::rs_drain(c, k, op))
-            },
+            |c, k| once.run(c, |c, op| calls::rs_drain(c, k, op)),
             |_| false,
         )
     }
@@ -1449,8 +1426,9 @@ impl PesInner {
         let now = now_ms();
         let once = self.common.once();
         self.common.run(|c, k| {
-            let op = once.on(c)?;
-            once.checked(calls::pes_release(c, k, publish, now, &id, None, op))
+            once.run(c, |c, op| {
+                calls::pes_release(c, k, publish, now, &id, None, op)
+            })
         })
     }
 
@@ -1473,8 +1451,9 @@ impl PesInner {
             "release",
             Some(deadline),
             |c, k| {
-                let op = once.on(c)?;
-                once.checked(calls::pes_release(c, k, publish, now, &id, legacy, op))
+                once.run(c, |c, op| {
+                    calls::pes_release(c, k, publish, now, &id, legacy, op)
+                })
             },
             |_| false,
         );
@@ -1495,16 +1474,9 @@ impl PesInner {
         let again = self.common.shared().on_fresh_connection(deadline, |c| {
             // (the first send's operation key, if it was made: a second run of the
             // release answers the first one's reply)
-            let op = once.on(c)?;
-            once.checked(calls::pes_release(
-                c,
-                &self.common.keys,
-                publish,
-                now,
-                &id,
-                legacy,
-                op,
-            ))
+            once.run(c, |c, op| {
+                calls::pes_release(c, &self.common.keys, publish, now, &id, legacy, op)
+            })
         });
         again.map_err(|e| self.common.named(e).during("release"))
     }
@@ -1594,9 +1566,7 @@ impl Grantor for PesGrant {
             return Ok(());
         }
         let reason = permit.gone_reason();
-        if permit.mark_lost(reason) {
-            Counters::bump(&stats.lost);
-        }
+        permit.mark_lost_counted(reason, stats);
         Err(Error::PermitLost {
             id: permit.id.clone(),
             reason: permit.lost_reason().unwrap_or(reason),
@@ -2024,19 +1994,17 @@ impl RPermitExpirableSemaphore {
     /// it is valid once another client may have taken its place (should the call fail,
     /// the permit may still be held: told lost all the same, the safe side).
     fn tell_released(&self, id: &str) {
-        let Ok(raw) = decode_id(id) else {
-            return;
-        };
-        let shared = self.inner.common.shared();
-        let state = shared
-            .registry
-            .lock()
-            .pes_held(&self.inner.common.name, &encode_id(&raw));
-        if let Some(state) = state
-            && state.mark_lost(LostReason::Released)
+        if let Ok(raw) = decode_id(id)
+            && let Some(state) = self.own_permit(&raw)
         {
-            Counters::bump(&shared.stats.lost);
+            state.mark_lost_counted(LostReason::Released, &self.inner.common.shared().stats);
         }
+    }
+
+    /// The live `Permit` of this client (from any handle) with id `raw`, if any.
+    fn own_permit(&self, raw: &[u8; 16]) -> Option<Arc<PermitState>> {
+        (self.inner.common.shared().registry.lock())
+            .pes_held(&self.inner.common.name, &encode_id(raw))
     }
 
     /// Gives the permit `id` a new lease from now (`None`: no lease), after reclaiming
@@ -2063,16 +2031,11 @@ impl RPermitExpirableSemaphore {
         // a `Permit` of this client with that id follows the lease it now has on the
         // server, a shorter one included (else it would say it is valid after another
         // client reclaimed its place), and learns it is gone when it is
-        let shared = self.inner.common.shared();
-        let state = shared
-            .registry
-            .lock()
-            .pes_held(&self.inner.common.name, &encode_id(&raw));
-        if let Some(state) = state {
+        if let Some(state) = self.own_permit(&raw) {
             if held {
                 state.lease_set(valid_until(sent, lease));
-            } else if state.mark_lost(state.gone_reason()) {
-                Counters::bump(&shared.stats.lost);
+            } else {
+                state.mark_lost_counted(state.gone_reason(), &self.inner.common.shared().stats);
             }
         }
         Ok(held)
@@ -2152,10 +2115,7 @@ impl RPermitExpirableSemaphore {
         let once = self.inner.common.once();
         self.run_write(
             "try_set_permits",
-            |c, k, p, _| {
-                let op = once.on(c)?;
-                once.checked(calls::try_set(c, k, p, permits, None, op))
-            },
+            |c, k, p, _| once.run(c, |c, op| calls::try_set(c, k, p, permits, None, op)),
             |_| false,
         )
     }
@@ -2172,10 +2132,7 @@ impl RPermitExpirableSemaphore {
         let once = self.inner.common.once();
         self.run_write(
             "add_permits",
-            |c, k, p, now| {
-                let op = once.on(c)?;
-                once.checked(calls::pes_add(c, k, p, now, delta, op))
-            },
+            |c, k, p, now| once.run(c, |c, op| calls::pes_add(c, k, p, now, delta, op)),
             |_| false,
         )
     }

@@ -225,14 +225,21 @@ impl LazyOnce<'_> {
         })))
     }
 
-    /// Passes on the answer of a send of the call, after dropping the node's clock
-    /// reading when a run was refused for arriving after its deadline: the node that
-    /// runs the call now may not be the one read (a failover, a slot moved) and its
-    /// clock may be ahead, and every call until the next reading (a minute) would be
-    /// refused too. The next call reads the clock of the node that serves the slot.
-    pub(crate) fn checked<T>(&self, answer: Result<T>) -> Result<T> {
+    /// Sends the call, `send` (given `conn` and the operation key [`on`](Self::on)
+    /// makes), and passes its answer on, after dropping the node's clock reading when
+    /// a run was refused for arriving after its deadline: the node that runs the call
+    /// now may not be the one read (a failover, a slot moved) and its clock may be
+    /// ahead, and every call until the next reading (a minute) would be refused too.
+    /// The next call reads the clock of the node that serves the slot.
+    pub(crate) fn run<T>(
+        &self,
+        conn: &mut dyn redis::ConnectionLike,
+        send: impl FnOnce(&mut dyn redis::ConnectionLike, Option<&Once>) -> Result<T>,
+    ) -> Result<T> {
+        let once = self.on(conn)?;
+        let answer = send(conn, once);
         if let (Err(e), Some((_, _, clock, _))) = (&answer, self.on_cluster)
-            && e.to_string().contains(crate::error::ARRIVED_LATE)
+            && e.arrived_late()
         {
             clock.forget();
         }

@@ -1488,3 +1488,14 @@ pub fn listener_channel(conn: &mut redis::Connection) -> String {
         channels.into_iter().next()
     })
 }
+
+/// Starts the wake-up listener of `sem`'s client: a wait that gives up after 100 ms
+/// (its one permit held).
+pub fn start_listener(sem: &redis_semaphore::Semaphore) {
+    assert!(
+        sem.acquire_timeout(Duration::from_millis(100))
+            .unwrap()
+            .is_none(),
+        "the semaphore's permit is held"
+    );
+}
