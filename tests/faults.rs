@@ -4,7 +4,11 @@
 //! Worker processes (this test binary started again with `REDSEM_HELPER`, two of them
 //! under `faketime` an hour ahead and behind) hold and release permits of one
 //! small-limit semaphore with short leases, each through its own TCP proxy the test starts in
-//! front of the data server. Meanwhile the test injects faults one after the other:
+//! front of the data server. Each process has one thread that waits in the fair queue
+//! and two that take a permit every way a holder can, one at random per round: a
+//! wait in the queue, tries again and again (combined into batch calls), two permits
+//! at once, an unfair handle, a permit taken apart and adopted again, and a handle
+//! renewed by hand (`Permit::refresh`). Meanwhile the test injects faults one after the other:
 //! SIGKILL of a worker (a new one replaces it), `CLIENT KILL` of every client
 //! connection, `CLIENT PAUSE`, `DEBUG SLEEP`, a crash and restart of the data server
 //! that keeps its AOF (`appendfsync always`), a partition (each worker has its own
@@ -75,35 +79,118 @@ fn helper() {
         .lease(Duration::from_millis(LEASE_MS))
         .build()
         .unwrap();
+    // the same semaphore through handles of every kind a holder may use: unfair, and
+    // renewed by hand (`Permit::refresh`) instead of by the background thread
+    let unfair = client
+        .semaphore_builder(NAME)
+        .limit(LIMIT)
+        .lease(Duration::from_millis(LEASE_MS))
+        .fair(false)
+        .build()
+        .unwrap();
+    let manual = client
+        .semaphore_builder(NAME)
+        .limit(LIMIT)
+        .lease(Duration::from_millis(LEASE_MS))
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let handles = Handles {
+        sem: &sem,
+        unfair: &unfair,
+        manual: &manual,
+    };
     println!("RESULT ready");
     std::thread::scope(|s| {
-        for t in 0..2 {
-            let sem = &sem;
+        for t in 0..3 {
             let observer = observer.as_str();
             let who = format!("{me}.{t}");
-            s.spawn(move || work(sem, observer, &who));
+            // thread 0 only waits in the queue; the others take every path in turn
+            s.spawn(move || work(handles, t > 0, observer, &who));
         }
     });
 }
 
+/// The handles of one worker process on the semaphore.
+#[derive(Clone, Copy)]
+struct Handles<'a> {
+    sem: &'a redis_semaphore::Semaphore,
+    unfair: &'a redis_semaphore::Semaphore,
+    manual: &'a redis_semaphore::Semaphore,
+}
+
+/// How a round of [`work`] gets its permit.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// `acquire_timeout` of one permit, waiting in the fair queue.
+    Wait,
+    /// `try_acquire` again and again (calls combined with the other threads').
+    Try,
+    /// `acquire_many_timeout` of two permits.
+    Two,
+    /// an unfair handle's `acquire_timeout`.
+    Unfair,
+    /// a permit taken apart (`into_parts`) and adopted again.
+    Adopted,
+    /// a handle without automatic renewal: the holder calls `Permit::refresh`.
+    Manual,
+}
+
+const WAYS: [Way; 6] = [
+    Way::Wait,
+    Way::Try,
+    Way::Two,
+    Way::Unfair,
+    Way::Adopted,
+    Way::Manual,
+];
+
+/// A permit got the way `way` says, within about a second; `None` when none came or
+/// the library reported a fault (it answered in time: go on).
+fn obtain(h: Handles<'_>, way: Way, rng: &mut fastrand::Rng) -> Option<redis_semaphore::Permit> {
+    let wait = Duration::from_millis(1000);
+    match way {
+        Way::Wait => h.sem.acquire_timeout(wait).ok().flatten(),
+        Way::Try => {
+            let end = Instant::now() + wait;
+            while Instant::now() < end {
+                if let Some(p) = h.sem.try_acquire().ok().flatten() {
+                    return Some(p);
+                }
+                std::thread::sleep(Duration::from_millis(rng.u64(1..4)));
+            }
+            None
+        }
+        Way::Two => h.sem.acquire_many_timeout(2, wait).ok().flatten(),
+        Way::Unfair => h.unfair.acquire_timeout(wait).ok().flatten(),
+        Way::Adopted => {
+            let parts = h.sem.acquire_timeout(wait).ok().flatten()?.into_parts();
+            h.sem.adopt(parts).ok()
+        }
+        Way::Manual => h.manual.acquire_timeout(wait).ok().flatten(),
+    }
+}
+
 /// One thread of a worker: acquire, work in short steps while valid, release; forever
-/// (the test kills the process).
-fn work(sem: &redis_semaphore::Semaphore, observer: &str, who: &str) {
+/// (the test kills the process). With `mixed`, each round takes one of [`WAYS`] at
+/// random; else it waits in the queue. A permit of several slots records each step
+/// once per slot (each slot a holder of its own in the sweep).
+fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
     let obs = redis::Client::open(observer).unwrap();
     let mut conn = obs.get_connection().unwrap();
     let mut rng = fastrand::Rng::new();
     loop {
-        let permit = match sem.acquire_timeout(Duration::from_millis(1000)) {
-            Ok(Some(p)) => p,
-            Ok(None) => continue,
-            Err(_) => {
-                // a fault: the library answered in time; go on
-                continue;
-            }
+        let way = if mixed {
+            WAYS[rng.usize(..WAYS.len())]
+        } else {
+            Way::Wait
         };
-        let slot = permit.slots()[0];
-        // short holds, and holds longer than the lease (kept by the refresher), so that
-        // a fault often finds a holder that stays inside until its permit runs out
+        let Some(permit) = obtain(h, way, &mut rng) else {
+            continue;
+        };
+        // short holds, and holds longer than the lease (kept by the refresher, or by
+        // hand), so that a fault often finds a holder that stays inside until its
+        // permit runs out
         let hold = Duration::from_millis(if rng.bool() {
             rng.u64(20..100)
         } else {
@@ -111,6 +198,12 @@ fn work(sem: &redis_semaphore::Semaphore, observer: &str, who: &str) {
         });
         let start = Instant::now();
         while start.elapsed() < hold {
+            if matches!(way, Way::Manual)
+                && permit.lease_left() < Duration::from_millis(LEASE_MS / 2)
+                && permit.refresh().is_err()
+            {
+                break;
+            }
             let step = Duration::from_millis(rng.u64(3..15));
             let e = observer_ms(&mut conn);
             let left = permit.lease_left();
@@ -120,11 +213,13 @@ fn work(sem: &redis_semaphore::Semaphore, observer: &str, who: &str) {
             std::thread::sleep(step); // the work: only while valid
             let l = observer_ms(&mut conn);
             let end = l.min(e + left.as_millis() as i64);
-            let _: i64 = redis::cmd("RPUSH")
-                .arg("steps")
-                .arg(format!("{e} {end} {slot} {} {who}", permit.token()))
-                .query(&mut conn)
-                .unwrap();
+            for slot in permit.slots() {
+                let _: i64 = redis::cmd("RPUSH")
+                    .arg("steps")
+                    .arg(format!("{e} {end} {slot} {} {who}.{way:?}", permit.token()))
+                    .query(&mut conn)
+                    .unwrap();
+            }
         }
         let _ = permit.release();
     }
@@ -391,6 +486,14 @@ fn never_more_valid_holders_than_the_limit_whatever_fails() {
         .iter()
         .map(|s| s.who.split('.').next().unwrap_or(""))
         .collect();
+    let by_way: Vec<(Way, usize)> = WAYS
+        .iter()
+        .map(|&w| {
+            let tag = format!(".{w:?}");
+            (w, all.iter().filter(|s| s.who.ends_with(&tag)).count())
+        })
+        .collect();
+    eprintln!("steps by way: {by_way:?}");
     eprintln!(
         "{} steps by {} processes, {} faults {:?}, at most {most} valid holders at once",
         all.len(),
@@ -410,6 +513,13 @@ fn never_more_valid_holders_than_the_limit_whatever_fails() {
         most >= 2,
         "the holders never overlapped: the test proved nothing (seed {seed})"
     );
+    for way in WAYS {
+        let tag = format!(".{way:?}");
+        assert!(
+            all.iter().any(|s| s.who.ends_with(&tag)),
+            "no step was recorded by a permit got by {way:?}: that path was not tried (seed {seed})"
+        );
+    }
 
     // no key without a TTL
     let mut conn = data.conn();
