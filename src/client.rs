@@ -393,9 +393,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// Redis and pool errors.
+    /// Redis and pool errors, counted in [`Stats::errors`]. A Redis error is an
+    /// [`Error::Call`] (or [`Error::Timeout`]) whose operation is `list_semaphores`
+    /// and whose name is `pattern`.
     pub fn list_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
-        self.list(pattern, Kind::Leased)
+        self.list(pattern, Kind::Leased, "list_semaphores")
     }
 
     /// The names of the [`CountingSemaphore`](crate::CountingSemaphore)s that have a
@@ -404,12 +406,29 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// Redis and pool errors.
+    /// As [`list_semaphores`](Self::list_semaphores), the operation named
+    /// `list_counting_semaphores`.
     pub fn list_counting_semaphores(&self, pattern: &str) -> Result<Vec<String>> {
-        self.list(pattern, Kind::Counting)
+        self.list(pattern, Kind::Counting, "list_counting_semaphores")
     }
 
-    fn list(&self, pattern: &str, kind: Kind) -> Result<Vec<String>> {
+    /// [`list_names`](Self::list_names), its error counted in [`Stats::errors`] and a
+    /// Redis error naming the call `op` and the pattern, as a semaphore's call names
+    /// its operation and semaphore.
+    fn list(&self, pattern: &str, kind: Kind, op: &'static str) -> Result<Vec<String>> {
+        let shared = &self.inner.shared;
+        self.list_names(pattern, kind).map_err(|e| {
+            if crate::semaphore::is_redis_error(&e) {
+                Counters::bump(&shared.stats.errors);
+            }
+            match e {
+                Error::Redis(e) => Error::redis(pattern, e, shared.op_timeout).during(op),
+                other => other,
+            }
+        })
+    }
+
+    fn list_names(&self, pattern: &str, kind: Kind) -> Result<Vec<String>> {
         let shared = &self.inner.shared;
         let mut conn = shared.pool.get(None)?;
         let mut names = Vec::new();

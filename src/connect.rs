@@ -728,8 +728,9 @@ fn percent_decode(s: &str) -> std::result::Result<String, String> {
 
 /// `url` with any password replaced by `***`, for logs and messages: the password of
 /// the `user:password@` part (everything from the first `:` after the user name up to
-/// the last `@`), a user name given without a password (all of a `user@` part: it is
-/// likely a password typed without its leading `:`), and the values of `pass=` /
+/// the last `@`), a user name given without a password (all of a `user@` or `user:@`
+/// part: it is likely a password typed without its leading `:`; a user name is shown
+/// only when a non-empty password follows it), and the values of `pass=` /
 /// `password=` query parameters (the form of `unix://` URLs; a key is compared as the
 /// URL parser reads it: percent-decoded, tabs and line breaks dropped, in any case).
 /// When in doubt it hides more, never less. Every message of this crate that shows a
@@ -764,7 +765,10 @@ pub fn redact(url: &str) -> String {
         match userinfo.find(':') {
             // no scheme: we cannot tell what this is, hide all of it
             _ if !has_scheme => hide.push((scheme_len, scheme_len + at)),
-            Some(colon) => hide.push((scheme_len + colon + 1, scheme_len + at)),
+            // a user name is shown only with a non-empty password after it (as
+            // `Debug` shows one): `name:@` may be the password with a stray `:`
+            Some(colon) if colon + 1 < at => hide.push((scheme_len + colon + 1, scheme_len + at)),
+            Some(_) => hide.push((scheme_len, scheme_len + at)),
             // a user name without a password: all of it (it may be the password, typed
             // without its `:`), unless the text starts with the path (`unix:///p?a@b`:
             // no user info at all)
@@ -1566,6 +1570,8 @@ mod tests {
             ("redis://u:secret@h:1/0", "redis://u:***@h:1/0"),
             ("rediss://:secret@h/", "rediss://:***@h/"),
             ("redis://user@h/", "redis://***@h/"),
+            ("redis://secret:@h:1/", "redis://***@h:1/"),
+            ("redis://:@h/", "redis://***@h/"),
             ("redis://pa/ss@h:1/", "redis://***@h:1/"),
             (
                 "redis+sentinel://secret@h1,h2/m",

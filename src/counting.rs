@@ -296,7 +296,7 @@ impl CountingSemaphore {
         let end = deadline_in(self.shared().op_timeout);
         let granted = self.look(permits, None, Some(end))?;
         if granted {
-            self.inner.metrics.acquired();
+            self.granted();
         } else {
             Counters::bump(&self.shared().stats.try_failed);
             self.inner.metrics.try_failed();
@@ -365,6 +365,7 @@ impl CountingSemaphore {
         self.run_once("release", None, |c, k, once| {
             calls::release(c, k, permits, once)
         })?;
+        Counters::bump(&self.shared().stats.released);
         self.inner.metrics.released();
         Ok(())
     }
@@ -544,6 +545,13 @@ impl CountingSemaphore {
         })
     }
 
+    /// Counts a successful acquire (one per call, whatever its number of permits, as
+    /// a leased `Permit` guard is one) in `Stats::acquired` and the metrics.
+    fn granted(&self) {
+        Counters::bump(&self.shared().stats.acquired);
+        self.inner.metrics.acquired();
+    }
+
     /// Runs the cancel script: waiter `id` leaves the queue, passing on any wake-up;
     /// ending by `end` when one is given (see `run_by`).
     fn cancel(&self, id: &str, end: Option<Instant>) -> Result<()> {
@@ -562,7 +570,7 @@ impl CountingSemaphore {
         // connection included
         let end = wait_end(deadline, self.shared().op_timeout);
         if self.look(permits, None, end)? {
-            metrics.acquired();
+            self.granted();
             return Ok(true);
         }
         // the first look found nothing free: a failed try, as the leased semaphore
@@ -596,7 +604,7 @@ impl CountingSemaphore {
                 let waited = started.elapsed();
                 stats.waited(waited);
                 metrics.waited(waited);
-                metrics.acquired();
+                self.granted();
             }
             Ok(false) => {
                 Counters::bump(&stats.wait_gave_up);

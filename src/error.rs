@@ -54,11 +54,13 @@ pub enum Error {
     /// may help.
     #[error("{operation} on semaphore {name:?} failed: redis error: {source}")]
     Call {
-        /// The semaphore's name.
+        /// The semaphore's name (the pattern, for
+        /// [`Client::list_semaphores`](crate::Client::list_semaphores) and
+        /// `list_counting_semaphores`).
         name: String,
         /// What failed: the method's name (`acquire`, `release`, `refresh`, `adopt`,
-        /// `status`, `set_limit`, `holders`, `force_release`...), or `a call` where no
-        /// single operation is meant.
+        /// `status`, `set_limit`, `holders`, `force_release`, `list_semaphores`...),
+        /// or `a call` where no single operation is meant.
         operation: &'static str,
         /// The error `redis` gave.
         source: redis::RedisError,
@@ -180,7 +182,8 @@ pub enum Error {
         "{operation} on semaphore {name:?} got no reply from redis within {allowed:?}: {source}"
     )]
     Timeout {
-        /// The semaphore's name.
+        /// The semaphore's name (the pattern, for the list calls, as for
+        /// [`Error::Call`]).
         name: String,
         /// What timed out: the method's name, as for [`Error::Call`], or `a call`.
         operation: &'static str,

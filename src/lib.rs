@@ -257,7 +257,7 @@ pub use connect::{IntoRedisTarget, redact as redact_url};
 pub use counting::CountingSemaphore;
 pub use error::{Error, LostReason, Result};
 pub use permit::{Permit, PermitParts};
-pub use semaphore::{Holder, MAX_LIMIT, Semaphore, SemaphoreBuilder, Status};
+pub use semaphore::{Holder, MAX_LIMIT, MAX_WAIT_REPLICAS, Semaphore, SemaphoreBuilder, Status};
 pub use stats::Stats;
 
 // The interop types at the top level too, beside their modules (`compat::book`,

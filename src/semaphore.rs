@@ -36,6 +36,14 @@ const LIMIT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// once, and as much for their release, on the 2-core development machine).
 pub const MAX_LIMIT: u32 = scripts::MAX_PERMITS;
 
+/// The most replicas [`SemaphoreBuilder::wait_replicas`] may ask to acknowledge a
+/// grant. No Redis primary has that many replicas, and a count above those it has
+/// fails every grant (each waits `WAIT`'s timeout, gives its permit back and fails
+/// with [`Error::ReplicasNotAcked`]; from 2<sup>31</sup> on Redis reads the count as
+/// a negative number and answers at once), so a larger count is refused when the
+/// semaphore is built.
+pub const MAX_WAIT_REPLICAS: u32 = 1_000;
+
 /// A distributed counting semaphore: at most `limit` permits are held at once, by all
 /// clients, threads and processes that use the same name on the same Redis.
 ///
@@ -400,7 +408,8 @@ impl SemaphoreBuilder {
 
     /// Makes every grant wait until at least `replicas` replicas of the Redis primary
     /// have acknowledged it, for at most `timeout`; `replicas == 0` turns it off (the
-    /// default).
+    /// default). `replicas` is at most [`MAX_WAIT_REPLICAS`]; set it to no more than
+    /// the replicas the primary has, or every grant fails.
     ///
     /// After the grant, the acquiring call renews the new permit's lease on a pooled
     /// connection (a write of that connection, which replication delivers after the
@@ -455,7 +464,8 @@ impl SemaphoreBuilder {
     /// under 1 ms (100 ms with automatic refresh), a refresh interval that is zero or
     /// not shorter than the lease, a
     /// [`wait_replicas`](SemaphoreBuilder::wait_replicas) timeout under 1 ms or not
-    /// shorter than the client's operation timeout, or a `max_hold` under 1 ms.
+    /// shorter than the client's operation timeout, a `wait_replicas` count above
+    /// [`MAX_WAIT_REPLICAS`], or a `max_hold` under 1 ms.
     pub fn build(self) -> Result<Semaphore> {
         let invalid = |s: &str| Err(Error::InvalidArgument(s.to_owned()));
         Error::check_name(&self.name, true)?;
@@ -497,6 +507,13 @@ impl SemaphoreBuilder {
         }
         let replicas = match self.replicas {
             None | Some((0, _)) => None,
+            Some((n, _)) if n > MAX_WAIT_REPLICAS => {
+                return invalid(&format!(
+                    "wait_replicas count must be at most {MAX_WAIT_REPLICAS} (replicas of \
+                     one primary), got {n}: every grant would wait for more replicas than \
+                     the primary has, and fail"
+                ));
+            }
             Some((n, timeout)) => {
                 if timeout < Duration::from_millis(1)
                     || timeout >= self.client.inner.shared.op_timeout
@@ -2013,7 +2030,7 @@ const RIDE_THROUGH: Duration = Duration::from_secs(30);
 
 /// Whether `e` is a Redis or pool error (what `Stats::errors` counts), not a refusal
 /// or an outcome of the semaphore's own (a limit, a lost permit, too few replicas).
-fn is_redis_error(e: &Error) -> bool {
+pub(crate) fn is_redis_error(e: &Error) -> bool {
     matches!(
         e,
         Error::Redis(_)

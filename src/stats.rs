@@ -76,7 +76,10 @@ impl Counters {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Stats {
-    /// Permit guards granted, by any acquire.
+    /// Permit guards granted, by any acquire; and successful acquires of the ownerless
+    /// semaphores ([`CountingSemaphore`](crate::CountingSemaphore), Redisson's
+    /// `RSemaphore`), one per call whatever its number of permits, as a guard of
+    /// several permits is one.
     pub acquired: u64,
     /// `try_acquire` calls (and first looks of blocking acquires) that found no
     /// permit free.
@@ -90,7 +93,8 @@ pub struct Stats {
     pub wait_latency: Vec<(Option<Duration>, u64)>,
     /// The sum of all granted waits.
     pub wait_total: Duration,
-    /// Permits given back without error (by `release` or `Drop`).
+    /// Permits given back without error (by `release` or `Drop`); and releases of the
+    /// ownerless semaphores that gave permits back, one per call.
     pub released: u64,
     /// Releases that failed: Redis or pool errors, or a bad reply (the lease then ends
     /// by itself).

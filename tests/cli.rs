@@ -969,3 +969,46 @@ fn a_password_that_starts_with_a_dash_is_taken_and_never_printed() {
         assert!(out.status.success(), "{password}: {err}");
     }
 }
+
+/// Review (eighth session): clap shows an `env` argument's value in `--help`
+/// (`[env: REDIS_USER=alice]`) unless told not to; `REDIS_URL` and the passwords were
+/// hidden, but `REDIS_USER` and `REDIS_SENTINEL_USER` printed their values in the help
+/// of the command and of every subcommand (the options are global). No environment
+/// value is shown; the variables' names still are.
+#[test]
+fn help_shows_no_environment_value() {
+    const VARS: [&str; 5] = [
+        "REDIS_URL",
+        "REDIS_USER",
+        "REDIS_PASSWORD",
+        "REDIS_SENTINEL_USER",
+        "REDIS_SENTINEL_PASSWORD",
+    ];
+    let markers: Vec<(String, String)> = VARS
+        .iter()
+        .map(|v| (v.to_string(), format!("marker-{}-7f3a", v.to_lowercase())))
+        .collect();
+    for args in [
+        &["--help"][..],
+        &["status", "--help"],
+        &["list", "--help"],
+        &["help", "watch"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_redis-semaphore"))
+            .args(args)
+            .envs(markers.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for (var, marker) in &markers {
+            assert!(text.contains(&format!("[env: {var}")), "{args:?}: {text}");
+            assert!(!text.contains(marker), "{args:?} shows {var}: {text}");
+            assert!(!text.contains("marker-"), "{args:?}: {text}");
+        }
+    }
+}

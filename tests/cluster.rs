@@ -2288,10 +2288,8 @@ fn move_slot(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
 #[test]
 fn calls_work_soon_after_a_failover_to_a_node_whose_clock_is_ahead() {
     const HOUR_MS: i64 = 3_600_000;
-    let Some(shifted) = support::clock_shift_env(HOUR_MS) else {
-        eprintln!("skipped: no C compiler to shift a server's clock");
-        return;
-    };
+    // (no C compiler fails the test: it never passes without checking anything)
+    let shifted = support::clock_shift_env(HOUR_MS).unwrap_or_else(|e| panic!("{e}"));
     // the replicas' clocks an hour ahead of the primaries'
     let cluster =
         RedisCluster::start_with_env(|k| if k >= 3 { shifted.clone() } else { Vec::new() });

@@ -343,3 +343,47 @@ fn a_try_s_failed_give_back_of_an_unacknowledged_grant_is_sent_again() {
     );
     assert!(sem.try_acquire().unwrap().is_some());
 }
+
+/// Review (eighth session): `wait_replicas(u32::MAX, timeout)` was accepted, and no
+/// grant could ever be handed out: every acquire took a permit, asked `WAIT` for more
+/// replicas than any primary has (Redis reads a count from 2^31 on as a negative
+/// `int` and answers at once), gave the permit back and failed with
+/// `ReplicasNotAcked`. A count above `MAX_WAIT_REPLICAS` is now refused when the
+/// semaphore is built, naming the value; the bound itself is accepted.
+#[test]
+fn a_replica_count_no_primary_can_meet_is_refused_at_build() {
+    let (primary, _replica) = primary_and_replica();
+    let client = Client::open(primary.url()).unwrap();
+    let build = |n: u32| {
+        client
+            .semaphore_builder("many-replicas")
+            .limit(1)
+            // (long enough for the one replica to acknowledge under load)
+            .wait_replicas(n, Duration::from_millis(1_000))
+            .build()
+    };
+    for n in [redis_semaphore::MAX_WAIT_REPLICAS + 1, 1 << 31, u32::MAX] {
+        match build(n) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("wait_replicas"), "{m}");
+                assert!(m.contains(&n.to_string()), "{m}");
+                assert!(
+                    m.contains(&redis_semaphore::MAX_WAIT_REPLICAS.to_string()),
+                    "{m}"
+                );
+            }
+            Err(e) => panic!("{n}: expected InvalidArgument, got {e:?}"),
+            Ok(sem) => panic!("{n}: built; a try gives {:?}", sem.try_acquire()),
+        }
+    }
+    // the bound is accepted (and, with one replica, refused per grant as before)
+    let sem = build(redis_semaphore::MAX_WAIT_REPLICAS).unwrap();
+    match sem.try_acquire() {
+        Err(Error::ReplicasNotAcked { wanted, .. }) => {
+            assert_eq!(wanted, redis_semaphore::MAX_WAIT_REPLICAS)
+        }
+        other => panic!("expected ReplicasNotAcked, got {other:?}"),
+    }
+    let granted = build(1).unwrap().try_acquire();
+    assert!(matches!(granted, Ok(Some(_))), "{granted:?}");
+}

@@ -244,3 +244,94 @@ fn failed_reads_writes_and_manual_refreshes_of_a_leased_semaphore_count_as_error
     );
     std::mem::forget(held);
 }
+
+// Found by a review (2026-11-27, eighth session): each failed before its mend.
+
+/// `Stats::acquired` counts "permit guards granted, by any acquire" and `released`
+/// "permits given back without error"; the metrics count a counting semaphore's
+/// successful acquire and its release there (`redis_semaphore_acquired_total`,
+/// `_released_total`), and `Stats` counts a Redisson `RSemaphore`'s grant. A counting
+/// semaphore's grants (a try, a blocking acquire's first look, a granted wait) and
+/// releases, and an `RSemaphore`'s releases, left both counts at 0.
+#[test]
+fn counting_and_rsemaphore_grants_and_releases_count_as_acquired_and_released() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let cs = client.counting_semaphore("counted").unwrap();
+    assert!(cs.try_set_permits(2).unwrap());
+    assert!(cs.try_acquire(1).unwrap(), "a try");
+    cs.acquire(1).unwrap(); // granted at its first look
+    let waiter = {
+        let cs = cs.clone();
+        std::thread::spawn(move || cs.acquire_timeout(2, Duration::from_secs(20)))
+    };
+    wait_until(Duration::from_secs(10), "queued", || {
+        cs.queue_len().unwrap() == 1
+    });
+    cs.release(2).unwrap();
+    assert!(waiter.join().unwrap().unwrap(), "a granted wait");
+    cs.release(1).unwrap();
+    let s = client.stats();
+    assert_eq!((s.acquired, s.released), (3, 2), "{s:?}");
+    // a refused try and a wait that gave up are not grants
+    assert!(!cs.try_acquire(2).unwrap());
+    assert!(!cs.acquire_timeout(2, Duration::from_millis(50)).unwrap());
+    let s = client.stats();
+    assert_eq!((s.acquired, s.released), (3, 2), "{s:?}");
+
+    // the Redisson RSemaphore counted its grants but not its releases
+    let rs = client.redisson_semaphore("counted-rs");
+    assert!(rs.try_set_permits(1).unwrap());
+    assert!(rs.try_acquire(1).unwrap());
+    assert_eq!(rs.release(1).unwrap(), 1);
+    assert!(rs.release_if_exists(1).unwrap());
+    // a counter that does not exist: nothing given back, nothing counted
+    assert!(
+        !client
+            .redisson_semaphore("counted-rs-absent")
+            .release_if_exists(1)
+            .unwrap()
+    );
+    let s = client.stats();
+    assert_eq!((s.acquired, s.released), (4, 4), "{s:?}");
+}
+
+/// `Stats::errors` counts "operations that failed with a Redis or pool error", and
+/// every semaphore's reads count there; `Client::list_semaphores` and
+/// `list_counting_semaphores` did not, and their Redis error was a bare
+/// `redis error: ...` that named neither the call nor the pattern (a `status` that
+/// fails names its operation and semaphore).
+#[test]
+fn a_failed_listing_counts_as_an_error_naming_its_call_and_pattern() {
+    // a server on which SCAN is refused (an error reply, the connection fine)
+    let server = RedisServer::start_with(&["--rename-command", "SCAN", ""]);
+    let client = Client::open(server.url()).unwrap();
+    client.ping().unwrap();
+    for (call, listed) in [
+        ("list_semaphores", client.list_semaphores("jobs:*")),
+        (
+            "list_counting_semaphores",
+            client.list_counting_semaphores("jobs:*"),
+        ),
+    ] {
+        let e = listed.expect_err("SCAN is refused");
+        let text = e.to_string();
+        assert!(text.contains(call), "{text}");
+        assert!(text.contains("jobs:*"), "{text}");
+        assert!(text.to_lowercase().contains("scan"), "{text}");
+        assert!(!e.is_retryable(), "{e:?}");
+    }
+    assert_eq!(client.stats().errors, 2, "{:?}", client.stats());
+
+    // a server that is gone: a connect error, counted as well
+    let mut gone = RedisServer::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .checkout_timeout(Duration::from_millis(500))
+        .build(gone.url())
+        .unwrap();
+    gone.stop();
+    assert!(client.list_semaphores("*").is_err());
+    assert!(client.list_counting_semaphores("*").is_err());
+    assert_eq!(client.stats().errors, 2, "{:?}", client.stats());
+}

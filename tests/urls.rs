@@ -506,3 +506,44 @@ fn settings_a_unix_url_would_ignore_are_refused() {
         }
     }
 }
+
+/// Review (eighth session): a user name followed by an empty password
+/// (`redis://s3cret:@host`, a password written in the user part, as with Redis before
+/// 6, with a stray `:`) was shown by `redact_url` and every message built with it,
+/// while the same name without the `:` was hidden. A user name is now shown only when
+/// a non-empty password follows it (as `Debug` output shows one); otherwise the whole
+/// user info is `***`, and the address is still shown.
+#[test]
+fn a_user_name_with_an_empty_password_is_redacted() {
+    for (url, want) in [
+        (
+            format!("redis://{SECRET}:@redis.internal:6379/"),
+            "redis://***@redis.internal:6379/",
+        ),
+        (
+            format!("rediss://{SECRET}:@redis.internal:6380/0"),
+            "rediss://***@redis.internal:6380/0",
+        ),
+        (
+            format!("redis+sentinel://{SECRET}:@h1:26379,h2/svc"),
+            "redis+sentinel://***@h1:26379,h2/svc",
+        ),
+        (
+            format!("redis+cluster://{SECRET}:@h1:7000"),
+            "redis+cluster://***@h1:7000",
+        ),
+        ("redis://:@h:1/".to_owned(), "redis://***@h:1/"),
+        // unchanged: a user name with a password, a password alone, a bare name
+        (format!("redis://app:{SECRET}@h:1/"), "redis://app:***@h:1/"),
+        (format!("redis://:{SECRET}@h:1/"), "redis://:***@h:1/"),
+        (format!("redis://{SECRET}@h:1/"), "redis://***@h:1/"),
+        ("redis://h:1/".to_owned(), "redis://h:1/"),
+    ] {
+        assert_eq!(redis_semaphore::redact_url(&url), want, "{want}");
+    }
+    // and in the messages that show a URL
+    let text = invalid(&format!("redis://{SECRET}:@host:notaport/"));
+    assert!(text.contains("redis://***@host:notaport/"), "{text}");
+    let text = invalid(&format!("redis+cluster://{SECRET}:@h1:0"));
+    assert!(text.contains("bad Redis URL"), "{text}");
+}

@@ -51,7 +51,9 @@ struct Cli {
     )]
     url: String,
     /// ACL user name (overrides the URL's).
-    #[arg(long, env = "REDIS_USER", global = true)]
+    // (every `env` argument hides its value in `--help`: clap shows it by default,
+    // and a user name may be a password typed in the wrong variable)
+    #[arg(long, env = "REDIS_USER", hide_env_values = true, global = true)]
     user: Option<String>,
     /// Password (overrides the URL's); better given in REDIS_PASSWORD than on the
     /// command line.
@@ -67,7 +69,12 @@ struct Cli {
     password: Option<String>,
     /// ACL user name for the sentinels of a redis+sentinel:// URL (the URL's own
     /// credentials are the data nodes').
-    #[arg(long, env = "REDIS_SENTINEL_USER", global = true)]
+    #[arg(
+        long,
+        env = "REDIS_SENTINEL_USER",
+        hide_env_values = true,
+        global = true
+    )]
     sentinel_user: Option<String>,
     /// Password for the sentinels of a redis+sentinel:// URL.
     #[arg(
@@ -197,6 +204,7 @@ fn run(cli: &Cli) -> Result<ExitCode, String> {
         Error::Pool(_)
         | Error::Redis(_)
         | Error::Call { .. }
+        | Error::Timeout { .. }
         | Error::Connect { .. }
         | Error::Auth { .. } => {
             format!("cannot talk to Redis at {url}: {e}")

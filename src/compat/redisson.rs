@@ -1169,7 +1169,9 @@ impl RSemaphore {
             },
             |_| false,
         )?;
-        after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))
+        let after = after.ok_or_else(|| Error::reply("redisson_rs_release", "not released"))?;
+        Counters::bump(&self.common.shared().stats.released);
+        Ok(after)
     }
 
     /// As [`release`](Self::release), but only when the counter exists (Redisson 4.0's
@@ -1182,7 +1184,7 @@ impl RSemaphore {
         Error::check_permits(permits)?;
         let publish = self.common.publish();
         let once = self.common.once();
-        Ok(self
+        let released = self
             .common
             .run_write_by(
                 "release",
@@ -1194,7 +1196,11 @@ impl RSemaphore {
                 },
                 |_| false,
             )?
-            .is_some())
+            .is_some();
+        if released {
+            Counters::bump(&self.common.shared().stats.released);
+        }
+        Ok(released)
     }
 
     /// The counter (a plain `GET`): 0 when it does not exist; negative after a

@@ -127,25 +127,32 @@ pub fn faketime(offset: &str, program: &Path) -> Command {
 /// The environment variables that run a redis-server with its wall clock (`TIME`, key
 /// expiry) moved by `offset_ms`, its monotonic clock left alone: a small preload
 /// library built here with the C compiler (`cc`), since libfaketime crashes
-/// redis-server at start-up. `None` without a C compiler.
-pub fn clock_shift_env(offset_ms: i64) -> Option<Vec<(String, String)>> {
-    static LIB: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+/// redis-server at start-up. `Err` says why the library could not be built (no C
+/// compiler, say): a test that needs it fails with that, it does not pass unchecked.
+pub fn clock_shift_env(offset_ms: i64) -> Result<Vec<(String, String)>, String> {
+    static LIB: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     let lib = LIB.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clock-shift");
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let src = dir.join("clock_shift.c");
-        std::fs::write(&src, CLOCK_SHIFT_C).ok()?;
+        std::fs::write(&src, CLOCK_SHIFT_C).map_err(|e| format!("write {}: {e}", src.display()))?;
         let lib = dir.join(format!("libclockshift-{}.so", std::process::id()));
         let built = Command::new("cc")
             .args(["-shared", "-fPIC", "-O2", "-o"])
             .arg(&lib)
             .arg(&src)
             .status()
-            .ok()?;
-        built.success().then_some(lib)
+            .map_err(|e| format!("cannot run the C compiler `cc` (install gcc): {e}"))?;
+        if built.success() {
+            Ok(lib)
+        } else {
+            Err(format!("`cc` failed to build {} ({built})", src.display()))
+        }
     });
-    let lib = lib.as_ref()?;
-    Some(vec![
+    let lib = lib
+        .as_ref()
+        .map_err(|e| format!("no library to shift a redis-server's clock: {e}"))?;
+    Ok(vec![
         ("LD_PRELOAD".into(), lib.display().to_string()),
         ("REDSEM_TEST_CLOCK_OFFSET_MS".into(), offset_ms.to_string()),
     ])
@@ -249,7 +256,7 @@ impl RedisServer {
     }
 
     /// [`start_with`](Self::start_with), the process having the environment variables
-    /// `env` too (a clock shifted with [`clock_shift_lib`], say).
+    /// `env` too (a clock shifted with [`clock_shift_env`], say).
     pub fn start_with_env(extra_args: &[&str], env: &[(String, String)]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("redsem-test-")
