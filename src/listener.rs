@@ -42,8 +42,9 @@ use crate::stats::Counters;
 use crate::threads::{drop_deadline, join_by, stopped};
 use crate::topology::PrimaryConn;
 
-/// How long one read of the subscription may block: bounds how late the thread sees
-/// that it must stop.
+/// How long one read of a message may block: bounds how late the thread sees that it
+/// must stop while it listens. (Not a wait for the server's answer to a request: see
+/// [`listen`].)
 const POLL: Duration = Duration::from_millis(100);
 /// A PING after this much silence finds a half-open connection.
 const HEARTBEAT: Duration = Duration::from_secs(3);
@@ -647,7 +648,7 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
             return;
         };
         let mut subscribed = false;
-        let listened = listen(plain, hub, stop, &stale, &mut subscribed);
+        let listened = listen(plain, hub, stop, &stale, &mut subscribed, shared.op_timeout);
         if listened.is_err() {
             // waiters rely on their timers while there is no subscription
             hub.set_down();
@@ -690,34 +691,43 @@ fn run(shared: &Shared, hub: &Hub, stop: &Receiver<()>) {
 /// Subscribes and delivers messages until told to stop (`Ok`), the connection fails,
 /// or `stale` says the primary it is subscribed on was replaced; `subscribed` says
 /// whether the subscription was confirmed.
+///
+/// The server's answers (the `SUBSCRIBE`'s confirmation, a heartbeat's `PONG`) are
+/// waited for up to the operation timeout `op`, as any call's reply: a network whose
+/// round trip is longer than [`POLL`] (a server far away) is slow, not down. Only the
+/// wait for a message, which may never come, is cut into reads of [`POLL`].
 fn listen(
     conn: &mut redis::Connection,
     hub: &Hub,
     stop: &Receiver<()>,
     stale: &dyn Fn() -> bool,
     subscribed: &mut bool,
+    op: Duration,
 ) -> redis::RedisResult<()> {
     let subscribing = conn
-        .read_within(Some(POLL))
-        .and_then(|()| crate::clock::subscribe(conn, &hub.channel));
+        .read_within(Some(op))
+        .and_then(|()| crate::clock::subscribe(conn, &hub.channel))
+        .and_then(|()| conn.read_within(Some(POLL)));
     // (a `PubSub` even when the subscription failed: its drop unsubscribes, in case
     // the server made one whose confirmation came too late)
     let mut ps = conn.as_pubsub();
     let listened = subscribing.and_then(|()| {
         *subscribed = true;
-        listen_on(&mut ps, hub, stop, stale)
+        listen_on(&mut ps, hub, stop, stale, op)
     });
     // left without waiting here; the caller brings a pooled connection back in step
     quit_pubsub(ps);
     listened
 }
 
-/// [`listen`] on the subscription `ps`, once it is confirmed.
+/// [`listen`] on the subscription `ps`, once it is confirmed, its reads of messages
+/// cut at [`POLL`]; a heartbeat's answer is waited for up to `op`.
 fn listen_on(
     ps: &mut redis::PubSub<'_>,
     hub: &Hub,
     stop: &Receiver<()>,
     stale: &dyn Fn() -> bool,
+    op: Duration,
 ) -> redis::RedisResult<()> {
     hub.set_ready(true);
     log::debug!("redis-semaphore: listening for wake-ups on {}", hub.channel);
@@ -748,7 +758,11 @@ fn listen_on(
             }
             Err(e) if e.is_timeout() => {
                 if last_heard.elapsed() >= HEARTBEAT {
+                    // (messages that come before the answer are kept for the reads
+                    // after it)
+                    pubsub_read_within(ps, Some(op))?;
                     ps.ping::<redis::Value>()?;
+                    pubsub_read_within(ps, Some(POLL))?;
                     last_heard = Instant::now();
                 }
             }

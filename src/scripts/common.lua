@@ -309,11 +309,13 @@ end
 
 -- Reads the semaphore's state with one HMGET, after check_keys(); the holder and
 -- waiter records of `id` are read along when it is given. In a batch, returns the
--- batch's state with the records of `id` as earlier operations of the batch left them.
+-- batch's state with the records of `id` as earlier operations of the batch left them
+-- (and the limit the last acquire passed, `climit`, which the batch's one save writes
+-- as 'cl', whatever operations come after that acquire).
 local function load(id)
     if batch then
         batch.rec, batch.wrec = field(batch, id), field(batch, 'w:' .. id)
-        batch.moved, batch.climit = false, nil
+        batch.moved = false
         return batch
     end
     local repaired = check_keys()

@@ -57,6 +57,9 @@ local function op_acquire(id, n, climit, lease, pad, hb, origin, mode, fair, cha
     if cutoff > 0 and now >= cutoff then return {-2, now} end
     local st = load(id)
     local limit = st.limit or tonumber(climit)
+    -- (an earlier acquire of the same batch passed another limit: clients disagree,
+    -- kept for operators as save() keeps one stored before)
+    if st.climit and st.climit ~= climit then put(st, 'cdl', st.climit) end
     st.climit = climit
 
     if st.rec and live(st, id) then return grant_reply(st.rec, deadline_of(id)) end
