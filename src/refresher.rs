@@ -978,7 +978,7 @@ fn renewed_but(
         if gone.contains(p.id.as_str()) {
             lost.push((p.reason_for_missing(now, false), Arc::clone(p)));
         } else {
-            p.renewed(lease_end(sent, lease));
+            p.renewed(lease_end(sent, lease), sent);
         }
     }
     lost

@@ -27,8 +27,12 @@ pub(crate) struct PermitState {
     pub(crate) id: String,
     reason: OnceLock<LostReason>,
     tx: Mutex<Option<Sender<LostReason>>>,
-    /// The instant before which the lease surely still runs on the server.
-    valid_until: Mutex<Instant>,
+    /// The instant before which the lease surely still runs on the server, and the
+    /// lease updates that set it ([`Lease`]).
+    lease: Mutex<Lease>,
+    /// Held across a lease update's call (`RPermitExpirableSemaphore::update_lease_time`):
+    /// two updates of one permit in this client never overlap ([`LeaseUpdate`]).
+    update_serial: Mutex<()>,
     /// `SemaphoreBuilder::max_hold`: no renewal is sent from this instant on.
     hold_until: Option<Instant>,
     /// Where its loss is reported (`metrics` feature); empty for waiters' heartbeats
@@ -60,7 +64,13 @@ impl PermitState {
             id,
             reason: OnceLock::new(),
             tx: Mutex::new(Some(tx)),
-            valid_until: Mutex::new(valid_until),
+            lease: Mutex::new(Lease {
+                until: valid_until,
+                ends_by: None,
+                updating: false,
+                updated_at: None,
+            }),
+            update_serial: Mutex::new(()),
             hold_until,
             metrics,
             detached: AtomicBool::new(false),
@@ -95,7 +105,18 @@ impl PermitState {
     pub(crate) fn valid_until(&self) -> Instant {
         #[cfg(test)]
         tests::DEADLINE_READS.with(|n| n.set(n.get() + 1));
-        *self.valid_until.lock()
+        let l = self.lease.lock();
+        l.ends_by.map_or(l.until, |end| end.min(l.until))
+    }
+
+    /// The lease cannot outlast `end`, whatever renewals say: the key that holds it
+    /// expires by then (an `RPermitExpirableSemaphore` whose counter has a TTL).
+    /// Only ever moves earlier.
+    pub(crate) fn ends_by(&self, end: Instant) {
+        let mut l = self.lease.lock();
+        if l.ends_by.is_none_or(|e| end < e) {
+            l.ends_by = Some(end);
+        }
     }
 
     /// Why a permit that Redis no longer has is gone, as far as this client can tell:
@@ -110,16 +131,33 @@ impl PermitState {
             })
     }
 
-    /// The lease was set anew on the server (`updateLeaseTime`, which may shorten it):
-    /// it surely runs until `until`, and no longer.
-    pub(crate) fn lease_set(&self, until: Instant) {
-        *self.valid_until.lock() = until;
+    /// Starts a lease update of this permit (`updateLeaseTime`, which sets the
+    /// server's deadline to what it is given, a shorter one included): call it before
+    /// the update is sent, and say how it went on the guard. It waits for an update of
+    /// the same permit already on its way in this client.
+    pub(crate) fn begin_lease_update(&self) -> LeaseUpdate<'_> {
+        let serial = self.update_serial.lock();
+        self.lease.lock().updating = true;
+        LeaseUpdate {
+            state: self,
+            _serial: serial,
+        }
     }
 
-    pub(crate) fn renewed(&self, until: Instant) {
-        let mut v = self.valid_until.lock();
-        if until > *v {
-            *v = until;
+    /// A renewal sent at `sent` was answered: the lease surely runs until `until`. A
+    /// renewal never moves the deadline earlier (the scripts renew with `GT`), and is
+    /// not applied when a lease update ([`begin_lease_update`](Self::begin_lease_update))
+    /// was on its way at any moment since `sent`: the server may have run the renewal
+    /// first and the update (perhaps a shorter lease) after it, which this client
+    /// cannot tell from the order of the replies. The update's deadline then stands
+    /// until a renewal sent after it is answered.
+    pub(crate) fn renewed(&self, until: Instant, sent: Instant) {
+        let mut l = self.lease.lock();
+        if l.updating || l.updated_at.is_some_and(|at| at >= sent) {
+            return;
+        }
+        if until > l.until {
+            l.until = until;
         }
     }
 
@@ -158,6 +196,54 @@ impl PermitState {
         } else {
             LostReason::Released
         }
+    }
+}
+
+/// A permit's deadline on the client, and what lease updates did to it.
+#[derive(Debug)]
+struct Lease {
+    /// The instant before which the lease surely still runs on the server, by what
+    /// renewals and lease updates said.
+    until: Instant,
+    /// The end of the key that holds the lease, when it has a TTL
+    /// ([`PermitState::ends_by`]): the lease ends then at the latest.
+    ends_by: Option<Instant>,
+    /// A lease update is on its way ([`PermitState::begin_lease_update`]).
+    updating: bool,
+    /// When the last lease update ended (its answer, or its failure, came).
+    updated_at: Option<Instant>,
+}
+
+/// A lease update of a permit on its way ([`PermitState::begin_lease_update`]): it
+/// ends, as far as renewals are concerned, when the guard goes.
+pub(crate) struct LeaseUpdate<'a> {
+    state: &'a PermitState,
+    _serial: parking_lot::MutexGuard<'a, ()>,
+}
+
+impl LeaseUpdate<'_> {
+    /// The server applied the update: the lease surely runs until `until`, and no
+    /// longer.
+    pub(crate) fn applied(self, until: Instant) {
+        self.state.lease.lock().until = until;
+    }
+
+    /// The update failed after it may have reached the server (a lost reply, a replica
+    /// wait that failed after the write): the lease runs until its old deadline or
+    /// `until`, whichever the server kept, so the client counts the earlier.
+    pub(crate) fn in_doubt(self, until: Instant) {
+        let mut l = self.state.lease.lock();
+        if until < l.until {
+            l.until = until;
+        }
+    }
+}
+
+impl Drop for LeaseUpdate<'_> {
+    fn drop(&mut self) {
+        let mut l = self.state.lease.lock();
+        l.updating = false;
+        l.updated_at = Some(Instant::now());
     }
 }
 

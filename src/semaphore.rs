@@ -2349,7 +2349,7 @@ impl SemInner {
         let now = Instant::now();
         let reason = match renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
-                permit.renewed(lease_end(sent, self.lease()));
+                permit.renewed(lease_end(sent, self.lease()), sent);
                 return Ok(());
             }
             Renewal::Lost(_) => permit.reason_for_missing(now, false),

@@ -278,3 +278,205 @@ fn a_permit_expirable_renewal_that_lands_late_never_moves_the_deadline_back() {
         permit.lease_left()
     );
 }
+
+/// Review (eighth session): an `update_lease_time` that shortened a held permit's
+/// lease on the server but whose reply was lost (a timeout: a partition, a slow
+/// network) left the `Permit` of this client on its old lease. Once the short lease
+/// had ended, another client reclaimed the permit and took the only one of a
+/// semaphore of one, while this `Permit` still said it was valid for most of a
+/// minute: two valid holders. A failed update may have run, so the `Permit` now
+/// counts the shorter of its lease and the one the update asked for.
+#[test]
+fn a_lease_update_whose_reply_is_lost_still_shortens_the_permit() {
+    use std::time::Duration;
+    const OP: Duration = Duration::from_millis(400);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut admin = server.conn();
+    let pes = client.redisson_permit_expirable_semaphore("pu");
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("a permit");
+    // the lease script in the server's cache: the update below is one EVALSHA
+    permit.refresh().unwrap();
+    let before = pes_score(&mut admin, "{pu}:timeout");
+    // the update runs on the server; its reply comes after the call gave up
+    proxy.delay_replies(Duration::from_millis(1_500));
+    let r = pes.update_lease_time(permit.id(), Some(Duration::from_millis(300)));
+    assert!(
+        r.as_ref().is_err_and(redis_semaphore::Error::is_timeout),
+        "{r:?}"
+    );
+    proxy.delay_replies(Duration::ZERO);
+    let score = support::wait_for(Duration::from_secs(5), "the update runs", || {
+        let score = pes_score(&mut admin, "{pu}:timeout");
+        (score < before - 50_000).then_some(score)
+    });
+    support::wait_until(Duration::from_secs(5), "the short lease ends", || {
+        support::now_ms() >= score
+    });
+    let other = Client::open(server.url()).unwrap();
+    let theirs = other
+        .redisson_permit_expirable_semaphore("pu")
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the other client reclaims the expired permit");
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the permit says it is valid for {:?} more while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
+}
+
+/// The score of the only member of the lease zset `key`.
+fn pes_score(conn: &mut redis::Connection, key: &str) -> i64 {
+    let v: Vec<(Vec<u8>, i64)> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap();
+    assert_eq!(v.len(), 1, "one permit held");
+    v[0].1
+}
+
+/// Review (eighth session): a renewal of a permit-expirable permit (`Permit::refresh`
+/// here, the background renewal alike) that ran on the server before an
+/// `update_lease_time` shortened the lease, but whose reply came back after the
+/// update's, moved the `Permit` past the shortened lease: the renewal counted its
+/// whole lease from its own send, while the server held the update's short one. Once
+/// that had ended, another client reclaimed the permit and took the only one, while
+/// this `Permit` said it was valid for most of a minute. A renewal whose flight
+/// overlapped a lease update of the same permit now leaves the update's deadline as
+/// it is (the next renewal, sent after the update, counts as usual).
+#[test]
+fn a_renewal_answered_after_a_lease_update_does_not_undo_it() {
+    use std::time::Duration;
+    const OP: Duration = Duration::from_secs(8);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut admin = server.conn();
+    let pes = client.redisson_permit_expirable_semaphore("pr");
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("a permit");
+    // the lease script in the server's cache: each call below is one EVALSHA
+    permit.refresh().unwrap();
+    std::thread::scope(|s| {
+        // the renewal runs on the server at once; its reply is held 4 s on its way
+        proxy.delay_replies(Duration::from_secs(4));
+        let renewal = s.spawn(|| permit.refresh());
+        support::wait_until(
+            Duration::from_secs(5),
+            "the renewal's reply is held",
+            || proxy.held_replies() >= 1,
+        );
+        proxy.delay_replies(Duration::ZERO);
+        // after it on the server, answered before it
+        assert!(
+            pes.update_lease_time(permit.id(), Some(Duration::from_millis(300)))
+                .unwrap()
+        );
+        assert!(
+            proxy.held_replies() >= 1,
+            "the renewal's reply is still held"
+        );
+        renewal.join().unwrap().expect("the renewal went through");
+    });
+    let score = pes_score(&mut admin, "{pr}:timeout");
+    support::wait_until(Duration::from_secs(5), "the short lease ends", || {
+        support::now_ms() >= score
+    });
+    let other = Client::open(server.url()).unwrap();
+    let theirs = other
+        .redisson_permit_expirable_semaphore("pr")
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the other client reclaims the expired permit");
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the permit says it is valid for {:?} more while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
+}
+
+/// Review (eighth session): a permit-expirable permit of a semaphore whose counter has
+/// a TTL (`RSemaphore::try_set_permits_with_ttl`, or Redisson's `trySetPermits(n,
+/// ttl)` on the Java side: the acquire gives the lease zset the counter's TTL, as
+/// Redisson's does) said it was valid for its whole lease after the semaphore's keys
+/// had expired with it, when the semaphore was set up again and another client was
+/// granted its only permit: two valid holders. A grant now counts its lease no further
+/// than the keys' TTL it was made under, and so does a renewal.
+#[test]
+fn a_permit_expirable_permit_ends_with_the_keys_ttl() {
+    use std::time::Duration;
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore("px");
+    assert!(
+        rs.try_set_permits_with_ttl(1, Duration::from_secs(3))
+            .unwrap()
+    );
+    let pes = client.redisson_permit_expirable_semaphore("px");
+    let permit = pes
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("a permit");
+    permit.refresh().unwrap();
+    support::wait_until(Duration::from_secs(10), "the keys expire", || {
+        get(&mut admin, "px").is_none() && zcard(&mut admin, "{px}:timeout") == 0
+    });
+    let other = Client::open(server.url()).unwrap();
+    let other_pes = other.redisson_permit_expirable_semaphore("px");
+    assert!(other_pes.try_set_permits(1).unwrap(), "set up again");
+    let theirs = other_pes
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the other client is granted the only permit");
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the permit says it is valid for {:?} more while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
+    drop((permit, theirs));
+
+    // a TTL given to the keys after the grant (Redisson's `expire` on the semaphore)
+    // is learnt by the permit's next renewal
+    let py = client.redisson_permit_expirable_semaphore("py");
+    assert!(py.try_set_permits(1).unwrap());
+    let permit = py
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("a permit");
+    for key in ["py", "{py}:timeout"] {
+        let set: i64 = redis::cmd("PEXPIRE")
+            .arg(key)
+            .arg(3_000)
+            .query(&mut admin)
+            .unwrap();
+        assert_eq!(set, 1, "{key} has a TTL");
+    }
+    permit.refresh().unwrap();
+    support::wait_until(Duration::from_secs(10), "the keys expire", || {
+        get(&mut admin, "py").is_none() && zcard(&mut admin, "{py}:timeout") == 0
+    });
+    let other_py = other.redisson_permit_expirable_semaphore("py");
+    assert!(other_py.try_set_permits(1).unwrap(), "set up again");
+    let theirs = other_py
+        .try_acquire(Some(Duration::from_secs(60)))
+        .unwrap()
+        .expect("the other client is granted the only permit");
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the renewed permit says it is valid for {:?} more while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
+}

@@ -958,11 +958,12 @@ impl Grantor for BookInner {
         }
         Counters::bump(&self.stats().refresh_calls);
         let mut conn = self.conn()?;
+        let sent = Instant::now();
         let stamp = self.stamp();
         let held = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
             .map_err(|e| self.err(e).during("refresh"))?;
         if held {
-            permit.renewed(stamp.ends);
+            permit.renewed(stamp.ends, sent);
             return Ok(());
         }
         // Gone from the time zset (purged), or its ticket gone: take out what is left,

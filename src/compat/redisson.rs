@@ -45,6 +45,11 @@
 //!   expiry of a permit: any later call (an acquire, `available_permits`,
 //!   `lease_time`...) reclaims the expired ones. A waiter whose acquire saw a lease
 //!   running retries at its deadline (the `':<deadline>'` answer).
+//! - **A counter with a TTL ends the leases with it.** An acquire gives the lease
+//!   zset the counter's TTL, as Redisson's does (`trySetPermits` with a time to live,
+//!   [`RSemaphore::try_set_permits_with_ttl`]), and the permits in it go when it
+//!   expires, whatever their leases. A [`Permit`] counts its lease no further than the
+//!   TTL its grant, or any later renewal or `update_lease_time`, found on the zset.
 //! - **No fencing token.** Nothing in this layout increases per grant: [`Permit::token`]
 //!   is 0 and [`Permit::slots`] is empty. A holder whose lease ran out cannot be fenced
 //!   off downstream.
@@ -1331,18 +1336,26 @@ impl Renew for PesRenewer {
             .iter()
             .map(|p| decode_id(&p.id))
             .collect::<Result<Vec<_>>>()?;
+        let sent = Instant::now();
         let now = now_ms();
         let deadline = lease_deadline(now, Some(self.lease));
         // the refresher's bound (the checkout, the call and a replica wait, all in
         // `wait`), not the checkout timeout and an operation timeout: a server that
         // stopped answering must not hold back the loss of the client's other permits
         let by = Instant::now() + wait.min(inner.common.shared().op_timeout);
-        let held = inner.common.run_write_by(
+        let (held, ttl) = inner.common.run_write_by(
             "update_lease_time",
             Some(by),
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline, true),
             |_| false,
         )?;
+        if let Some(ttl) = ttl {
+            // the leases end with the zset's TTL at the latest (applied before the
+            // refresher renews them: a renewal never counts past it)
+            for p in permits {
+                p.ends_by(crate::clock::lease_end(sent, ttl));
+            }
+        }
         Ok(permits
             .iter()
             .zip(held)
@@ -1562,13 +1575,16 @@ impl Grantor for PesGrant {
         let now = now_ms();
         let deadline = lease_deadline(now, self.lease);
         let publish = self.inner.publish();
-        let held = self.inner.common.run_write(
+        let (held, ttl) = self.inner.common.run_write(
             "update_lease_time",
             |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline, true),
             |_| false,
         )?;
+        if let Some(ttl) = ttl {
+            permit.ends_by(crate::clock::lease_end(sent, ttl));
+        }
         if held {
-            permit.renewed(valid_until(sent, self.lease));
+            permit.renewed(valid_until(sent, self.lease), sent);
             return Ok(());
         }
         let reason = permit.gone_reason();
@@ -1721,7 +1737,7 @@ impl RPermitExpirableSemaphore {
             |answer| {
                 // Redisson's handleNoSync: give the permits just taken back (by the
                 // wait's bound, when there is one)
-                if !matches!(answer, PesAcquire::Granted) {
+                if !matches!(answer, PesAcquire::Granted { .. }) {
                     return false;
                 }
                 let (inner, ids) = (Arc::clone(&self.inner), ids.clone());
@@ -1753,7 +1769,7 @@ impl RPermitExpirableSemaphore {
             }
         };
         Ok(match answer {
-            PesAcquire::Granted => {
+            PesAcquire::Granted { ttl } => {
                 let stats = &self.inner.common.shared().stats;
                 // renewed in the background: a group of its own per handle and lease
                 // (its renewer holds the handle weakly: only this handle's permits,
@@ -1788,6 +1804,11 @@ impl RPermitExpirableSemaphore {
                         Counters::bump(&stats.acquired);
                         let (state, lost_rx) =
                             PermitState::new(encode_id(id), valid_until(sent, lease));
+                        if let Some(ttl) = ttl {
+                            // the lease zset expires with the counter's TTL, and every
+                            // lease in it with it
+                            state.ends_by(crate::clock::lease_end(sent, ttl));
+                        }
                         client.shared.registry.lock().pes_hold(&name, &state);
                         if let (Some(key), Some(l)) = (&group, renewed) {
                             let nudge = client.shared.registry.lock().register_with(
@@ -2026,6 +2047,14 @@ impl RPermitExpirableSemaphore {
     pub fn update_lease_time(&self, id: &str, lease: Option<Duration>) -> Result<bool> {
         check_lease(lease)?;
         let raw = decode_id(id)?;
+        // A `Permit` of this client with that id follows the lease it now has on the
+        // server, a shorter one included (else it would say it is valid after another
+        // client reclaimed its place), and learns it is gone when it is. Its renewals
+        // whose flight overlaps this call are not applied (the server may have run
+        // one before this update and answered it after), and an update of it that
+        // fails after it may have run leaves it the shorter of the two leases.
+        let own = self.own_permit(&raw);
+        let update = own.as_deref().map(PermitState::begin_lease_update);
         let sent = Instant::now();
         let held = self.run_write(
             "update_lease_time",
@@ -2033,18 +2062,24 @@ impl RPermitExpirableSemaphore {
                 calls::pes_update_lease(c, k, publish, now, &raw, lease_deadline(now, lease), false)
             },
             |_| false,
-        )?;
-        // a `Permit` of this client with that id follows the lease it now has on the
-        // server, a shorter one included (else it would say it is valid after another
-        // client reclaimed its place), and learns it is gone when it is
-        if let Some(state) = self.own_permit(&raw) {
-            if held {
-                state.lease_set(valid_until(sent, lease));
-            } else {
+        );
+        let (Some(state), Some(update)) = (own.as_deref(), update) else {
+            return held.map(|(held, _)| held);
+        };
+        if let Ok((_, Some(ttl))) = held {
+            state.ends_by(crate::clock::lease_end(sent, ttl));
+        }
+        match held {
+            Ok((true, _)) => update.applied(valid_until(sent, lease)),
+            Ok((false, _)) => {
+                drop(update);
                 state.mark_lost_counted(state.gone_reason(), &self.inner.common.shared().stats);
             }
+            // (a bad argument was refused before anything was sent; any other failure
+            // may have come after the server ran the update)
+            Err(_) => update.in_doubt(valid_until(sent, lease)),
         }
-        Ok(held)
+        held.map(|(held, _)| held)
     }
 
     /// The lease left to permit `id` by this client's clock (`None`: no lease), after

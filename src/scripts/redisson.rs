@@ -10,6 +10,7 @@
 //! [`Error::UnexpectedReply`](crate::Error).
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::{ConnectionLike, Value};
 
@@ -275,8 +276,9 @@ fn is_counter_text(s: &str) -> bool {
 /// What an `RPermitExpirableSemaphore` acquire answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PesAcquire {
-    /// Granted: the ids are in the lease zset.
-    Granted,
+    /// Granted: the ids are in the lease zset, which expires in `ttl` when it has a
+    /// TTL (the counter's: the leases end with it at the latest).
+    Granted { ttl: Option<Duration> },
     /// Not now; the nearest lease ends at this client epoch ms: retry then.
     RetryAt(i64),
     /// Not now, and no lease will end: wait for a message.
@@ -301,13 +303,21 @@ pub(crate) fn pes_acquire(
     let v: Value = inv.invoke(conn).map_err(Error::Redis)?;
     let text = match &v {
         Value::Nil => return Ok(PesAcquire::Wait),
-        Value::Okay => return Ok(PesAcquire::Granted),
+        Value::Okay => return Ok(PesAcquire::Granted { ttl: None }),
         Value::SimpleString(s) => s.clone(),
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         other => return Err(Error::reply("redisson_pes_acquire", format!("{other:?}"))),
     };
     if text == "OK" {
-        return Ok(PesAcquire::Granted);
+        return Ok(PesAcquire::Granted { ttl: None });
+    }
+    if let Some(ms) = text.strip_prefix("OK:") {
+        return match ms.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(PesAcquire::Granted {
+                ttl: Some(Duration::from_millis(ms)),
+            }),
+            _ => Err(Error::reply("redisson_pes_acquire", text)),
+        };
     }
     text.strip_prefix(':')
         .and_then(parse_score)
@@ -418,7 +428,7 @@ pub(crate) fn pes_add(
 
 /// `updateLeaseTime(id, lease)`: whether the id was still held (and now has
 /// `deadline_ms`; with `renew`, a renewal of this client's own, at least that: see
-/// [`pes_update_leases`]).
+/// [`pes_update_leases`]), and the lease zset's TTL, if it has one.
 pub(crate) fn pes_update_lease(
     conn: &mut dyn ConnectionLike,
     keys: &RedissonKeys,
@@ -427,8 +437,8 @@ pub(crate) fn pes_update_lease(
     id: &[u8; 16],
     deadline_ms: i64,
     renew: bool,
-) -> Result<bool> {
-    let held = pes_update_leases(
+) -> Result<(bool, Option<Duration>)> {
+    let (held, ttl) = pes_update_leases(
         conn,
         keys,
         publish,
@@ -438,11 +448,13 @@ pub(crate) fn pes_update_lease(
         renew,
     )?;
     // (one answer: pes_update_leases checks that there is one per id)
-    Ok(held.first() == Some(&true))
+    Ok((held.first() == Some(&true), ttl))
 }
 
 /// `updateLeaseTime` of several ids to one deadline in one call (a renewal tick of
-/// the background refresher): for each id, in order, whether it was still held.
+/// the background refresher): for each id, in order, whether it was still held; and
+/// the lease zset's TTL when it has one (the counter's, copied by an acquire), which
+/// ends every lease in it at the latest.
 ///
 /// With `renew` (this client's renewals of its own permits) a deadline is never moved
 /// earlier: a renewal held up on its way, whose call gave up, may land after the one
@@ -455,21 +467,27 @@ pub(crate) fn pes_update_leases(
     ids: &[[u8; 16]],
     deadline_ms: i64,
     renew: bool,
-) -> Result<Vec<bool>> {
+) -> Result<(Vec<bool>, Option<Duration>)> {
     let mut inv = keys.pes(&PES_LEASE, publish, now_ms);
     inv.arg(if renew { "renew" } else { "update" })
         .arg(deadline_ms);
     for id in ids {
         inv.arg(&id[..]);
     }
-    let held: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
-    if held.len() != ids.len() {
+    let mut held: Vec<i64> = inv.invoke(conn).map_err(Error::Redis)?;
+    // (one answer per id, then the zset's PTTL)
+    if held.len() != ids.len() + 1 {
         return Err(Error::reply(
             "redisson_pes_lease",
-            format!("{} answers for {} ids", held.len(), ids.len()),
+            format!("{} answers for {} ids and a TTL", held.len(), ids.len()),
         ));
     }
-    Ok(held.into_iter().map(|h| h == 1).collect())
+    let ttl = held
+        .pop()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis);
+    Ok((held.into_iter().map(|h| h == 1).collect(), ttl))
 }
 
 /// What `getLeaseTime(id)` found.

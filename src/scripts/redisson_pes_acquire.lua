@@ -1,6 +1,8 @@
 -- RPermitExpirableSemaphore.tryAcquire(n, lease) (PES 355-422).
 -- ARGV: 3 n (>= 1), 4 deadline (client ms, or NO_LEASE), 5.. the n ids (16 raw bytes)
--- Reply: 'OK' granted (the ids are in the lease zset with the deadline);
+-- Reply: 'OK' granted (the ids are in the lease zset with the deadline); 'OK:<ms>'
+--        granted, and the lease zset expires in <ms> (its PTTL: the counter's TTL,
+--        copied as Redisson copies it), which ends the ids' leases with it;
 --        ':<ms>' not now, the nearest lease deadline (a timed retry);
 --        nil not now, and no lease will end (wait for a message).
 -- Errors (see the prelude): the deadline is checked to be integer text of at most 19
@@ -20,8 +22,13 @@ end
 -- The ids are new, made by the client for this call: when the first is already in
 -- the lease zset, this is a resend of a call that was granted (the cluster client
 -- resends a command whose reply is late), and it takes nothing again.
-if redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+local function granted()
+    local left = redis.call('PTTL', KEYS[2])
+    if left > 0 then return 'OK:' .. left end
     return 'OK'
+end
+if redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+    return granted()
 end
 local bad = reclaim(ARGV[3])
 if bad then return bad end
@@ -35,7 +42,7 @@ if value and value >= tonumber(ARGV[3]) then
     if ttl > 0 then
         redis.call('PEXPIRE', KEYS[2], ttl)
     end
-    return 'OK'
+    return granted()
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[1] ~= nil and tonumber(first[2]) ~= tonumber(NO_LEASE) then

@@ -5,7 +5,8 @@
 --       chunk of at most 1,000: src/refresher.rs);
 --       get: 3 'get', 4 the id.
 -- update: for each id, 1 when it is still in the zset (now scored with the new
--- deadline), else 0. 'renew' (this client's renewals of its own permits, in the
+-- deadline), else 0; then the lease zset's PTTL (-1: no TTL), which ends every lease
+-- in it when it expires (a counter's TTL, copied by the acquire). 'renew' (this client's renewals of its own permits, in the
 -- background and by Permit::refresh) never moves a deadline earlier (ZADD GT): a
 -- renewal held up on its way (its call gave up, and the one sent after it was
 -- answered) may land after a later one, and must not end the lease that one's client
@@ -46,6 +47,7 @@ if ARGV[3] == 'update' or renew then
             held[i - 4] = 1
         end
     end
+    held[#ARGV - 3] = redis.call('PTTL', KEYS[2])
     return held
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[4])

@@ -805,6 +805,9 @@ struct ProxyShared {
     /// How long each chunk from the server is held before it goes on, in ms
     /// ([`Proxy::delay_replies`]).
     reply_delay_ms: std::sync::atomic::AtomicU64,
+    /// How many chunks from the server are being held by that delay now
+    /// ([`Proxy::held_replies`]).
+    held_replies: std::sync::atomic::AtomicUsize,
     /// Bytes whose passage from a client holds the chunk that long
     /// ([`Proxy::delay_sent`]).
     sent_delay: Mutex<Option<(Vec<u8>, Duration)>>,
@@ -928,7 +931,9 @@ impl Proxy {
                                     let delay = sh.reply_delay_ms.load(SeqCst);
                                     if !from_client && delay > 0 {
                                         // a slow network, not a wait for a condition
+                                        sh.held_replies.fetch_add(1, SeqCst);
                                         thread::sleep(Duration::from_millis(delay));
+                                        sh.held_replies.fetch_sub(1, SeqCst);
                                     }
                                     if from_client && let Some(d) = sh.sent_delay_of(&buf[..n]) {
                                         // a slow request (a slow server), likewise
@@ -982,6 +987,14 @@ impl Proxy {
         use std::sync::atomic::Ordering::SeqCst;
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         self.shared.reply_delay_ms.store(ms, SeqCst);
+    }
+
+    /// How many chunks from the server [`delay_replies`](Proxy::delay_replies) holds
+    /// now: a reply counted here was read by the proxy under the delay, and goes on
+    /// only when its delay is over, whatever the delay is set to meanwhile.
+    pub fn held_replies(&self) -> usize {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.shared.held_replies.load(SeqCst)
     }
 
     /// Holds every chunk a client sends that holds `bytes` (a command's name, say) for
