@@ -12,7 +12,11 @@
 //!   A round takes, between its calls, what came due while it ran (in O(1) when
 //!   nothing did), first: a long round (many semaphores, a distant server) does not
 //!   keep a permit registered meanwhile, or a group of a short period, from its
-//!   renewal until the round has ended.
+//!   renewal until the round has ended. A failed renewal is tried again
+//!   [`RETRY_AFTER_FAILURE`] (at most a period) after it failed, never at once; and
+//!   after the rest of the round when the call took that long or more (cut by its
+//!   wait, against a server slow for that semaphore): the tries of slow semaphores do
+//!   not keep the others of the round, which the server answers, from their renewals.
 //! - **A dropped permit is never renewed.** A permit leaves its group before its release
 //!   is sent, and the script only renews ids that are still held (`ZADD XX`), so a
 //!   renewal racing a release cannot bring the permit back.
@@ -466,6 +470,8 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         return;
     }
     let mut batches: VecDeque<Batch> = batches.into();
+    // (those whose last renewal failed slowly last, as those that come due meanwhile)
+    batches.make_contiguous().sort_by_key(|b| b.behind);
     slow_last(shared, asides, &mut batches);
     while let Some(batch) = batches.pop_front() {
         let batch = Arc::new(batch);
@@ -485,15 +491,24 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // shorter than the round, a retry): done next, not after the round, which
         // may take longer than their leases (in O(1) when nothing came due). The
         // batches left of the round have their period's slack; these may have less.
+        // But a group whose last renewal failed slowly (a server slow for that
+        // semaphore, the call cut by its wait) goes after the rest of the round: put
+        // first, its tries (and those of the round's other slow semaphores, due again
+        // by the time each ends) would follow one another, and the renewals of the
+        // semaphores behind them, which the server answers at once, would wait until
+        // their leases ran out.
         let (more, expired, cleanups) = shared.registry.lock().take_due_since(Instant::now());
         lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
         if !clean_ups(shared, asides, wake, cleanups, &mut horizon) {
             return;
         }
         if !more.is_empty() {
-            for b in more.into_iter().rev() {
+            let (behind, first): (Vec<Batch>, Vec<Batch>) =
+                more.into_iter().partition(|b| b.behind);
+            for b in first.into_iter().rev() {
                 batches.push_front(b);
             }
+            batches.extend(behind);
             slow_last(shared, asides, &mut batches);
         }
     }
@@ -896,7 +911,7 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
     shared
         .registry
         .lock()
-        .settle(&batch.key, &lost, failed, Instant::now());
+        .settle(&batch.key, &lost, failed.then_some(sent), Instant::now());
 }
 
 /// The renewal calls of one batch, a chunk of at most [`REFRESH_CHUNK`] permits each,

@@ -306,6 +306,10 @@ struct Group {
     earliest: Option<Instant>,
     /// `None`: the leased semaphore's refresh script on `keys`.
     renewer: Option<Arc<dyn Renew>>,
+    /// Its last renewal failed after taking a retry's delay or more (cut by its wait:
+    /// a server slow for this semaphore): its next one goes after the rest of the
+    /// round ([`Batch::behind`]).
+    failed_slowly: bool,
 }
 
 impl Group {
@@ -470,6 +474,7 @@ impl Registry {
             permits: HashMap::new(),
             earliest: None,
             renewer,
+            failed_slowly: false,
         });
         if period < group.period {
             group.period = period;
@@ -787,6 +792,7 @@ impl Registry {
                         keys: Arc::clone(&g.keys),
                         permits,
                         renewer: g.renewer.clone(),
+                        behind: g.failed_slowly,
                     });
                 }
             } else {
@@ -803,13 +809,21 @@ impl Registry {
         (batches, expired)
     }
 
-    /// Applies the outcome of a batch: lost permits leave, a failure moves the next
-    /// try closer.
+    /// Applies the outcome of a batch: lost permits leave. `failed`: the renewal sent at
+    /// that instant failed; its next try is a retry's delay from `now`
+    /// ([`RETRY_AFTER_FAILURE`], at most a period), or sooner when the group was already
+    /// due sooner (a permit registered meanwhile), never at a due time already past;
+    /// and when the call took that delay or more, the try goes after the rest of the
+    /// round ([`Batch::behind`]). Else a call that failed after outlasting its period
+    /// (cut by its wait, against a server slow for this semaphore) had the round take
+    /// the group again at once, first, and the groups left in the round waited behind
+    /// its tries (and those of the round's other slow semaphores) until their leases
+    /// ran out.
     pub(crate) fn settle(
         &mut self,
         key: &GroupKey,
         lost: &[Arc<PermitState>],
-        failed: bool,
+        failed: Option<Instant>,
         now: Instant,
     ) {
         if let Some(g) = self.groups.get_mut(key) {
@@ -820,8 +834,16 @@ impl Registry {
                     g.permits.remove(&p.id);
                 }
             }
-            if failed {
-                g.next_due = g.next_due.min(now + RETRY_AFTER_FAILURE.min(g.period));
+            let delay = RETRY_AFTER_FAILURE.min(g.period);
+            g.failed_slowly =
+                failed.is_some_and(|sent| now.saturating_duration_since(sent) >= delay);
+            if failed.is_some() {
+                let retry = now + delay;
+                g.next_due = if g.next_due > now {
+                    g.next_due.min(retry)
+                } else {
+                    retry
+                };
                 lower(&mut self.due_bound, g.next_due);
             }
             // (the renewal moved the deadlines of the batch's permits: one look at the
@@ -847,6 +869,10 @@ pub(crate) struct Batch {
     pub(crate) permits: Vec<Arc<PermitState>>,
     /// A compat layout's renewer, else the leased semaphore's refresh script.
     pub(crate) renewer: Option<Arc<dyn Renew>>,
+    /// The group's last renewal failed slowly ([`Registry::settle`]): this one goes
+    /// after the other batches of the round, so that a semaphore the server is slow for
+    /// does not hold back the renewals of the others.
+    pub(crate) behind: bool,
 }
 
 #[cfg(test)]
@@ -962,6 +988,75 @@ mod tests {
         let (more, _, owed) = reg.take_due_since(at);
         assert!(more.is_empty());
         assert_eq!(owed.len(), 1);
+    }
+
+    /// Review (eighth session): a renewal that failed after outlasting its period kept
+    /// the due time the round had set when it took the group, already past, so the
+    /// round took the group again at once and first. Its next try is a retry's delay
+    /// after the failure, after the rest of the round; a quick failure's is not put
+    /// last, and a failure still brings a far-off next try closer.
+    #[test]
+    fn a_renewal_that_failed_slowly_is_tried_again_later_and_after_the_others() {
+        let mut reg = Registry::default();
+        register(&mut reg, "slow", true, "s", Duration::from_secs(60));
+        register(&mut reg, "quick", true, "q", Duration::from_secs(60));
+        let key = |name: &str| GroupKey {
+            name: Arc::from(name),
+            lease_ms: 300,
+            auto: true,
+        };
+        let start = Instant::now();
+        let (batches, _) = reg.take_due(start + Duration::from_millis(100));
+        assert_eq!(batches.len(), 2);
+        assert!(batches.iter().all(|b| !b.behind));
+        // the slow one's call failed 500 ms after it was sent (its period is 100 ms)
+        let failed_at = start + Duration::from_millis(600);
+        reg.settle(
+            &key("slow"),
+            &[],
+            Some(start + Duration::from_millis(100)),
+            failed_at,
+        );
+        let (more, _, _) = reg.take_due_since(failed_at);
+        assert!(
+            more.iter().all(|b| &*b.key.name != "slow"),
+            "taken again at once"
+        );
+        let retry = failed_at + RETRY_AFTER_FAILURE.min(Duration::from_millis(100));
+        let (more, _, _) = reg.take_due_since(retry);
+        let slow = more.iter().find(|b| &*b.key.name == "slow");
+        assert!(
+            slow.is_some_and(|b| b.behind),
+            "tried again, after the others"
+        );
+        // a failure that came at once: tried again as soon, not put last
+        reg.settle(
+            &key("quick"),
+            &[],
+            Some(retry),
+            retry + Duration::from_millis(1),
+        );
+        let (more, _, _) = reg.take_due_since(retry + Duration::from_secs(1));
+        let quick = more.iter().find(|b| &*b.key.name == "quick");
+        assert!(quick.is_some_and(|b| !b.behind));
+        // a renewal that succeeds ends it
+        let at = retry + Duration::from_secs(1);
+        reg.settle(&key("slow"), &[], None, at);
+        let (more, _, _) = reg.take_due_since(at + Duration::from_secs(1));
+        let slow = more.iter().find(|b| &*b.key.name == "slow");
+        assert!(slow.is_some_and(|b| !b.behind));
+        // a failure brings a far-off next try closer
+        let far = GroupKey {
+            name: Arc::from("far"),
+            lease_ms: 60_000,
+            auto: true,
+        };
+        let keys = Arc::new(Keys::new("far"));
+        let now = Instant::now();
+        let (state, _rx) = PermitState::new("f".into(), now + Duration::from_secs(60));
+        reg.register(far.clone(), &keys, Duration::from_secs(20), state);
+        reg.settle(&far, &[], Some(now), now);
+        assert!(reg.groups[&far].next_due <= now + RETRY_AFTER_FAILURE);
     }
 
     #[test]
@@ -1082,7 +1177,7 @@ mod tests {
         reg.deregister(&key, "w:x");
         let (new, _new_rx) = PermitState::new("w:x".into(), valid);
         reg.register(key.clone(), &keys, period, Arc::clone(&new));
-        reg.settle(&key, &[old], false, Instant::now());
+        reg.settle(&key, &[old], None, Instant::now());
         let kept = reg.groups[&key].permits.get("w:x");
         assert!(kept.is_some_and(|p| Arc::ptr_eq(p, &new)));
     }

@@ -269,7 +269,7 @@ struct Model {
     /// The `ctr` field: the last token granted (0 on a fresh hash).
     ctr: u64,
     /// The keys were rebuilt without their hash: they are kept 1 s only, until a grant,
-    /// a queued waiter, a refresh or a set_limit extends them.
+    /// a queued waiter, a refresh that renews a permit or a set_limit extends them.
     short_exp: bool,
     /// Ids granted during the current step, in grant order.
     /// Ids granted during the current step, in grant order, with their tokens when a
@@ -599,8 +599,11 @@ impl Model {
         if !self.queue.is_empty() {
             self.serve();
         }
-        self.short_exp = false;
         let renewed = self.holders.contains_key(id);
+        // (a refresh that renewed nothing leaves the expiry as it was)
+        if renewed {
+            self.short_exp = false;
+        }
         self.seen(if renewed {
             "renewed"
         } else {

@@ -64,7 +64,8 @@ for first = 3, #ARGV, CHUNK do
     end
 end
 -- (deadline_set keeps K3 and K1 with the renewal's deadline: one a GT kept later was
--- already covered by both)
-if renewed then deadline_set(st, deadline, pad) else extend(st, deadline, pad) end
+-- already covered by both. A refresh that renewed nothing wrote no deadline, and
+-- leaves 'exp' as it was: moved on, it kept the keys a lease past the last use, K1)
+if renewed then deadline_set(st, deadline, pad) end
 save(st)
 return lost
