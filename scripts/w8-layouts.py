@@ -64,6 +64,14 @@ def binary_ids_origin_per_client(i, pid):
             ("HSET", "i", b, "1|%d|%d|%d|c7" % (token + i, i, now))]
 
 
+def slot_keyed(i, pid):
+    # a sorted index kept by slot: the zset's member is the holder's first slot (the
+    # client knows it and would pass it with the id), the record under the slot holds
+    # the id for the check
+    return [("ZADD", "h", now + i, i),
+            ("HSET", "i", "#%d" % i, "%s|1|%d|%d|%s" % (pid, token + i, now, ORIGIN))]
+
+
 def one_key(i, pid):
     return [("HSET", "i", pid, "1|%d|%d|%d|%d|%s" % (token + i, i, now, now + i, ORIGIN))]
 
@@ -76,6 +84,7 @@ for name, make in [
     ("today: holders zset + record in the state hash, origin per permit", today),
     ("today's keys, origin once per client", origin_per_client),
     ("today's keys, 16-byte binary ids, origin once per client", binary_ids_origin_per_client),
+    ("today's two structures, both keyed by the holder's slot", slot_keyed),
     ("one hash: record with its deadline, origin per permit", one_key),
     ("one hash: record with its deadline, origin once per client", one_key_origin_per_client),
 ]:
