@@ -1153,6 +1153,19 @@ pub(crate) fn connect_error_at(
             message: format!("{DB_REFUSED} {db}: {said}{hint}"),
         };
     }
+    if e.kind() == redis::ErrorKind::Parse {
+        // a reply that is no Redis protocol at all: another kind of server on that port
+        // (a web server, a wrong port), which no wait turns into Redis. redis-rs's parser
+        // error spreads over several lines: kept, on one
+        let said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        return Error::Connect {
+            addr: addr.to_owned(),
+            message: format!(
+                "{NOT_REDIS} (is this the port of a Redis server? the URL's port, 6379 when \
+                 left out, must be one): {said}"
+            ),
+        };
+    }
     let lower = text.to_ascii_lowercase();
     let timed_out = e.is_timeout() || every_seed_timed_out(&lower);
     let not_sentinels = not_sentinels(&text);
@@ -1326,6 +1339,10 @@ const NO_TLS_HANDSHAKE: &str = "no TLS handshake within the connect timeout";
 /// How the message of an [`Error::Connect`] for a `redis+cluster://` seed without cluster
 /// mode starts: a configuration error, not retryable.
 const NOT_A_CLUSTER_SEED: &str = "a seed of the URL is not a Redis Cluster node";
+/// How the message of an [`Error::Connect`] for a server whose reply is no Redis
+/// protocol starts (another kind of server on the port): a configuration error, not
+/// retryable.
+const NOT_REDIS: &str = "the server does not speak the Redis protocol";
 pub(crate) const NO_CONNECTION: &str = "no connection was made within";
 
 /// Whether an [`Error::Connect`]'s message says a connect timed out (see [`NO_ANSWER`]).
@@ -1373,14 +1390,20 @@ pub(crate) fn is_unreachable(e: &Error) -> bool {
 
 /// Whether a connect error is a matter of configuration, which waiting will not fix:
 /// refused credentials, a TLS handshake the server or the client refused (certificates),
-/// a database index the server refused. A call fails with it at once, and
+/// a database index the server refused, a cluster seed without cluster mode, a server
+/// that does not speak the Redis protocol. A call fails with it at once, and
 /// [`Error::is_retryable`] is false for it.
 pub(crate) fn is_config_error(e: &Error) -> bool {
     match e {
         Error::Auth { .. } => true,
-        Error::Connect { message, .. } => [TLS_HANDSHAKE_FAILED, DB_REFUSED, NOT_A_CLUSTER_SEED]
-            .iter()
-            .any(|p| message.starts_with(p)),
+        Error::Connect { message, .. } => [
+            TLS_HANDSHAKE_FAILED,
+            DB_REFUSED,
+            NOT_A_CLUSTER_SEED,
+            NOT_REDIS,
+        ]
+        .iter()
+        .any(|p| message.starts_with(p)),
         _ => false,
     }
 }

@@ -90,9 +90,11 @@ pub enum Error {
     /// certificate authority, a missing client certificate), or the server refused the
     /// URL's database index (`SELECT` answered an error: an index past the server's
     /// `databases`, any index but 0 on a cluster node), or a seed of a
-    /// `redis+cluster://` URL is a server without cluster mode. A refused handshake over
-    /// certificates, a refused database and a seed without cluster mode are
-    /// configuration mistakes: not
+    /// `redis+cluster://` URL is a server without cluster mode, or the server does not
+    /// speak the Redis protocol (another kind of server on the URL's port: the message
+    /// starts `the server does not speak the Redis protocol`). A refused handshake over
+    /// certificates, a refused database, a seed without cluster mode and a server that
+    /// does not speak Redis are configuration mistakes: not
     /// [retryable](Error::is_retryable), and a call fails with them at once. (A
     /// certificate file that cannot be read is [`Error::InvalidArgument`], from
     /// [`ClientBuilder::build`](crate::ClientBuilder::build).)
@@ -408,8 +410,9 @@ impl Error {
     /// deadline, read from the node that serves the slot now). Not retryable: bad
     /// arguments, refused credentials
     /// ([`Error::Auth`]), a TLS handshake refused over certificates, a database index
-    /// the server refused, a cluster seed without cluster mode (all three
-    /// [`Error::Connect`]), wrong types, malformed replies,
+    /// the server refused, a cluster seed without cluster mode, a server that does not
+    /// speak the Redis protocol (all four [`Error::Connect`]), wrong types, malformed
+    /// replies,
     /// lost or expired permits.
     pub fn is_retryable(&self) -> bool {
         match self {

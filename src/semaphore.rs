@@ -718,8 +718,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// Redis and pool errors; [`Error::PermitsExceedLimit`] if a stored limit is 0
-    /// permits... never for one permit, since limits are at least 1.
+    /// Redis and pool errors (never [`Error::PermitsExceedLimit`]: every limit is at
+    /// least 1).
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
         self.try_acquire_many(1)
     }

@@ -1012,3 +1012,43 @@ fn help_shows_no_environment_value() {
         }
     }
 }
+
+/// Review (2026-11-27, eighth session): `--url` naming the port of another kind of
+/// server (a web server, a wrong port) failed after the whole checkout timeout (3 s)
+/// with redis-rs's parser error, its line breaks shown escaped ("Incompatible type -
+/// Parse error at 1\nUnexpected `33`..."). It now fails at once, saying the server
+/// does not speak the Redis protocol and naming its address.
+#[test]
+fn a_url_naming_a_server_that_is_not_redis_says_so_at_once() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}/");
+    let started = std::time::Instant::now();
+    let out = bare_cli(&["--url", &url, "status", "jobs"], &[]);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}"))
+            && err.contains("does not speak the Redis protocol"),
+        "{err}"
+    );
+    assert!(!err.contains("\\n"), "{err}");
+    // the CLI's checkout timeout is 3 s, its connect timeout 2 s
+    assert!(took < Duration::from_millis(2500), "took {took:?}: {err}");
+}

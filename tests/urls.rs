@@ -547,3 +547,69 @@ fn a_user_name_with_an_empty_password_is_redacted() {
     let text = invalid(&format!("redis+cluster://{SECRET}:@h1:0"));
     assert!(text.contains("bad Redis URL"), "{text}");
 }
+
+/// A port where something else than Redis answers (an HTTP server): every connection
+/// gets an HTTP error reply to whatever it sends, as a web server's does.
+fn http_server_port() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Review (2026-11-27, eighth session): a URL naming the port of another kind of
+/// server (a web server, a typo in the port) failed every call only after the whole
+/// checkout timeout (5 s by default), with redis-rs's parser error as the only
+/// explanation, over several lines ("Incompatible type - Parse error at 1\nUnexpected
+/// `84`..."), and called it retryable. It is now an `Error::Connect` that says the
+/// server does not speak the Redis protocol, on one line, at once, and not retryable
+/// (waiting will not turn it into Redis).
+#[test]
+fn a_server_that_does_not_speak_redis_is_named_at_once() {
+    let port = http_server_port();
+    let client = Client::builder()
+        .connect_timeout(std::time::Duration::from_millis(500))
+        .checkout_timeout(std::time::Duration::from_secs(20))
+        .build(format!("redis://:{SECRET}@127.0.0.1:{port}/"))
+        .unwrap();
+    let sem = client.semaphore("jobs", 1).unwrap();
+    let started = std::time::Instant::now();
+    let errors = [
+        sem.status().map(|_| ()).unwrap_err(),
+        sem.try_acquire().map(|_| ()).unwrap_err(),
+        client.ping().unwrap_err(),
+    ];
+    // within the connect timeouts, far from the checkout timeout
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for e in errors {
+        let text = e.to_string();
+        let Error::Connect { addr, message } = &e else {
+            panic!("expected Error::Connect, got {e:?}");
+        };
+        assert_eq!(addr, &format!("127.0.0.1:{port}"), "{text}");
+        assert!(
+            message.contains("does not speak the Redis protocol"),
+            "{text}"
+        );
+        assert!(!text.contains('\n') && !text.contains(SECRET), "{text}");
+        assert!(!e.is_retryable(), "{text}");
+    }
+}
