@@ -132,22 +132,29 @@ pub enum Error {
         detail: String,
     },
 
-    /// A permit was granted, but fewer replicas than
+    /// A permit was granted, or renewed, but fewer replicas than
     /// [`SemaphoreBuilder::wait_replicas`](crate::SemaphoreBuilder::wait_replicas) asks
-    /// for acknowledged it within its timeout, so a failover could lose it. The permit
-    /// has been given back; a give-back that failed (a dropped connection, a timeout)
-    /// is sent again by the client's background thread until the lease has surely
-    /// ended. (A Redisson-layout acquire with the replica wait fails with it too; when
-    /// its give-back failed, with [`Error::NoSyncedReplicas`], the give-back going on
-    /// in the background.)
+    /// for acknowledged it within its timeout, so a failover could lose it.
+    ///
+    /// From an acquire: the permit has been given back; a give-back that failed (a
+    /// dropped connection, a timeout) is sent again by the client's background thread
+    /// until the lease has surely ended. (A Redisson-layout acquire with the replica
+    /// wait fails with it too; when its give-back failed, with
+    /// [`Error::NoSyncedReplicas`], the give-back going on in the background.)
+    ///
+    /// From [`Permit::refresh`](crate::Permit::refresh): the permit is still held, but
+    /// the renewal does not count: its deadline ([`Permit::lease_left`](crate::Permit::lease_left))
+    /// stays where the last acknowledged renewal put it. Call `refresh` again; the
+    /// permit is lost when that deadline passes.
     #[error(
-        "{acked} of {wanted} replica(s) acknowledged the grant of semaphore {name:?} in \
-         time; the permit was given back"
+        "{acked} of {wanted} replica(s) acknowledged the grant or renewal of semaphore \
+         {name:?} in time (a grant is given back, a renewal does not move the permit's \
+         deadline)"
     )]
     ReplicasNotAcked {
         /// The semaphore's name.
         name: String,
-        /// Replicas that acknowledged the grant in time.
+        /// Replicas that acknowledged the grant or renewal in time.
         acked: u32,
         /// Replicas asked for.
         wanted: u32,

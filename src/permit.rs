@@ -124,7 +124,11 @@ impl Permit {
     /// # Errors
     ///
     /// [`Error::PermitLost`] when the permit is no longer held (the permit is then
-    /// marked lost); Redis and pool errors as they come.
+    /// marked lost); [`Error::ReplicasNotAcked`] when its semaphore has
+    /// [`wait_replicas`](crate::SemaphoreBuilder::wait_replicas) and too few replicas
+    /// acknowledged the renewal in time (the permit keeps its previous deadline: try
+    /// again before [`lease_left`](Permit::lease_left) runs out); Redis and pool
+    /// errors as they come.
     pub fn refresh(&self) -> Result<()> {
         let lost = || {
             self.lost_reason().map(|reason| Error::PermitLost {

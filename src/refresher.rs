@@ -17,6 +17,13 @@
 //!   after the rest of the round when the call took that long or more (cut by its
 //!   wait, against a server slow for that semaphore): the tries of slow semaphores do
 //!   not keep the others of the round, which the server answers, from their renewals.
+//! - **A renewal counts once the replicas have it.** For a semaphore with
+//!   `wait_replicas(n, t)` each renewal call is followed by `WAIT n t` on its
+//!   connection (one per call, none when it renewed nothing, none without
+//!   `wait_replicas`); when fewer than `n` replicas acknowledged it, or the `WAIT`
+//!   failed, the call counts as failed (its permits keep their deadlines, tried again
+//!   soon), while the ids it found gone are lost all the same. A failover that
+//!   promotes a replica which acknowledged keeps every deadline the client counts on.
 //! - **A dropped permit is never renewed.** A permit leaves its group before its release
 //!   is sent, and the script only renews ids that are still held (`ZADD XX`), so a
 //!   renewal racing a release cannot bring the permit back.
@@ -899,7 +906,9 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
                 .permits
                 .iter()
                 .filter(|p| !answered.contains(p.id.as_str()));
-            lost.extend(expired(rest, now));
+            // (a chunk whose renewal too few replicas acknowledged still said which of
+            // its ids are gone: those are lost, the others kept their deadlines)
+            lost.extend(gone_or_expired(rest, &answer.gone, now));
             (lost, true)
         }
     };
@@ -965,9 +974,28 @@ fn call_chunks(
             Some(renewer) => renewer.renew(chunk, wait)?,
             None => {
                 let ids: Vec<&str> = chunk.iter().map(|p| p.id.as_str()).collect();
-                match call_refresh(shared, &batch.keys, batch.key.lease(), &ids, wait)? {
+                let key = &batch.key;
+                let refreshed = call_refresh(
+                    shared,
+                    &key.name,
+                    &batch.keys,
+                    key.lease(),
+                    &ids,
+                    wait,
+                    key.replicas,
+                )?;
+                match refreshed.renewal {
                     Renewal::Reset => return Ok(Renewal::Reset),
-                    Renewal::Lost(gone) => gone,
+                    // too few replicas have the renewal: it does not count (the chunk
+                    // is not answered, its permits keep their deadlines), but the ids
+                    // found gone are gone
+                    Renewal::Lost(gone) => match refreshed.acked {
+                        Ok(()) => gone,
+                        Err(e) => {
+                            all.extend(gone);
+                            return Err(e);
+                        }
+                    },
                 }
             }
         };
@@ -999,31 +1027,79 @@ fn renewed_but(
     lost
 }
 
-/// After a failed renewal: the permits whose deadline has passed are lost.
-fn expired<'a>(
+/// After a failed renewal, for the permits it did not renew: those whose ids a call
+/// found `gone` (a renewal too few replicas acknowledged) and those whose deadline has
+/// passed are lost.
+fn gone_or_expired<'a>(
     permits: impl Iterator<Item = &'a Arc<PermitState>>,
+    gone: &[String],
     now: Instant,
 ) -> Vec<(LostReason, Arc<PermitState>)> {
+    let gone: HashSet<&str> = gone.iter().map(String::as_str).collect();
     permits
-        .filter(|p| p.valid_until() <= now)
-        .map(|p| (p.expiry_reason(), Arc::clone(p)))
+        .filter_map(|p| {
+            if gone.contains(p.id.as_str()) {
+                Some((p.reason_for_missing(now, false), Arc::clone(p)))
+            } else if p.valid_until() <= now {
+                Some((p.expiry_reason(), Arc::clone(p)))
+            } else {
+                None
+            }
+        })
         .collect()
 }
 
-/// One call of the `refresh` script for `ids`, waiting on Redis at most `wait` in all
-/// (`shared.op_timeout` when `wait` is not shorter): the checkout, then the call with
-/// what the checkout left.
+/// What a renewal call of the leased semaphore said ([`call_refresh`]).
+pub(crate) struct Refreshed {
+    /// The `refresh` script's answer.
+    pub(crate) renewal: Renewal,
+    /// With a replica wait (`SemaphoreBuilder::wait_replicas`), `Err` when the renewal
+    /// must not count on the client: fewer replicas than asked acknowledged it in time
+    /// ([`Error::ReplicasNotAcked`](crate::Error::ReplicasNotAcked)), or its `WAIT`
+    /// failed. The permits then keep their deadlines (a failover may promote a replica
+    /// that never saw the renewal), while the ids the script found gone are gone all
+    /// the same. `Ok` without a replica wait, and when the script renewed nothing.
+    pub(crate) acked: crate::Result<()>,
+}
+
+/// One call of the `refresh` script for `ids` of semaphore `name`, followed, with
+/// `replicas` (`wait_replicas`' count and timeout in ms), by `WAIT` on the same
+/// connection ([`crate::semaphore::wait_acks`]: one per call, none when the script
+/// renewed nothing), waiting on Redis at most `wait` in all (`shared.op_timeout` when
+/// `wait` is not shorter): the checkout, then the calls with what the checkout left.
 pub(crate) fn call_refresh(
     shared: &Shared,
+    name: &str,
     keys: &Keys,
     lease: Duration,
     ids: &[&str],
     wait: Duration,
-) -> crate::Result<Renewal> {
+    replicas: Option<(u32, u64)>,
+) -> crate::Result<Refreshed> {
     let lease_ms = lease.as_millis() as u64;
-    let wait = wait.min(shared.op_timeout).max(Duration::from_millis(1));
+    let op = shared.op_timeout;
+    let wait = wait.min(op).max(Duration::from_millis(1));
     let by = Instant::now() + wait;
-    shared.pool.run_by(Some(by), shared.op_timeout, |c| {
-        leased::refresh(&mut **c, keys, lease_ms, ids)
+    shared.pool.run_by(Some(by), op, |c| {
+        let renewal = leased::refresh(&mut **c, keys, lease_ms, ids)?;
+        let renewed_some = match &renewal {
+            Renewal::Lost(gone) => gone.len() < ids.len(),
+            Renewal::Reset => false,
+        };
+        let acked = match replicas {
+            Some((wanted, timeout_ms)) if renewed_some => {
+                match crate::semaphore::wait_acks(c, &keys.holders, wanted, timeout_ms, op) {
+                    Ok(acked) if acked >= wanted => Ok(()),
+                    Ok(acked) => Err(crate::Error::ReplicasNotAcked {
+                        name: name.to_owned(),
+                        acked,
+                        wanted,
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Ok(()),
+        };
+        Ok(Refreshed { renewal, acked })
     })
 }

@@ -254,6 +254,11 @@ pub(crate) struct GroupKey {
     pub(crate) lease_ms: u64,
     /// `false`: manual refresh; the thread only watches for the lease to end.
     pub(crate) auto: bool,
+    /// `SemaphoreBuilder::wait_replicas` (count, timeout in ms) of the leased
+    /// semaphore's permits: each renewal call of the group is followed by `WAIT` on
+    /// its connection, and counts on the client only once that many replicas
+    /// acknowledged it. `None` for waiters' heartbeats and the compat layouts.
+    pub(crate) replicas: Option<(u32, u64)>,
 }
 
 impl GroupKey {
@@ -901,6 +906,7 @@ mod tests {
                 name: Arc::from(name.as_str()),
                 lease_ms: 1000,
                 auto: g % 2 == 0,
+                replicas: None,
             };
             let keys = Arc::new(Keys::new(&name));
             for k in 0..100 {
@@ -926,6 +932,7 @@ mod tests {
             name: Arc::from("s7"),
             lease_ms: 1000,
             auto: false,
+            replicas: None,
         };
         let (state, _rx) = PermitState::new("soon".into(), soon);
         reg.register(key, &Arc::new(Keys::new("s7")), period, state);
@@ -948,6 +955,7 @@ mod tests {
             name: Arc::from(name),
             lease_ms: 300,
             auto,
+            replicas: None,
         };
         let keys = Arc::new(Keys::new(name));
         let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
@@ -1004,6 +1012,7 @@ mod tests {
             name: Arc::from(name),
             lease_ms: 300,
             auto: true,
+            replicas: None,
         };
         let start = Instant::now();
         let (batches, _) = reg.take_due(start + Duration::from_millis(100));
@@ -1050,6 +1059,7 @@ mod tests {
             name: Arc::from("far"),
             lease_ms: 60_000,
             auto: true,
+            replicas: None,
         };
         let keys = Arc::new(Keys::new("far"));
         let now = Instant::now();
@@ -1079,6 +1089,7 @@ mod tests {
             name: Arc::from(name),
             lease_ms: 3000,
             auto: true,
+            replicas: None,
         };
         let period = Duration::from_secs(1);
         let permit =
@@ -1132,6 +1143,7 @@ mod tests {
             name: Arc::from("s"),
             lease_ms: 300,
             auto: true,
+            replicas: None,
         };
         reg.groups[&key].permits["held"].mark_lost(LostReason::Expired);
         assert!(reg.claim("s", "held"));
@@ -1167,6 +1179,7 @@ mod tests {
             name: Arc::from("w"),
             lease_ms: 300,
             auto: true,
+            replicas: None,
         };
         let keys = Arc::new(Keys::new("w"));
         let period = Duration::from_millis(100);

@@ -423,8 +423,20 @@ impl SemaphoreBuilder {
     /// server's answer (which may come up to 100 ms after its own timeout) still comes
     /// within the operation timeout.
     ///
+    /// Renewals wait too: the background thread sends `WAIT replicas timeout` right
+    /// after each renewal call of the semaphore's permits (one per semaphore and
+    /// lease per tick, on the same connection), and a renewal fewer replicas
+    /// acknowledged does not count on the client: the permits keep the deadlines of
+    /// their last acknowledged renewal, the renewal is tried again soon, and a permit
+    /// is declared lost ([`Permit::lost`], [`LostReason::Expired`]) when its deadline
+    /// passes, although the primary still renews it. [`Permit::refresh`] then fails
+    /// with [`Error::ReplicasNotAcked`] and moves no deadline. Releases are not waited
+    /// for (one a failover loses leaves the slot taken until its lease ends: fewer
+    /// holders, never more).
+    ///
     /// What it gives: a permit this call returns is in the memory of `replicas`
-    /// replicas, so a failover that promotes one of them keeps it. What it does not
+    /// replicas, so a failover that promotes one of them keeps it, and its deadline
+    /// on the client is never later than the one such a replica has. What it does not
     /// give: Redis replication stays asynchronous, and Sentinel or Cluster may
     /// promote a replica that did not acknowledge (`replicas` below the number of
     /// replicas), or an old primary may go on granting for a while after it was cut
@@ -435,6 +447,8 @@ impl SemaphoreBuilder {
     ///
     /// [`Permit::token`]: crate::Permit::token
     /// [`Permit::slots`]: crate::Permit::slots
+    /// [`Permit::lost`]: crate::Permit::lost
+    /// [`Permit::refresh`]: crate::Permit::refresh
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
         self
@@ -544,10 +558,14 @@ impl SemaphoreBuilder {
             name: Arc::from(self.name.as_str()),
             lease_ms: self.lease.as_millis() as u64,
             auto: self.auto_refresh,
+            replicas,
         };
+        // (a heartbeat is renewed without a replica wait: it keeps a place in the
+        // queue, not a permit)
         let wait_group = GroupKey {
             auto: true,
             lease_ms: scripts::heartbeat_ms(group.lease_ms),
+            replicas: None,
             ..group.clone()
         };
         Ok(Semaphore {
@@ -1283,7 +1301,8 @@ impl Semaphore {
             until = until.min(d + op);
         }
         let wait = until.saturating_duration_since(Instant::now()).min(op);
-        match sem.renew_within(&p.state, wait) {
+        // (no replica wait: `confirm` follows, and waits for its own renewal)
+        match sem.renew_within(&p.state, wait, false) {
             Ok(()) if !p.is_lost() => Ok(p),
             // renewed, but its deadline passed meanwhile and the refresher said so
             Ok(()) => {
@@ -1696,9 +1715,6 @@ impl Semaphore {
         let shared = &sem.client.inner.shared;
         let op = shared.op_timeout;
         let acked = shared.pool.run_by(end, op, |conn| {
-            // what is left of this call when WAIT is sent: its read gets no more
-            let call_end = conn.end();
-            let left = || call_end.map_or(op, left_until);
             match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
                 Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
                 Ok(_) => {
@@ -1709,30 +1725,7 @@ impl Semaphore {
                 }
                 Err(e) => return Err(sem.sorted(e)),
             }
-            match conn.cluster() {
-                // on the primary of the semaphore's slot, not on every primary
-                Some(mut cluster) => {
-                    // the cluster connection's read timeout is a share of the
-                    // operation's (one per attempt): WAIT may block for its own,
-                    // never past `end`
-                    let share = crate::pool::per_attempt(op);
-                    let window = (Duration::from_millis(timeout_ms) + share).min(left());
-                    let holders = &sem.keys.holders;
-                    leased::wait_replicas_at_within(
-                        &mut cluster,
-                        holders,
-                        wanted,
-                        timeout_ms,
-                        window,
-                        share,
-                    )
-                }
-                None => {
-                    let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
-                    leased::wait_replicas(conn, wanted, wait_ms)
-                }
-            }
-            .map_err(|e| sem.sorted(e))
+            wait_acks(conn, &sem.keys.holders, wanted, timeout_ms, op).map_err(|e| sem.sorted(e))
         });
         // The grant is given back, within one operation timeout (and by the wait's
         // bound): a give-back that fails is owed to the background thread (a release
@@ -2028,6 +2021,45 @@ pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 /// seconds.
 const RIDE_THROUGH: Duration = Duration::from_secs(30);
 
+/// `WAIT wanted timeout_ms` on `conn`, right after a write of it (a grant's or a
+/// renewal's refresh, [`SemaphoreBuilder::wait_replicas`]): how many replicas
+/// acknowledged every write of the connection so far. On a cluster it goes to the
+/// primary of the slot of `holders` (the semaphore's), not to every primary. It ends
+/// within what is left of the call `conn` runs: the `WAIT` is shortened so that the
+/// server's answer still comes within it ([`wait_ms_within`]). Errors come back
+/// unsorted.
+pub(crate) fn wait_acks(
+    conn: &mut crate::pool::Conn,
+    holders: &str,
+    wanted: u32,
+    timeout_ms: u64,
+    op: Duration,
+) -> Result<u32> {
+    // what is left of this call when WAIT is sent: its read gets no more
+    let call_end = conn.end();
+    let left = || call_end.map_or(op, left_until);
+    match conn.cluster() {
+        Some(mut cluster) => {
+            // the cluster connection's read timeout is a share of the operation's (one
+            // per attempt): WAIT may block for its own, never past the call's end
+            let share = crate::pool::per_attempt(op);
+            let window = (Duration::from_millis(timeout_ms) + share).min(left());
+            leased::wait_replicas_at_within(
+                &mut cluster,
+                holders,
+                wanted,
+                timeout_ms,
+                window,
+                share,
+            )
+        }
+        None => {
+            let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
+            leased::wait_replicas(conn, wanted, wait_ms)
+        }
+    }
+}
+
 /// Whether `e` is a Redis or pool error (what `Stats::errors` counts), not a refusal
 /// or an outcome of the semaphore's own (a limit, a lost permit, too few replicas).
 pub(crate) fn is_redis_error(e: &Error) -> bool {
@@ -2245,7 +2277,7 @@ impl Grantor for SemInner {
 
     fn refresh(&self, permit: &PermitState) -> Result<()> {
         // (a manual refresh: a waiter's renewal of its grant counts its error itself)
-        self.renew_within(permit, self.client.inner.shared.op_timeout)
+        self.renew_within(permit, self.client.inner.shared.op_timeout, true)
             .inspect_err(|e| self.count_redis_error(e))
     }
 
@@ -2332,8 +2364,14 @@ impl SemInner {
     }
 
     /// Renews `permit` for a full lease (a manual refresh), waiting on Redis (the pool
-    /// checkout and the call) at most `wait`.
-    fn renew_within(&self, permit: &PermitState, wait: Duration) -> Result<()> {
+    /// checkout and the calls) at most `wait`. With `acks` and
+    /// [`SemaphoreBuilder::wait_replicas`], the renewal counts (moves the permit's
+    /// deadline) only once that many replicas acknowledged it (`WAIT` on the same
+    /// connection), else it fails with [`Error::ReplicasNotAcked`], the deadline where
+    /// it was; a permit found gone is marked lost all the same. (Without `acks`: a
+    /// grant's renewal that [`confirm`](Semaphore::confirm) follows, which waits for
+    /// the replicas itself, after a renewal of its own.)
+    fn renew_within(&self, permit: &PermitState, wait: Duration, acks: bool) -> Result<()> {
         let shared = &self.client.inner.shared;
         let sent = Instant::now();
         if permit.held_out(sent) {
@@ -2343,12 +2381,23 @@ impl SemInner {
                 permit.id, self.name
             )));
         }
-        let renewal =
-            refresher::call_refresh(shared, &self.keys, self.lease(), &[&permit.id], wait)
-                .map_err(|e| self.sorted(e).during("refresh"))?;
+        let refreshed = refresher::call_refresh(
+            shared,
+            &self.name,
+            &self.keys,
+            self.lease(),
+            &[&permit.id],
+            wait,
+            self.replicas.filter(|_| acks),
+        )
+        .map_err(|e| self.sorted(e).during("refresh"))?;
         let now = Instant::now();
-        let reason = match renewal {
+        let reason = match refreshed.renewal {
             Renewal::Lost(gone) if gone.is_empty() => {
+                // (too few replicas have it: a failover may not keep it)
+                refreshed
+                    .acked
+                    .map_err(|e| self.sorted(e).during("refresh"))?;
                 permit.renewed(lease_end(sent, self.lease()), sent);
                 return Ok(());
             }

@@ -109,6 +109,27 @@ fn semaphores_spread_over_the_slots_keep_their_limits_and_every_operation_works(
         .build()
         .unwrap();
     assert!(replicated.try_acquire().unwrap().is_some());
+    // ... and after each renewal of the background thread (on the node of the
+    // semaphore's slot): a permit of a short lease stays valid for several leases
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let renewed = client
+        .semaphore_builder("replicated-renewed")
+        .limit(1)
+        .lease(LEASE)
+        .wait_replicas(1, Duration::from_millis(1_000))
+        .build()
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .expect("a free permit");
+    // (letting the leases run)
+    thread::sleep(3 * LEASE);
+    assert!(
+        !renewed.is_lost() && !renewed.lease_left().is_zero(),
+        "{:?}",
+        renewed.lost().try_recv()
+    );
+    drop(renewed);
 
     // the book's semaphores span slots: refused with a clear error
     match client.book_semaphore("book", 2).build() {

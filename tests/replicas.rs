@@ -1,14 +1,16 @@
 //! `SemaphoreBuilder::wait_replicas`: a grant is handed out only once enough replicas
 //! have it, on every path that yields a permit (a try, a first try of a blocking
 //! acquire, a grant pushed to a queued waiter by someone else's release); otherwise
-//! the permit is given back and the call fails with `Error::ReplicasNotAcked`.
+//! the permit is given back and the call fails with `Error::ReplicasNotAcked`; and a
+//! renewal (the background thread's, `Permit::refresh`) counts on the client only once
+//! enough replicas have it.
 
 mod support;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis_semaphore::{Client, Error, Semaphore};
+use redis_semaphore::{Client, Error, LostReason, Semaphore};
 use support::{RedisServer, primary_and_replica, release_script, wait_until};
 
 fn sem(server: &RedisServer, name: &str, limit: u32, replicas: u32, timeout_ms: u64) -> Semaphore {
@@ -386,4 +388,208 @@ fn a_replica_count_no_primary_can_meet_is_refused_at_build() {
     }
     let granted = build(1).unwrap().try_acquire();
     assert!(matches!(granted, Ok(Some(_))), "{granted:?}");
+}
+
+/// The deadline (server milliseconds) `server` holds for permit `id` of semaphore
+/// `name`, if it holds the permit.
+fn deadline_on(server: &RedisServer, name: &str, id: &str) -> Option<i64> {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("redsem:{{{name}}}:h"))
+        .arg(id)
+        .query(&mut server.conn())
+        .unwrap();
+    score.map(|s| s as i64)
+}
+
+/// `server`'s clock, in milliseconds.
+fn server_ms(server: &RedisServer) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut server.conn()).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// A semaphore of `name` with a short lease, renewed in the background, whose grants
+/// and renewals wait for one replica.
+fn short_lease(server: &RedisServer, name: &str, lease: Duration) -> Semaphore {
+    Client::open(server.url())
+        .unwrap()
+        .semaphore_builder(name)
+        .limit(1)
+        .lease(lease)
+        // (generous: a replica that acknowledges does so at once, also under load)
+        .wait_replicas(1, Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// Eighth session (failover): a renewal of a permit of a semaphore with
+/// `wait_replicas` counted on the client as soon as the primary answered it, whether
+/// or not a replica had it. With the replica no longer acknowledging, the primary
+/// renewed the permit at every tick and the client went on believing in it for as
+/// long as it liked, while a failover would promote a replica on which the lease
+/// ended a lease after the replica stopped, and the slot could be granted to another
+/// client there. A renewal now counts on the client only once the replicas
+/// acknowledged it (`WAIT` after the refresh call, on its connection): the permit is
+/// declared lost within a lease of the stop, although the primary still renews it.
+#[test]
+fn a_renewal_no_replica_acknowledged_does_not_count_and_the_permit_is_lost_within_a_lease() {
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let (primary, replica) = primary_and_replica();
+    let sem = short_lease(&primary, "renew-unacked", LEASE);
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    let id = p.id().to_owned();
+    // connected, and acknowledging nothing from now on
+    let paused = replica.pause();
+    let stopped = Instant::now();
+    let stop_ms = server_ms(&primary);
+    let lost = p.lost().recv_timeout(4 * LEASE);
+    let waited = stopped.elapsed();
+    let on_primary = deadline_on(&primary, "renew-unacked", &id);
+    drop(paused);
+    assert_eq!(
+        lost,
+        Ok(LostReason::Expired),
+        "the permit is still valid {waited:?} after the replica stopped acknowledging \
+         (lease {LEASE:?}); lease_left {:?}",
+        p.lease_left()
+    );
+    assert!(p.is_lost() && p.lease_left().is_zero());
+    assert!(
+        waited <= LEASE + Duration::from_millis(1_500),
+        "declared lost {waited:?} after the replica stopped (lease {LEASE:?})"
+    );
+    // the primary went on renewing it after the stop: only the client let it go
+    let on_primary = on_primary.expect("the primary still holds the permit");
+    assert!(
+        on_primary > stop_ms + LEASE.as_millis() as i64,
+        "no renewal reached the primary after the stop: its deadline {on_primary}, the \
+         stop at {stop_ms}"
+    );
+}
+
+/// A renewal too few replicas acknowledged still says which permits are gone: those
+/// are declared lost at once (`Released`), not when their deadline passes, and the
+/// others of the same call stay valid until theirs.
+#[test]
+fn an_unacknowledged_renewal_still_declares_the_permits_it_found_gone() {
+    let (primary, replica) = primary_and_replica();
+    let sem = Client::open(primary.url())
+        .unwrap()
+        .semaphore_builder("renew-gone")
+        .limit(2)
+        .lease(Duration::from_secs(20))
+        .refresh_interval(Duration::from_millis(300))
+        .wait_replicas(1, Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gone = sem.try_acquire().unwrap().expect("a free permit");
+    let kept = sem.try_acquire().unwrap().expect("a second free permit");
+    let paused = replica.pause();
+    // an operator's release, by another client: only a renewal can tell this one
+    let operator = Client::open(primary.url())
+        .unwrap()
+        .semaphore_builder("renew-gone")
+        .limit(2)
+        .build()
+        .unwrap();
+    assert!(operator.force_release(gone.id()).unwrap());
+    let lost = gone.lost().recv_timeout(Duration::from_secs(10));
+    let kept_valid = !kept.is_lost() && !kept.lease_left().is_zero();
+    drop(paused);
+    assert_eq!(lost, Ok(LostReason::Released));
+    assert!(
+        kept_valid,
+        "the other permit of the call: {:?}",
+        kept.lost().try_recv()
+    );
+}
+
+/// The other side of `a_renewal_no_replica_acknowledged_does_not_count_...`: with the replica acknowledging, renewals count
+/// and a permit of a short lease stays valid for many leases.
+#[test]
+fn with_the_replica_acknowledging_renewals_a_permit_stays_valid_for_many_leases() {
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let (primary, replica) = primary_and_replica();
+    let sem = short_lease(&primary, "renew-acked", LEASE);
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    let granted_ms = server_ms(&primary);
+    let start = Instant::now();
+    while start.elapsed() < 6 * LEASE {
+        assert!(
+            !p.is_lost() && !p.lease_left().is_zero(),
+            "lost after {:?}: {:?}",
+            start.elapsed(),
+            p.lost().try_recv()
+        );
+        // (letting time pass: the leases run)
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!p.is_lost());
+    // the replica has the renewals, not only the grant
+    let on_replica = deadline_on(&replica, "renew-acked", p.id()).expect("on the replica");
+    assert!(
+        on_replica > granted_ms + 5 * LEASE.as_millis() as i64,
+        "the replica's deadline {on_replica}, granted at {granted_ms}"
+    );
+    p.release().unwrap();
+}
+
+/// `Permit::refresh` of a permit of a semaphore with `wait_replicas`: a renewal no
+/// replica acknowledged fails with `ReplicasNotAcked` and leaves the permit's
+/// deadline where it was (the primary renewed it; a failover may not keep that); once
+/// the replica acknowledges again, a refresh moves the deadline to a full lease.
+#[test]
+fn a_manual_refresh_no_replica_acknowledged_fails_and_moves_no_deadline() {
+    const LEASE: Duration = Duration::from_secs(20);
+    let (primary, replica) = primary_and_replica();
+    let sem = Client::open(primary.url())
+        .unwrap()
+        .semaphore_builder("refresh-unacked")
+        .limit(1)
+        .lease(LEASE)
+        .auto_refresh(false)
+        .wait_replicas(1, Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let p = sem.try_acquire().unwrap().expect("a free permit");
+    p.refresh().unwrap();
+    let before_ms = deadline_on(&primary, "refresh-unacked", p.id()).unwrap();
+    let paused = replica.pause();
+    // (letting time pass, so that a renewal would move the deadline measurably)
+    thread::sleep(Duration::from_millis(300));
+    let left = p.lease_left();
+    let refreshed = p.refresh();
+    let left_after = p.lease_left();
+    let on_primary = deadline_on(&primary, "refresh-unacked", p.id()).unwrap();
+    drop(paused);
+    match refreshed {
+        Err(Error::ReplicasNotAcked {
+            ref name,
+            acked: 0,
+            wanted: 1,
+        }) if name == "refresh-unacked" => {}
+        other => panic!("expected ReplicasNotAcked, got {other:?}"),
+    }
+    let msg = refreshed.unwrap_err().to_string();
+    assert!(
+        msg.contains("0 of 1 replica") && msg.contains("renewal"),
+        "{msg}"
+    );
+    assert!(
+        left_after <= left,
+        "the unacknowledged renewal moved the deadline: {left:?} left before, \
+         {left_after:?} after"
+    );
+    assert!(!p.is_lost(), "still held");
+    assert!(
+        on_primary > before_ms,
+        "the primary renewed it ({before_ms} -> {on_primary})"
+    );
+    // acknowledged again: the renewal counts
+    p.refresh().unwrap();
+    assert!(
+        p.lease_left() > left_after + Duration::from_millis(200),
+        "{:?} left after an acknowledged refresh, {left_after:?} before",
+        p.lease_left()
+    );
+    p.release().unwrap();
 }

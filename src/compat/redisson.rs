@@ -1783,6 +1783,8 @@ impl RPermitExpirableSemaphore {
                     )),
                     lease_ms: l.as_millis() as u64,
                     auto: true,
+                    // (its renewer waits for replicas itself, `with_replica_wait`)
+                    replicas: None,
                 });
                 let grant: Arc<dyn Grantor> = Arc::new(PesGrant {
                     inner: Arc::clone(&self.inner),
