@@ -229,12 +229,19 @@ impl LeaseUpdate<'_> {
     }
 
     /// The update failed after it may have reached the server (a lost reply, a replica
-    /// wait that failed after the write): the lease runs until its old deadline or
-    /// `until`, whichever the server kept, so the client counts the earlier.
+    /// wait that failed after the write, a request held on its way): the lease runs
+    /// until its old deadline or `until`, whichever the server kept, so the client
+    /// counts the earlier. And for good: a request held on its way may still run
+    /// after a later renewal was answered, and set the update's deadline over the
+    /// renewal's, so no renewal moves the permit past `until` any more (as a key's
+    /// TTL bounds it, [`PermitState::ends_by`]).
     pub(crate) fn in_doubt(self, until: Instant) {
         let mut l = self.state.lease.lock();
         if until < l.until {
             l.until = until;
+        }
+        if l.ends_by.is_none_or(|e| until < e) {
+            l.ends_by = Some(until);
         }
     }
 }

@@ -330,6 +330,62 @@ fn a_lease_update_whose_reply_is_lost_still_shortens_the_permit() {
     );
 }
 
+/// Eighth session (the permit-expirable fault run, against the fix above): an
+/// `update_lease_time` that gave up before its request had even reached the server
+/// (held on its way) was followed by a renewal that was answered, which moved the
+/// `Permit` a whole lease on; then the held update ran and set the shorter lease on
+/// the server, which reclaimed the permit at its end and granted it to another client
+/// while this `Permit` said it was valid for most of a lease. A failed update may run
+/// at any later time, so no renewal moves the `Permit` past the deadline it asked for.
+#[test]
+fn a_lease_update_that_runs_after_a_later_renewal_still_ends_the_permit() {
+    use std::time::Duration;
+    const OP: Duration = Duration::from_millis(300);
+    let lease = Duration::from_secs(4);
+    let (server, proxy, client) = support::proxied(OP);
+    let mut admin = server.conn();
+    let pes = client.redisson_permit_expirable_semaphore("pl");
+    assert!(pes.try_set_permits(1).unwrap());
+    let permit = pes.try_acquire(Some(lease)).unwrap().expect("a permit");
+    // the lease script in the server's cache: the update held below is one EVALSHA
+    permit.refresh().unwrap();
+    let before = pes_score(&mut admin, "{pl}:timeout");
+    // the update is held 1.5 s on its way (its call gives up after 300 ms), then runs
+    proxy.delay_sent(b"{pl}:timeout", Duration::from_millis(1_500));
+    let r = pes.update_lease_time(permit.id(), Some(Duration::from_millis(200)));
+    assert!(
+        r.as_ref().is_err_and(redis_semaphore::Error::is_timeout),
+        "{r:?}"
+    );
+    proxy.delay_sent(b"{pl}:timeout", Duration::ZERO);
+    // a renewal sent after the update gave up, answered before the update runs
+    permit.refresh().unwrap();
+    assert!(
+        pes_score(&mut admin, "{pl}:timeout") >= before,
+        "the renewal ran before the held update"
+    );
+    support::wait_until(Duration::from_secs(5), "the held update runs", || {
+        pes_score(&mut admin, "{pl}:timeout") < before - 1_000
+    });
+    let other = Client::open(server.url()).unwrap();
+    let theirs = support::wait_for(
+        Duration::from_secs(10),
+        "another client is granted the only permit",
+        || {
+            other
+                .redisson_permit_expirable_semaphore("pl")
+                .try_acquire(Some(lease))
+                .unwrap()
+        },
+    );
+    assert!(
+        permit.is_lost() || permit.lease_left().is_zero(),
+        "the permit says it is valid for {:?} more while {} holds the only permit",
+        permit.lease_left(),
+        theirs.id()
+    );
+}
+
 /// The score of the only member of the lease zset `key`.
 fn pes_score(conn: &mut redis::Connection, key: &str) -> i64 {
     let v: Vec<(Vec<u8>, i64)> = redis::cmd("ZRANGE")
