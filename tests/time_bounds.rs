@@ -1392,3 +1392,179 @@ fn a_queued_acquire_timeout_sends_no_look_after_its_deadline() {
     }
     drop(held);
 }
+
+/// The book's variants, for the tests that run on each.
+const BOOK_VARIANTS: [BookVariant; 4] = [
+    BookVariant::Basic,
+    BookVariant::Fair,
+    BookVariant::FairWithLock,
+    BookVariant::NodeFair,
+];
+
+/// A book `acquire_timeout` polls, and each poll waited for a connection as long as
+/// the pool's checkout timeout allows (5 s by default), then an operation timeout for
+/// its calls: behind the only connection, hung in another call, a 300 ms wait took
+/// about two operation timeouts (3 s here against a bound of 1.8 s). Every poll, the
+/// wait for its connection included, now ends by the deadline and one operation
+/// timeout, as the other semaphores' waits do.
+#[test]
+fn book_acquire_timeouts_behind_a_busy_connection_end_within_their_timeout_and_one_round_trip() {
+    const OP: Duration = Duration::from_millis(1500);
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    for variant in BOOK_VARIANTS {
+        // a client of its own for each variant: a failed poll's clean-up, aside, holds
+        // the only connection a while
+        let client = client(&server, OP, 1);
+        let book = client
+            .book_semaphore(&format!("book-busy-{variant:?}"), 1)
+            .variant(variant)
+            .build()
+            .unwrap();
+        let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || {
+            book.acquire_timeout(TIMEOUT).map(|p| p.is_some())
+        });
+        assert!(
+            took <= TIMEOUT + OP + SLACK,
+            "{variant:?}: acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout \
+             {OP:?}): {r:?}"
+        );
+        assert!(
+            matches!(r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?}: {r:?}"
+        );
+    }
+}
+
+/// A book `acquire_timeout` on a fresh client whose server accepts connections and
+/// never answers (a stalled link): its first poll waited for the connect attempt to
+/// time out (3 s here, the connect timeout) against a bound of the timeout and one
+/// operation timeout (0.8 s). It now gives up by that bound.
+#[test]
+fn a_book_acquire_timeout_whose_connect_stalls_ends_within_its_timeout_and_one_round_trip() {
+    const OP: Duration = Duration::from_millis(600);
+    const TIMEOUT: Duration = Duration::from_millis(200);
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    proxy.stall_new();
+    for variant in BOOK_VARIANTS {
+        let client = Client::builder()
+            .operation_timeout(OP)
+            .connect_timeout(Duration::from_secs(3))
+            .checkout_timeout(Duration::from_secs(10))
+            .build(proxy.url())
+            .unwrap();
+        let book = client
+            .book_semaphore(&format!("book-stall-{variant:?}"), 1)
+            .variant(variant)
+            .build()
+            .unwrap();
+        let (r, took) = timed(|| book.acquire_timeout(TIMEOUT).map(|p| p.is_some()));
+        assert!(
+            took <= TIMEOUT + OP + SLACK,
+            "{variant:?}: acquire_timeout({TIMEOUT:?}) took {took:?} (operation timeout \
+             {OP:?}): {r:?}"
+        );
+        assert!(
+            matches!(r, Ok(false)) || r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?}: {r:?}"
+        );
+    }
+    drop(server);
+}
+
+/// A book permit's manual refresh waits on Redis at most the operation timeout in all:
+/// it waited for a connection as long as the checkout timeout allows, and then an
+/// operation timeout for its transaction, so behind a busy connection on a paused
+/// server it took about two.
+#[test]
+fn a_book_manual_refresh_behind_a_busy_connection_ends_within_the_operation_timeout() {
+    const OP: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    for variant in [
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+        BookVariant::NodeFair,
+    ] {
+        let client = client(&server, OP, 1);
+        let book = client
+            .book_semaphore(&format!("book-refresh-busy-{variant:?}"), 2)
+            .variant(variant)
+            .build()
+            .unwrap();
+        let permit = book.try_acquire().unwrap().expect("a free permit");
+        let (r, took) = behind_a_hung_call(&mut admin, &client, OP, || permit.refresh());
+        assert!(
+            took <= OP + SLACK,
+            "{variant:?}: a book permit's refresh took {took:?} (operation timeout {OP:?}): \
+             {r:?}"
+        );
+        assert!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?}: {r:?}"
+        );
+        permit.release().unwrap();
+    }
+}
+
+/// A book permit's refresh and release on a stopped server end by the operation
+/// timeout itself, as every drop does
+/// (`drops_on_a_stopped_server_end_by_the_operation_timeout_itself_not_the_kernel_s_late_timer`).
+#[test]
+fn book_refresh_and_release_on_a_stopped_server_end_by_the_operation_timeout_itself() {
+    const OP: Duration = Duration::from_secs(3);
+    /// A thread waking after the call ends, far below the kernel's lateness at 3 s.
+    const WAKE: Duration = Duration::from_millis(25);
+    let server = RedisServer::start();
+    let mut permits = Vec::new();
+    for variant in [
+        BookVariant::Fair,
+        BookVariant::FairWithLock,
+        BookVariant::NodeFair,
+    ] {
+        for op in ["refresh", "release"] {
+            // a client of its own for each call, its one connection idle in its pool
+            // (so that no call waits to open one)
+            let client = client(&server, OP, 1);
+            let book = client
+                .book_semaphore(&format!("book-stopped-{variant:?}"), 6)
+                .variant(variant)
+                .build()
+                .unwrap();
+            permits.push((variant, op, book.try_acquire().unwrap().expect("a permit")));
+        }
+    }
+    let paused = server.pause();
+    let calls: Vec<_> = permits
+        .into_iter()
+        .map(|(variant, op, permit)| {
+            thread::spawn(move || {
+                // (a refreshed permit is dropped after the server runs again: its
+                // drop is a release of its own, not timed here)
+                if op == "refresh" {
+                    let (r, took) = timed(|| permit.refresh());
+                    (variant, op, r, took, Some(permit))
+                } else {
+                    let (r, took) = timed(|| permit.release());
+                    (variant, op, r, took, None)
+                }
+            })
+        })
+        .collect();
+    let results: Vec<_> = calls.into_iter().map(|c| c.join().unwrap()).collect();
+    drop(paused);
+    for (variant, op, r, took, permit) in results {
+        drop(permit);
+        assert!(
+            r.as_ref().is_err_and(Error::is_timeout),
+            "{variant:?} {op}: {r:?}"
+        );
+        assert!(
+            took <= OP + WAKE,
+            "{variant:?}: a book permit's {op} took {took:?} on a stopped server (operation \
+             timeout {OP:?})"
+        );
+    }
+}

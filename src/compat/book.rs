@@ -123,7 +123,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::client::Client;
-use crate::clock::{IoTimeouts, TIMEOUT_SLACK, left_until};
+use crate::clock::{IoTimeouts, TIMEOUT_SLACK, left_until, wait_end};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
 use crate::permit::{Grantor, Permit};
@@ -657,6 +657,10 @@ impl BookInner {
         let clean_up = move || {
             // (not on a connection to a primary since replaced: it refuses to send)
             let mut conn = if conn.is_open() && !conn.conn.is_stale() {
+                // an operation timeout of its own, not what was left of the failed
+                // acquire's (a poll's deadline may have passed)
+                let mut conn = conn;
+                conn.deadline = None;
                 conn
             } else {
                 drop(conn);
@@ -957,7 +961,10 @@ impl Grantor for BookInner {
             )));
         }
         Counters::bump(&self.stats().refresh_calls);
-        let mut conn = self.conn()?;
+        // all of it (the wait for a connection, the transaction and a clean-up) within
+        // the operation timeout, as a leased permit's manual refresh: it waited for a
+        // connection up to the checkout timeout, and then an operation timeout
+        let mut conn = self.conn_by(Some(Instant::now() + self.op_timeout()))?;
         let sent = Instant::now();
         let stamp = self.stamp();
         let held = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
@@ -1017,11 +1024,17 @@ impl BookSemaphore {
 
     /// [`try_acquire`](Self::try_acquire), its lock spin ending by `until`.
     fn try_until(&self, until: Option<Instant>) -> Result<Option<Permit>> {
-        // a try never waits (at most one operation timeout for a connection); the
-        // polls of the blocking acquires wait for one as any call does
+        // a try never waits (at most one operation timeout for a connection); a poll
+        // of a blocking acquire, the wait for its connection included, ends by the
+        // acquire's deadline and one operation timeout (the poll in flight at the
+        // deadline), as every other wait's tries do, not after the checkout timeout
+        // and then an operation timeout per call
         let conn = match until {
             None => self.inner.conn_for_try()?,
-            Some(_) => self.inner.conn()?,
+            Some(deadline) => {
+                let op = self.inner.client.inner.shared.op_timeout;
+                self.inner.conn_by(wait_end(Some(deadline), op))?
+            }
         };
         match self
             .inner
@@ -1043,7 +1056,10 @@ impl BookSemaphore {
     /// This polls: a [`try_acquire`](Self::try_acquire), then a sleep of the poll
     /// interval (10 ms by default), as the book's callers do. It is not fair: a waiter
     /// has no place in any queue. At least one try is made; `FairWithLock`'s spin for
-    /// the lock ends by the deadline, even with a longer lock wait.
+    /// the lock ends by the deadline, even with a longer lock wait. It returns within
+    /// `timeout` and one operation timeout (the try in flight at the deadline), the
+    /// waits for a connection included: a try waits for one, when every pooled
+    /// connection is busy or a new one cannot be opened, no longer than that bound.
     ///
     /// # Errors
     ///
