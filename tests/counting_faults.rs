@@ -60,13 +60,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, CountingSemaphore, Error, RSemaphore};
+use support::fault_run::{Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
+/// The role of this binary's worker processes (`REDSEM_HELPER`).
+const ROLE: &str = "counting-fault-worker";
 const COUNTING: &str = "cfaults";
 const REDISSON: &str = "rfaults";
 const LIMIT: u32 = 3;
@@ -172,7 +173,7 @@ fn helper() {
     let Ok(role) = std::env::var("REDSEM_HELPER") else {
         return;
     };
-    assert_eq!(role, "counting-fault-worker", "unknown helper role {role}");
+    assert_eq!(role, ROLE, "unknown helper role {role}");
     let url = std::env::var("REDSEM_URL").unwrap();
     let observer = std::env::var("REDSEM_OBSERVER").unwrap();
     let me: usize = std::env::var("REDSEM_WORKER").unwrap().parse().unwrap();
@@ -360,59 +361,6 @@ fn note(conn: &mut redis::Connection, who: &str, what: &str) {
         .unwrap();
 }
 
-/// The observer's clock, in ms.
-fn observer_ms(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
-}
-
-/// A worker process, killed when dropped (unless it exited by itself).
-struct Worker(Child);
-
-impl Worker {
-    fn start(k: usize, url: &str, observer: &str) -> Worker {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = Command::new(&exe);
-        cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
-            .env("REDSEM_HELPER", "counting-fault-worker")
-            .env("REDSEM_URL", url)
-            .env("REDSEM_OBSERVER", observer)
-            .env("REDSEM_WORKER", k.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start worker {k}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(out).lines();
-        let ready = lines.any(|l| l.is_ok_and(|l| l.contains("RESULT ready")));
-        assert!(ready, "worker {k} did not start");
-        std::thread::spawn(move || lines.for_each(drop));
-        Worker(child)
-    }
-
-    /// Waits for the worker to exit by itself; whether it did so with success in time.
-    fn exited_within(&mut self, d: Duration) -> Option<bool> {
-        let end = Instant::now() + d;
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return Some(status.success());
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One recorded hold: the interval on the observer's clock and how many permits.
 #[derive(Debug, Clone)]
 struct Hold {
@@ -500,16 +448,8 @@ impl Tally {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Fault {
-    ClientKill,
-    Pause,
-    DebugSleep,
-    Restart,
-    Partition,
-    Reset,
-}
-
+/// The faults of this run: every kind but a worker's SIGKILL (a killed holder's
+/// permits are gone for good, by the design of a counter without leases).
 const FAULTS: [Fault; 6] = [
     Fault::ClientKill,
     Fault::Pause,
@@ -570,7 +510,7 @@ fn ownerless_counters_neither_lose_nor_leak_a_permit_whatever_fails() {
     set_phase(&mut obs, "run 0");
     let proxies: Vec<Proxy> = (0..WORKERS).map(|_| Proxy::start(data.port())).collect();
     let mut workers: Vec<Worker> = (0..WORKERS)
-        .map(|k| Worker::start(k, &proxies[k].url(), &observer.url()))
+        .map(|k| Worker::start(ROLE, k, &proxies[k].url(), &observer.url(), None))
         .collect();
 
     let held_by = |obs: &mut redis::Connection, kind: Kind| -> usize {
@@ -663,57 +603,10 @@ fn ownerless_counters_neither_lose_nor_leak_a_permit_whatever_fails() {
         }
         injected += usize::from(fault.is_some());
         // the fault, and when it is over (a request held by it runs by then)
-        let mut over = Instant::now();
-        let mut admin = data.conn();
-        match fault {
-            None => {}
-            Some(Fault::ClientKill) => {
-                let _: i64 = redis::cmd("CLIENT")
-                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
-                    .query(&mut admin)
-                    .unwrap();
-            }
-            Some(Fault::Pause) => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("CLIENT")
-                    .arg("PAUSE")
-                    .arg(ms)
-                    .arg("ALL")
-                    .query(&mut admin)
-                    .unwrap();
-                over += Duration::from_millis(ms);
-            }
-            Some(Fault::DebugSleep) => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("DEBUG")
-                    .arg("SLEEP")
-                    .arg(format!("{:.3}", ms as f64 / 1000.0))
-                    .query(&mut admin)
-                    .unwrap();
-                over = Instant::now();
-            }
-            Some(Fault::Restart) => {
-                drop(admin);
-                data.restart_keeping_data();
-                over = Instant::now();
-            }
-            Some(Fault::Partition) => {
-                let ms = rng.u64(300..2000);
-                let mut cut: Vec<usize> = (0..proxies.len()).collect();
-                rng.shuffle(&mut cut);
-                cut.truncate([1, 2, 2, proxies.len()][rng.usize(..4)]);
-                for &w in &cut {
-                    proxies[w].cut();
-                }
-                // the fault's own length, not a wait for a condition
-                std::thread::sleep(Duration::from_millis(ms));
-                for &w in &cut {
-                    proxies[w].heal();
-                }
-                over = Instant::now();
-            }
-            Some(Fault::Reset) => proxies.iter().for_each(Proxy::reset),
-        }
+        let over = match fault {
+            Some(fault) => inject(fault, &mut rng, &mut data, &proxies),
+            None => Instant::now(),
+        };
         // some work after the fault (it ends in a round of its own otherwise)
         if fault.is_some() {
             std::thread::sleep(Duration::from_millis(rng.u64(100..600)));

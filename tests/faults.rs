@@ -42,14 +42,15 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
+use support::fault_run::{FAULTS, Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
 const NAME: &str = "faults";
+/// The role of this binary's worker processes (`REDSEM_HELPER`).
+const ROLE: &str = "fault-worker";
 const LIMIT: u32 = 3;
 const LEASE_MS: u64 = 600;
 /// Client operation timeout in the workers: calls end well within a lease.
@@ -63,7 +64,7 @@ fn helper() {
     let Ok(role) = std::env::var("REDSEM_HELPER") else {
         return;
     };
-    assert_eq!(role, "fault-worker", "unknown helper role {role}");
+    assert_eq!(role, ROLE, "unknown helper role {role}");
     let url = std::env::var("REDSEM_URL").unwrap();
     let observer = std::env::var("REDSEM_OBSERVER").unwrap();
     let me = std::env::var("REDSEM_WORKER").unwrap();
@@ -225,55 +226,6 @@ fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
     }
 }
 
-/// The observer's clock, in ms.
-fn observer_ms(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
-}
-
-/// A worker process, killed when dropped.
-struct Worker(Child);
-
-impl Worker {
-    fn start(k: usize, url: &str, observer: &str, skew: Option<&str>) -> Worker {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = match skew {
-            Some(offset) => support::faketime(offset, &exe),
-            None => Command::new(&exe),
-        };
-        // its own process group, so that Drop kills the worker and not only faketime
-        // (which runs it as a child)
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
-            .env("REDSEM_HELPER", "fault-worker")
-            .env("REDSEM_URL", url)
-            .env("REDSEM_OBSERVER", observer)
-            .env("REDSEM_WORKER", k.to_string())
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start worker {k} (faketime {skew:?}): {e}"));
-        let out = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(out).lines();
-        let ready = lines.any(|l| l.is_ok_and(|l| l.contains("RESULT ready")));
-        assert!(ready, "worker {k} did not start");
-        std::thread::spawn(move || lines.for_each(drop));
-        Worker(child)
-    }
-}
-
-impl Drop for Worker {
-    /// SIGKILL to the worker's whole process group (faketime and the worker under it).
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One recorded step: its valid interval on the observer's clock, slot, token, who.
 #[derive(Debug, Clone)]
 struct Step {
@@ -344,27 +296,6 @@ fn sweep(steps: &[Step]) -> (usize, Option<(Step, Step)>) {
     (most, clash)
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Fault {
-    KillWorker,
-    ClientKill,
-    Pause,
-    DebugSleep,
-    Restart,
-    Partition,
-    Reset,
-}
-
-const FAULTS: [Fault; 7] = [
-    Fault::KillWorker,
-    Fault::ClientKill,
-    Fault::Pause,
-    Fault::DebugSleep,
-    Fault::Restart,
-    Fault::Partition,
-    Fault::Reset,
-];
-
 #[test]
 fn never_more_valid_holders_than_the_limit_whatever_fails() {
     assert!(
@@ -392,7 +323,7 @@ fn never_more_valid_holders_than_the_limit_whatever_fails() {
     let mut workers: Vec<Worker> = skews
         .iter()
         .enumerate()
-        .map(|(k, skew)| Worker::start(k, &proxies[k].url(), &observer.url(), *skew))
+        .map(|(k, skew)| Worker::start(ROLE, k, &proxies[k].url(), &observer.url(), *skew))
         .collect();
     let mut next_worker = workers.len();
 
@@ -416,61 +347,25 @@ fn never_more_valid_holders_than_the_limit_whatever_fails() {
             .unwrap_or_else(|| FAULTS[rng.usize(..FAULTS.len())]);
         k += 1;
         let before = step_count(&mut obs);
-        let mut admin = data.conn();
         match fault {
             Fault::KillWorker => {
                 let victim = rng.usize(..workers.len());
                 let skew = skews[victim % skews.len()];
                 drop(std::mem::replace(
                     &mut workers[victim],
-                    Worker::start(next_worker, &proxies[victim].url(), &observer.url(), skew),
+                    Worker::start(
+                        ROLE,
+                        next_worker,
+                        &proxies[victim].url(),
+                        &observer.url(),
+                        skew,
+                    ),
                 ));
                 next_worker += 1;
             }
-            Fault::ClientKill => {
-                let _: i64 = redis::cmd("CLIENT")
-                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
-                    .query(&mut admin)
-                    .unwrap();
+            _ => {
+                inject(fault, &mut rng, &mut data, &proxies);
             }
-            Fault::Pause => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("CLIENT")
-                    .arg("PAUSE")
-                    .arg(ms)
-                    .arg("ALL")
-                    .query(&mut admin)
-                    .unwrap();
-            }
-            Fault::DebugSleep => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("DEBUG")
-                    .arg("SLEEP")
-                    .arg(format!("{:.3}", ms as f64 / 1000.0))
-                    .query(&mut admin)
-                    .unwrap();
-            }
-            Fault::Restart => {
-                drop(admin);
-                data.restart_keeping_data();
-            }
-            Fault::Partition => {
-                // one or two workers cut off (the others go on and take the permits
-                // the server frees), sometimes all of them
-                let ms = rng.u64(300..2000);
-                let mut cut: Vec<usize> = (0..proxies.len()).collect();
-                rng.shuffle(&mut cut);
-                cut.truncate([1, 2, 2, proxies.len()][rng.usize(..4)]);
-                for &w in &cut {
-                    proxies[w].cut();
-                }
-                // the fault's own length, not a wait for a condition
-                std::thread::sleep(Duration::from_millis(ms));
-                for &w in &cut {
-                    proxies[w].heal();
-                }
-            }
-            Fault::Reset => proxies.iter().for_each(Proxy::reset),
         }
         injected.push(fault);
         resumed(&mut obs, before, &format!("{fault:?}"));

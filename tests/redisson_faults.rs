@@ -55,15 +55,16 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::redisson::RPermitExpirableSemaphore;
 use redis_semaphore::{Client, Permit};
+use support::fault_run::{FAULTS, Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
 const NAME: &str = "pes-faults";
+/// The role of this binary's worker processes (`REDSEM_HELPER`).
+const ROLE: &str = "pes-fault-worker";
 const PERMITS: u32 = 3;
 const LEASE_MS: u64 = 600;
 /// Client operation timeout in the workers: calls end well within a lease.
@@ -77,7 +78,7 @@ fn helper() {
     let Ok(role) = std::env::var("REDSEM_HELPER") else {
         return;
     };
-    assert_eq!(role, "pes-fault-worker", "unknown helper role {role}");
+    assert_eq!(role, ROLE, "unknown helper role {role}");
     let url = std::env::var("REDSEM_URL").unwrap();
     let observer = std::env::var("REDSEM_OBSERVER").unwrap();
     let me = std::env::var("REDSEM_WORKER").unwrap();
@@ -302,49 +303,6 @@ fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
     }
 }
 
-/// The observer's clock, in ms.
-fn observer_ms(conn: &mut redis::Connection) -> i64 {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
-    s * 1000 + us / 1000
-}
-
-/// A worker process, killed when dropped.
-struct Worker(Child);
-
-impl Worker {
-    fn start(k: usize, url: &str, observer: &str) -> Worker {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = Command::new(&exe);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        cmd.args(["helper", "--exact", "--nocapture", "--test-threads=1"])
-            .env("REDSEM_HELPER", "pes-fault-worker")
-            .env("REDSEM_URL", url)
-            .env("REDSEM_OBSERVER", observer)
-            .env("REDSEM_WORKER", k.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start worker {k}: {e}"));
-        let out = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(out).lines();
-        let ready = lines.any(|l| l.is_ok_and(|l| l.contains("RESULT ready")));
-        assert!(ready, "worker {k} did not start");
-        std::thread::spawn(move || lines.for_each(drop));
-        Worker(child)
-    }
-}
-
-impl Drop for Worker {
-    /// SIGKILL to the worker's process group.
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One recorded step: its valid interval on the observer's clock, the permit, who.
 #[derive(Debug, Clone)]
 struct Step {
@@ -407,27 +365,6 @@ fn sweep(steps: &[Step], limit: usize) -> (usize, Option<Vec<Step>>) {
     (most, over)
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Fault {
-    KillWorker,
-    ClientKill,
-    Pause,
-    DebugSleep,
-    Restart,
-    Partition,
-    Reset,
-}
-
-const FAULTS: [Fault; 7] = [
-    Fault::KillWorker,
-    Fault::ClientKill,
-    Fault::Pause,
-    Fault::DebugSleep,
-    Fault::Restart,
-    Fault::Partition,
-    Fault::Reset,
-];
-
 #[test]
 fn never_more_valid_permit_expirable_holders_than_permits_whatever_fails() {
     let secs: u64 = std::env::var("REDSEM_FAULT_SECS")
@@ -454,7 +391,7 @@ fn never_more_valid_permit_expirable_holders_than_permits_whatever_fails() {
     // can cut some holders off while the others go on (and may take their permits)
     let proxies: Vec<Proxy> = (0..WORKERS).map(|_| Proxy::start(data.port())).collect();
     let mut workers: Vec<Worker> = (0..WORKERS)
-        .map(|k| Worker::start(k, &proxies[k].url(), &observer.url()))
+        .map(|k| Worker::start(ROLE, k, &proxies[k].url(), &observer.url(), None))
         .collect();
     let mut next_worker = workers.len();
 
@@ -478,58 +415,24 @@ fn never_more_valid_permit_expirable_holders_than_permits_whatever_fails() {
             .unwrap_or_else(|| FAULTS[rng.usize(..FAULTS.len())]);
         k += 1;
         let before = step_count(&mut obs);
-        let mut admin = data.conn();
         match fault {
             Fault::KillWorker => {
                 let victim = rng.usize(..workers.len());
                 drop(std::mem::replace(
                     &mut workers[victim],
-                    Worker::start(next_worker, &proxies[victim].url(), &observer.url()),
+                    Worker::start(
+                        ROLE,
+                        next_worker,
+                        &proxies[victim].url(),
+                        &observer.url(),
+                        None,
+                    ),
                 ));
                 next_worker += 1;
             }
-            Fault::ClientKill => {
-                let _: i64 = redis::cmd("CLIENT")
-                    .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
-                    .query(&mut admin)
-                    .unwrap();
+            _ => {
+                inject(fault, &mut rng, &mut data, &proxies);
             }
-            Fault::Pause => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("CLIENT")
-                    .arg("PAUSE")
-                    .arg(ms)
-                    .arg("ALL")
-                    .query(&mut admin)
-                    .unwrap();
-            }
-            Fault::DebugSleep => {
-                let ms = rng.u64(200..1200);
-                let _: () = redis::cmd("DEBUG")
-                    .arg("SLEEP")
-                    .arg(format!("{:.3}", ms as f64 / 1000.0))
-                    .query(&mut admin)
-                    .unwrap();
-            }
-            Fault::Restart => {
-                drop(admin);
-                data.restart_keeping_data();
-            }
-            Fault::Partition => {
-                let ms = rng.u64(300..2000);
-                let mut cut: Vec<usize> = (0..proxies.len()).collect();
-                rng.shuffle(&mut cut);
-                cut.truncate([1, 2, 2, proxies.len()][rng.usize(..4)]);
-                for &w in &cut {
-                    proxies[w].cut();
-                }
-                // the fault's own length, not a wait for a condition
-                std::thread::sleep(Duration::from_millis(ms));
-                for &w in &cut {
-                    proxies[w].heal();
-                }
-            }
-            Fault::Reset => proxies.iter().for_each(Proxy::reset),
         }
         injected.push(fault);
         resumed(&mut obs, before, &format!("{fault:?}"));

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 pub mod capture;
 pub mod cluster;
+pub mod fault_run;
 pub mod python;
 pub mod tls_topologies;
 
