@@ -1020,23 +1020,7 @@ fn help_shows_no_environment_value() {
 /// does not speak the Redis protocol and naming its address.
 #[test]
 fn a_url_naming_a_server_that_is_not_redis_says_so_at_once() {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 1024];
-                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
-                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-                    if stream.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let port = support::http_server_port();
     let url = format!("redis://127.0.0.1:{port}/");
     let started = std::time::Instant::now();
     let out = bare_cli(&["--url", &url, "status", "jobs"], &[]);

@@ -548,29 +548,6 @@ fn a_user_name_with_an_empty_password_is_redacted() {
     assert!(text.contains("bad Redis URL"), "{text}");
 }
 
-/// A port where something else than Redis answers (an HTTP server): every connection
-/// gets an HTTP error reply to whatever it sends, as a web server's does.
-fn http_server_port() -> u16 {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 1024];
-                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
-                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-                    if stream.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 /// Review (2026-11-27, eighth session): a URL naming the port of another kind of
 /// server (a web server, a typo in the port) failed every call only after the whole
 /// checkout timeout (5 s by default), with redis-rs's parser error as the only
@@ -580,7 +557,7 @@ fn http_server_port() -> u16 {
 /// (waiting will not turn it into Redis).
 #[test]
 fn a_server_that_does_not_speak_redis_is_named_at_once() {
-    let port = http_server_port();
+    let port = support::http_server_port();
     let client = Client::builder()
         .connect_timeout(std::time::Duration::from_millis(500))
         .checkout_timeout(std::time::Duration::from_secs(20))

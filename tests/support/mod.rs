@@ -1520,3 +1520,26 @@ pub fn start_listener(sem: &redis_semaphore::Semaphore) {
         "the semaphore's permit is held"
     );
 }
+
+/// A port where something else than Redis answers (an HTTP server): every connection
+/// gets an HTTP error reply to whatever it sends, as a web server's does.
+pub fn http_server_port() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {
+                    let reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                    if stream.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
