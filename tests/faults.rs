@@ -173,22 +173,26 @@ fn obtain(h: Handles<'_>, way: Way, rng: &mut fastrand::Rng) -> Option<redis_sem
 }
 
 /// One thread of a worker: acquire, work in short steps while valid, release; forever
-/// (the test kills the process). With `mixed`, each round takes one of [`WAYS`] at
-/// random; else it waits in the queue. A permit of several slots records each step
+/// (the test kills the process). With `mixed`, each round takes one of [`WAYS`], in
+/// turn; else it waits in the queue. A permit of several slots records each step
 /// once per slot (each slot a holder of its own in the sweep).
 fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
     let obs = redis::Client::open(observer).unwrap();
     let mut conn = obs.get_connection().unwrap();
     let mut rng = fastrand::Rng::new();
+    // the ways in turn from a random one, the next once this one got a permit: every
+    // way is taken in a run of any length, however rarely one succeeds under load
+    let mut turn = rng.usize(..WAYS.len());
     loop {
         let way = if mixed {
-            WAYS[rng.usize(..WAYS.len())]
+            WAYS[turn % WAYS.len()]
         } else {
             Way::Wait
         };
         let Some(permit) = obtain(h, way, &mut rng) else {
             continue;
         };
+        turn += 1;
         // short holds, and holds longer than the lease (kept by the refresher, or by
         // hand), so that a fault often finds a holder that stays inside until its
         // permit runs out

@@ -209,15 +209,19 @@ fn tries(
 
 /// One thread of a worker: acquire, work in short steps while valid, give back;
 /// forever (the test kills the process). With `mixed`, each round takes one of
-/// [`WAYS`] at random; else it waits. Each permit of a round is a holder of its own in
+/// [`WAYS`], in turn (and gives its permits back one of [`BACKS`] in turn); else it
+/// waits. Each permit of a round is a holder of its own in
 /// the sweep.
 fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
     let obs = redis::Client::open(observer).unwrap();
     let mut conn = obs.get_connection().unwrap();
     let mut rng = fastrand::Rng::new();
+    // the ways in turn from a random one, the next once this one got a permit: every
+    // way is taken in a run of any length, however rarely one succeeds under load
+    let mut turn = rng.usize(..WAYS.len());
     loop {
         let way = if mixed {
-            WAYS[rng.usize(..WAYS.len())]
+            WAYS[turn % WAYS.len()]
         } else {
             Way::Wait
         };
@@ -225,6 +229,7 @@ fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
         if permits.is_empty() {
             continue;
         }
+        turn += 1;
         // short holds, and holds longer than the lease (kept by the background thread,
         // by hand, or by lease updates), so that a fault often finds a holder that
         // stays inside until its permit runs out
@@ -277,7 +282,7 @@ fn work(h: Handles<'_>, mixed: bool, observer: &str, who: &str) {
                     .unwrap();
             }
         }
-        let back = BACKS[rng.usize(..BACKS.len())];
+        let back = BACKS[turn % BACKS.len()];
         for p in permits {
             match back {
                 Back::Drop => drop(p),
