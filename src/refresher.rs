@@ -17,6 +17,15 @@
 //!   after the rest of the round when the call took that long or more (cut by its
 //!   wait, against a server slow for that semaphore): the tries of slow semaphores do
 //!   not keep the others of the round, which the server answers, from their renewals.
+//!   A group is in one batch at a time: once taken, it is not taken again until that
+//!   batch has been sent and its answer applied (`Registry::settle`), or the batch is
+//!   gone unsettled (a round that ended early, a panic, a call not sent: `Taken`
+//!   releases it). When it comes due again meanwhile (a round longer than its
+//!   period), its queued batch moves up instead, and a permit registered meanwhile
+//!   joins that batch when it is sent; a renewal that succeeded is due again a period
+//!   after it was sent. What came due goes the earliest deadline first. So a round
+//!   longer than the periods renews each group once at a time, each in its turn: no
+//!   group renewed twice or thrice in a row while the batches behind it wait.
 //! - **A renewal counts once the replicas have it.** For a semaphore with
 //!   `wait_replicas(n, t)` each renewal call is followed by `WAIT n t` on its
 //!   connection (one per call, none when it renewed nothing, none without
@@ -66,7 +75,7 @@ use parking_lot::Mutex;
 
 use crate::clock::lease_end;
 use crate::error::LostReason;
-use crate::registry::{Batch, Cleanup, GiveBack, PermitState, RETRY_AFTER_FAILURE};
+use crate::registry::{Batch, Cleanup, GiveBack, GroupKey, PermitState, RETRY_AFTER_FAILURE};
 use crate::scripts::Keys;
 use crate::scripts::leased;
 pub(crate) use crate::scripts::leased::Renewal;
@@ -467,6 +476,8 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         let cleanups = registry.take_cleanups(now);
         let (batches, more) = registry.take_due(now);
         expired.extend(more);
+        // (a group whose batch a call left running holds: it settles it itself)
+        registry.take_again();
         // (the full scan below covers every permit registered so far)
         registry.take_fresh_deadline();
         let horizon = registry.earliest_deadline_after(now);
@@ -476,15 +487,23 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
     if !clean_ups(shared, asides, wake, cleanups, &mut horizon) {
         return;
     }
-    let mut batches: VecDeque<Batch> = batches.into();
+    let mut batches: VecDeque<Taken> = batches.into_iter().map(|b| Taken::new(shared, b)).collect();
     // (those whose last renewal failed slowly last, as those that come due meanwhile)
     batches.make_contiguous().sort_by_key(|b| b.behind);
-    slow_last(shared, asides, &mut batches);
-    while let Some(batch) = batches.pop_front() {
-        let batch = Arc::new(batch);
+    // (how many batches at the front came due while the round ran: `came_due`)
+    let mut front = 0;
+    slow_last(shared, asides, &mut batches, &mut front);
+    while let Some(mut batch) = batches.pop_front() {
+        front = front.saturating_sub(1);
         if stopping(wake) {
             return;
         }
+        // (the permits that joined its group while it was queued go with it)
+        shared
+            .registry
+            .lock()
+            .join(&mut batch.batch, Instant::now());
+        let batch = Arc::new(batch);
         // (a panic in a record ends this batch's renewal, not the round: one that
         // panics at every round, the warning of a semaphore whose renewal keeps
         // failing, say, does not keep the batches after it from being renewed)
@@ -504,34 +523,140 @@ fn tick(shared: &Arc<Shared>, asides: &SharedAsides, wake: &Receiver<()>) {
         // by the time each ends) would follow one another, and the renewals of the
         // semaphores behind them, which the server answers at once, would wait until
         // their leases ran out.
-        let (more, expired, cleanups) = shared.registry.lock().take_due_since(Instant::now());
+        // A group whose batch is still queued in the round is not taken again (it
+        // would be renewed twice or thrice in a row, a period or less apart): its
+        // batch is moved up instead, as a new one would be put first.
+        let (more, expired, cleanups, again) = {
+            let mut registry = shared.registry.lock();
+            let (more, expired, cleanups) = registry.take_due_since(Instant::now());
+            (more, expired, cleanups, registry.take_again())
+        };
+        let more: Vec<Taken> = more.into_iter().map(|b| Taken::new(shared, b)).collect();
         lose_each(shared, expired.into_iter().map(|p| (p.expiry_reason(), p)));
         if !clean_ups(shared, asides, wake, cleanups, &mut horizon) {
             return;
         }
-        if !more.is_empty() {
-            let (behind, first): (Vec<Batch>, Vec<Batch>) =
-                more.into_iter().partition(|b| b.behind);
-            for b in first.into_iter().rev() {
-                batches.push_front(b);
-            }
-            batches.extend(behind);
-            slow_last(shared, asides, &mut batches);
+        if !more.is_empty() || !again.is_empty() {
+            came_due(&mut batches, &mut front, more, again);
+            slow_last(shared, asides, &mut batches, &mut front);
         }
     }
     // a deadline that passed during the last call: declared now, not at the next tick
     settle_passed(shared, &mut horizon);
 }
 
+/// A batch a round took out of the registry. Its group is not taken again until the
+/// batch is settled (its answer applied, [`apply`]); dropped unsettled (a round that
+/// ended early, a panic in a record or in its call, a call's thread that ended
+/// without its answer), it releases its group for taking again on its schedule, so
+/// that no group is left never renewed again. On a cluster the call left running
+/// holds it until the call ends.
+struct Taken {
+    batch: Batch,
+    shared: Arc<Shared>,
+}
+
+impl Taken {
+    fn new(shared: &Arc<Shared>, batch: Batch) -> Taken {
+        Taken {
+            batch,
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl std::ops::Deref for Taken {
+    type Target = Batch;
+    fn deref(&self) -> &Batch {
+        &self.batch
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        // (never dropped under the registry's lock: the round drops its batches, and
+        // the calls theirs, after the registry calls they make)
+        self.shared
+            .registry
+            .lock()
+            .release(&self.batch.key, self.batch.taken);
+    }
+}
+
+/// Puts what came due while a round ran ahead of the rest of the round: the new
+/// batches `more`, and the batches still queued of the groups that came due again
+/// (`again`, not taken twice). The first `front` batches of the round came due while
+/// it ran; these join them, the earliest deadline first ([`Batch::deadline`]: a
+/// permit registered meanwhile with a short lease goes before the groups renewed a
+/// period ago, and in a round longer than the periods, a batch that came due early is
+/// not passed again and again by those that come due after it: each group has its
+/// turn). But a batch whose group's last renewal failed slowly ([`Batch::behind`])
+/// goes after the rest of the round.
+fn came_due(
+    batches: &mut VecDeque<Taken>,
+    front: &mut usize,
+    more: Vec<Taken>,
+    again: Vec<(GroupKey, Instant)>,
+) {
+    let mut up = Vec::new();
+    if !again.is_empty() {
+        // (a scan of the round's batches when groups came due again: once a period
+        // for each at most, as the registry's own look at what is due)
+        let again: HashMap<GroupKey, Instant> = again.into_iter().collect();
+        let rest = batches.split_off(*front);
+        for mut b in rest {
+            if let Some(deadline) = again.get(&b.key).filter(|_| !b.behind) {
+                // (a permit may have joined the group since it was taken)
+                b.batch.deadline = *deadline;
+                up.push(b);
+            } else {
+                batches.push_back(b);
+            }
+        }
+    }
+    let mut behind = Vec::new();
+    for b in up.into_iter().chain(more) {
+        if b.behind {
+            behind.push(b);
+            continue;
+        }
+        // (after those whose deadline is no earlier: the front is in that order)
+        let (mut lo, mut hi) = (0, *front);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if batches[mid].deadline <= b.deadline {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let at = lo;
+        batches.insert(at, b);
+        *front += 1;
+    }
+    batches.extend(behind);
+}
+
 /// On a cluster, puts the batches of the semaphores whose last call was slow last: a
-/// hung node's do not make those of the nodes that answer wait.
-fn slow_last(shared: &Shared, asides: &SharedAsides, batches: &mut VecDeque<Batch>) {
+/// hung node's do not make those of the nodes that answer wait. (`front` counts the
+/// batches at the front that came due while the round ran, [`came_due`].)
+fn slow_last(
+    shared: &Shared,
+    asides: &SharedAsides,
+    batches: &mut VecDeque<Taken>,
+    front: &mut usize,
+) {
     if shared.is_cluster() {
         let mut a = asides.lock();
         let now = Instant::now();
         let recent = |at: &mut Instant| now.saturating_duration_since(*at) < SLOW_FOR;
         a.slow.retain(|_, at| recent(at));
         a.slow_nodes.retain(|_, at| recent(at));
+        *front = batches
+            .iter()
+            .take(*front)
+            .filter(|b| !a.is_slow(&b.keys.holders))
+            .count();
         batches
             .make_contiguous()
             .sort_by_cached_key(|b| a.is_slow(&b.keys.holders));
@@ -803,7 +928,7 @@ fn lose(shared: &Shared, p: &PermitState, reason: LostReason) {
 /// the server renewed, and a permit declared lost meanwhile stays lost (the losses
 /// themselves are declared by their deadlines, [`settle_passed`], whatever the calls
 /// do). The counters count the calls sent and those that failed.
-fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Batch>, wait: Duration) {
+fn renew(shared: &Arc<Shared>, asides: &SharedAsides, batch: Arc<Taken>, wait: Duration) {
     let sent = Instant::now();
     let by = sent + wait;
     let (end, wait_until) = call_bounds(shared, by);
@@ -920,7 +1045,7 @@ fn apply(shared: &Shared, batch: &Batch, sent: Instant, answer: Answer, aside: b
     shared
         .registry
         .lock()
-        .settle(&batch.key, &lost, failed.then_some(sent), Instant::now());
+        .settle(&batch.key, batch.taken, &lost, sent, failed, Instant::now());
 }
 
 /// The renewal calls of one batch, a chunk of at most [`REFRESH_CHUNK`] permits each,

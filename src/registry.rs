@@ -322,6 +322,14 @@ struct Group {
     /// a server slow for this semaphore): its next one goes after the rest of the
     /// round ([`Batch::behind`]).
     failed_slowly: bool,
+    /// The batch the thread took of it and has not settled yet ([`Batch::taken`]):
+    /// the group is not taken again meanwhile ([`Registry::take_due`]), so that a
+    /// round longer than its period does not renew it twice or thrice in a row.
+    queued: Option<u64>,
+    /// A permit joined it while its batch was queued: the batch takes it in when it
+    /// is sent ([`Registry::join`]), and its settling keeps the permit's first
+    /// renewal due time.
+    joined: bool,
 }
 
 impl Group {
@@ -396,6 +404,13 @@ pub(crate) struct Registry {
     /// O(1), that nothing came due while it ran ([`take_due_since`](Registry::take_due_since)).
     /// A lower bound, made exact by that look.
     due_bound: Option<Instant>,
+    /// The tag of the next batch taken ([`Batch::taken`]).
+    next_taken: u64,
+    /// The groups that came due again while their batch was queued, since the thread
+    /// last asked ([`take_again`](Registry::take_again)), with a bound of their
+    /// earliest deadline (as [`Batch::deadline`]): a round moves their batch up, as it
+    /// would put a new batch first.
+    again: Vec<(GroupKey, Instant)>,
 }
 
 /// When the background thread looks at the registry next without being woken: a
@@ -487,6 +502,8 @@ impl Registry {
             earliest: None,
             renewer,
             failed_slowly: false,
+            queued: None,
+            joined: false,
         });
         if period < group.period {
             group.period = period;
@@ -497,6 +514,7 @@ impl Registry {
         lower(&mut self.due_bound, first_due);
         group.earliest = Some(group.earliest.map_or(until, |t| t.min(until)));
         group.permits.insert(state.id.clone(), state);
+        group.joined |= group.queued.is_some();
         // (first_due is at or before the permit's deadline: a loss is declared in time)
         match self.looks {
             Looks::Soon => false,
@@ -791,6 +809,15 @@ impl Registry {
                     return false;
                 }
                 g.next_due = now + g.period;
+                // (a lower bound of its permits' earliest deadline)
+                let deadline = g.earliest.unwrap_or(g.next_due);
+                if g.queued.is_some() {
+                    // its batch is still queued (taken, not settled): not taken again
+                    // (it would be renewed twice in a row), but moved up in the round
+                    self.again.push((key.clone(), deadline));
+                    lower(&mut next, g.next_due);
+                    return true;
+                }
                 // a permit past its max hold is not renewed: it ends with its lease
                 let permits: Vec<_> = g
                     .permits
@@ -799,12 +826,18 @@ impl Registry {
                     .cloned()
                     .collect();
                 if !permits.is_empty() {
+                    let taken = self.next_taken;
+                    self.next_taken += 1;
+                    g.queued = Some(taken);
+                    g.joined = false;
                     batches.push(Batch {
                         key: key.clone(),
                         keys: Arc::clone(&g.keys),
                         permits,
                         renewer: g.renewer.clone(),
                         behind: g.failed_slowly,
+                        taken,
+                        deadline,
                     });
                 }
             } else {
@@ -821,8 +854,50 @@ impl Registry {
         (batches, expired)
     }
 
-    /// Applies the outcome of a batch: lost permits leave. `failed`: the renewal sent at
-    /// that instant failed; its next try is a retry's delay from `now`
+    /// The groups that came due again, since the last call, while their batch was
+    /// queued ([`take_due`](Self::take_due) does not take them again): the round moves
+    /// their batch up.
+    pub(crate) fn take_again(&mut self) -> Vec<(GroupKey, Instant)> {
+        std::mem::take(&mut self.again)
+    }
+
+    /// The batch is about to be sent at `now`: the permits that joined its group
+    /// while it was queued join it (they are renewed with it, at once, rather than
+    /// after it).
+    pub(crate) fn join(&mut self, batch: &mut Batch, now: Instant) {
+        if let Some(g) = self.groups.get_mut(&batch.key)
+            && g.queued == Some(batch.taken)
+            && g.joined
+        {
+            g.joined = false;
+            batch.permits = g
+                .permits
+                .values()
+                .filter(|p| !p.held_out(now))
+                .cloned()
+                .collect();
+        }
+    }
+
+    /// The batch tagged `taken` of group `key` is gone without being settled (its
+    /// round ended early, its call panicked): the group may be taken again, on its
+    /// schedule. Nothing when it was settled, or taken again since.
+    pub(crate) fn release(&mut self, key: &GroupKey, taken: u64) {
+        if let Some(g) = self.groups.get_mut(key)
+            && g.queued == Some(taken)
+        {
+            g.queued = None;
+            g.joined = false;
+            lower(&mut self.due_bound, g.next_due);
+        }
+    }
+
+    /// Applies the outcome of the batch tagged `taken` (sent at `sent`): lost permits
+    /// leave, and the group may be taken again ([`Registry::release`]). A renewal that
+    /// succeeded is due again a period after it was sent (not after the batch was
+    /// taken: a batch queued long in a round is not followed at once by another), or
+    /// sooner for a permit that joined the group since the batch was sent. `failed`:
+    /// the renewal failed; its next try is a retry's delay from `now`
     /// ([`RETRY_AFTER_FAILURE`], at most a period), or sooner when the group was already
     /// due sooner (a permit registered meanwhile), never at a due time already past;
     /// and when the call took that delay or more, the try goes after the rest of the
@@ -834,11 +909,19 @@ impl Registry {
     pub(crate) fn settle(
         &mut self,
         key: &GroupKey,
+        taken: u64,
         lost: &[Arc<PermitState>],
-        failed: Option<Instant>,
+        sent: Instant,
+        failed: bool,
         now: Instant,
     ) {
         if let Some(g) = self.groups.get_mut(key) {
+            let joined = g.joined;
+            if g.queued == Some(taken) {
+                g.queued = None;
+                g.joined = false;
+            }
+            let failed = failed.then_some(sent);
             for p in lost {
                 // only that entry: a waiter told of the loss may already have
                 // registered a new heartbeat under the same id
@@ -856,8 +939,10 @@ impl Registry {
                 } else {
                     retry
                 };
-                lower(&mut self.due_bound, g.next_due);
+            } else if !joined && key.auto {
+                g.next_due = g.next_due.max(sent + g.period);
             }
+            lower(&mut self.due_bound, g.next_due);
             // (the renewal moved the deadlines of the batch's permits: one look at the
             // group, as long as the batch's own)
             g.recount_earliest();
@@ -885,6 +970,13 @@ pub(crate) struct Batch {
     /// after the other batches of the round, so that a semaphore the server is slow for
     /// does not hold back the renewals of the others.
     pub(crate) behind: bool,
+    /// Tells this batch from the group's others: the group is not taken again until
+    /// the batch so tagged is settled or released ([`Registry::settle`],
+    /// [`Registry::release`]).
+    pub(crate) taken: u64,
+    /// At or before the earliest deadline of the group's permits when it was taken:
+    /// the order in which a round renews what came due while it ran.
+    pub(crate) deadline: Instant,
 }
 
 #[cfg(test)]
@@ -1025,12 +1117,22 @@ mod tests {
         let (batches, _) = reg.take_due(start + Duration::from_millis(100));
         assert_eq!(batches.len(), 2);
         assert!(batches.iter().all(|b| !b.behind));
+        let tag = |batches: &[Batch], name: &str| {
+            batches
+                .iter()
+                .find(|b| &*b.key.name == name)
+                .map(|b| b.taken)
+                .unwrap()
+        };
+        let quick_tag = tag(&batches, "quick");
         // the slow one's call failed 500 ms after it was sent (its period is 100 ms)
         let failed_at = start + Duration::from_millis(600);
         reg.settle(
             &key("slow"),
+            tag(&batches, "slow"),
             &[],
-            Some(start + Duration::from_millis(100)),
+            start + Duration::from_millis(100),
+            true,
             failed_at,
         );
         let (more, _, _) = reg.take_due_since(failed_at);
@@ -1045,11 +1147,14 @@ mod tests {
             slow.is_some_and(|b| b.behind),
             "tried again, after the others"
         );
+        let slow_tag = tag(&more, "slow");
         // a failure that came at once: tried again as soon, not put last
         reg.settle(
             &key("quick"),
+            quick_tag,
             &[],
-            Some(retry),
+            retry,
+            true,
             retry + Duration::from_millis(1),
         );
         let (more, _, _) = reg.take_due_since(retry + Duration::from_secs(1));
@@ -1057,7 +1162,7 @@ mod tests {
         assert!(quick.is_some_and(|b| !b.behind));
         // a renewal that succeeds ends it
         let at = retry + Duration::from_secs(1);
-        reg.settle(&key("slow"), &[], None, at);
+        reg.settle(&key("slow"), slow_tag, &[], at, false, at);
         let (more, _, _) = reg.take_due_since(at + Duration::from_secs(1));
         let slow = more.iter().find(|b| &*b.key.name == "slow");
         assert!(slow.is_some_and(|b| !b.behind));
@@ -1072,8 +1177,85 @@ mod tests {
         let now = Instant::now();
         let (state, _rx) = PermitState::new("f".into(), now + Duration::from_secs(60));
         reg.register(far.clone(), &keys, Duration::from_secs(20), state);
-        reg.settle(&far, &[], Some(now), now);
+        reg.settle(&far, 0, &[], now, true, now);
         assert!(reg.groups[&far].next_due <= now + RETRY_AFTER_FAILURE);
+    }
+
+    /// Review (eighth session): when a round outlasted a group's period (a slow
+    /// server, many semaphores), the look between its calls took the group again
+    /// while the batch taken at the round's start was still queued, not yet sent:
+    /// both were sent, and a healthy semaphore was renewed two or three times in a
+    /// row. A group whose batch is queued is not taken again until that batch is
+    /// settled (or released, gone unsettled); it is moved up instead, and a permit
+    /// registered meanwhile joins the batch when it is sent.
+    #[test]
+    fn a_group_whose_batch_is_queued_is_not_taken_again_until_it_is_settled() {
+        let mut reg = Registry::default();
+        for g in 0..3 {
+            register(
+                &mut reg,
+                &format!("s{g}"),
+                true,
+                "p",
+                Duration::from_secs(60),
+            );
+        }
+        let key = |name: &str| GroupKey {
+            name: Arc::from(name),
+            lease_ms: 300,
+            auto: true,
+            replicas: None,
+        };
+        let start = Instant::now();
+        let (batches, _) = reg.take_due(start + Duration::from_millis(100));
+        assert_eq!(batches.len(), 3);
+        assert!(reg.take_again().is_empty());
+        // the round outlasts the period (100 ms): s0 sent and settled, the others queued
+        let s0 = batches.iter().find(|b| &*b.key.name == "s0").unwrap();
+        let sent = start + Duration::from_millis(100);
+        reg.settle(&key("s0"), s0.taken, &[], sent, false, sent);
+        let (more, _, _) = reg.take_due_since(start + Duration::from_millis(300));
+        let names: Vec<&str> = more.iter().map(|b| &*b.key.name).collect();
+        assert_eq!(names, vec!["s0"], "taken again while their batch is queued");
+        // ... they are moved up instead
+        let mut again: Vec<String> = reg
+            .take_again()
+            .into_iter()
+            .map(|(k, _)| k.name.to_string())
+            .collect();
+        again.sort();
+        assert_eq!(again, vec!["s1", "s2"]);
+        // nothing more due: found in O(1), and not again and again
+        let (more, _, _) = reg.take_due_since(start + Duration::from_millis(350));
+        assert!(more.is_empty() && reg.take_again().is_empty());
+        // a permit registered meanwhile joins the queued batch when it is sent
+        let mut s1 = batches.into_iter().find(|b| &*b.key.name == "s1").unwrap();
+        register(&mut reg, "s1", true, "joined", Duration::from_secs(60));
+        let look = Instant::now() + Duration::from_millis(100);
+        let (more, _, _) = reg.take_due_since(look);
+        assert!(more.iter().all(|b| &*b.key.name != "s1"));
+        assert!(reg.take_again().iter().any(|(k, _)| &*k.name == "s1"));
+        let sent = look + Duration::from_millis(1);
+        reg.join(&mut s1, sent);
+        let mut ids: Vec<&str> = s1.permits.iter().map(|p| p.id.as_str()).collect();
+        ids.sort();
+        assert_eq!(ids, vec!["joined", "p"]);
+        // settled, it is due a period after it was sent
+        reg.settle(&key("s1"), s1.taken, &[], sent, false, sent);
+        let (more, _, _) = reg.take_due_since(sent + Duration::from_millis(50));
+        assert!(more.iter().all(|b| &*b.key.name != "s1"));
+        let (more, _, _) = reg.take_due_since(sent + Duration::from_millis(100));
+        assert!(more.iter().any(|b| &*b.key.name == "s1"));
+        // a batch gone unsettled (its round ended early) releases its group; an
+        // old tag releases nothing
+        let s2 = reg.groups[&key("s2")].queued.unwrap();
+        let later = sent + Duration::from_secs(1);
+        reg.release(&key("s2"), s2 + 1_000);
+        let (more, _, _) = reg.take_due_since(later);
+        assert!(more.iter().all(|b| &*b.key.name != "s2"));
+        reg.release(&key("s2"), s2);
+        let (more, _, _) = reg.take_due_since(later + Duration::from_millis(100));
+        assert!(more.iter().any(|b| &*b.key.name == "s2"));
     }
 
     #[test]
@@ -1197,7 +1379,7 @@ mod tests {
         reg.deregister(&key, "w:x");
         let (new, _new_rx) = PermitState::new("w:x".into(), valid);
         reg.register(key.clone(), &keys, period, Arc::clone(&new));
-        reg.settle(&key, &[old], None, Instant::now());
+        reg.settle(&key, 0, &[old], Instant::now(), false, Instant::now());
         let kept = reg.groups[&key].permits.get("w:x");
         assert!(kept.is_some_and(|p| Arc::ptr_eq(p, &new)));
     }

@@ -1040,3 +1040,125 @@ fn a_refresh_that_renews_nothing_leaves_the_keys_expiry_as_it_was() {
     );
     assert_eq!(exp(&mut conn), exp_before);
 }
+
+/// The refresh calls the server received while `f` ran (`MONITOR`, on a connection of
+/// its own): for each, the server's time in seconds and the semaphore it renewed
+/// (the name in the keys' hash tag), oldest first.
+fn monitored_refreshes(server: &RedisServer, f: impl FnOnce()) -> Vec<(f64, String)> {
+    let sha = support::refresh_script().get_hash().to_owned();
+    let mut conn = server.conn();
+    conn.send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+        .unwrap();
+    let ok = conn.recv_response().unwrap();
+    assert!(matches!(ok, redis::Value::Okay), "{ok:?}");
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
+    let reader = thread::spawn(move || {
+        // (a test's own connection: a plain socket timeout, to look for the stop)
+        #[allow(clippy::disallowed_methods)]
+        conn.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut lines = Vec::new();
+        while stop_rx.try_recv().is_err() {
+            match conn.recv_response() {
+                Ok(redis::Value::SimpleString(line)) => lines.push(line),
+                Ok(other) => panic!("unexpected from MONITOR: {other:?}"),
+                Err(e) if e.is_timeout() => {}
+                Err(e) => panic!("MONITOR failed: {e}"),
+            }
+        }
+        lines
+    });
+    f();
+    stop_tx.send(()).unwrap();
+    let lines = reader.join().unwrap();
+    lines
+        .iter()
+        .filter(|l| {
+            l.to_ascii_lowercase()
+                .contains(&format!("\"evalsha\" \"{sha}\""))
+        })
+        .map(|l| {
+            let at: f64 = l.split(' ').next().unwrap().parse().unwrap();
+            let name = l.split('{').nth(1).unwrap().split('}').next().unwrap();
+            (at, name.to_owned())
+        })
+        .collect()
+}
+
+/// Review (eighth session): when a round of the background thread outlasted a
+/// group's period (a slow server, many semaphores), the look for what came due
+/// between its calls took the group again while the batch the round had taken of it
+/// was still queued, not yet sent, and put the new batch first: the groups taken
+/// again and again kept the round's first place, renewed once per period or more,
+/// while the batches queued behind them were never sent (here, with eight semaphores
+/// renewed every 300 ms through a server 60 ms away, three of the eight were not
+/// renewed at all in four seconds; with their usual lease of three periods, lost).
+/// A group whose batch is queued is not taken again until the batch is settled; its
+/// batch moves up instead, and what came due goes the earliest deadline first: each
+/// semaphore has its turn, and no renewal follows another of its semaphore within
+/// a third of a period.
+#[test]
+fn a_round_longer_than_a_period_renews_each_semaphore_in_turn_and_once_at_a_time() {
+    const SEMS: usize = 8;
+    const EVERY: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .build(proxy.url())
+        .unwrap();
+    let names: Vec<String> = (0..SEMS).map(|k| format!("bunch-{k}")).collect();
+    let sems: Vec<Semaphore> = names
+        .iter()
+        .map(|name| {
+            client
+                .semaphore_builder(name)
+                .limit(1)
+                // (long: the test is about the order of the renewals, not the leases)
+                .lease(Duration::from_secs(60))
+                .refresh_interval(EVERY)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let held: Vec<Permit> = sems
+        .iter()
+        .map(|s| s.try_acquire().unwrap().expect("a free permit"))
+        .collect();
+    // every round trip takes 60 ms or more: a round of the eight, 480 ms or more,
+    // outlasts their period
+    proxy.delay_replies(Duration::from_millis(60));
+    // The test is about time passing: a few rounds, watched by the server.
+    let seen = monitored_refreshes(&server, || thread::sleep(Duration::from_secs(4)));
+    let stats = client.stats();
+    assert!(seen.len() >= 16, "{} renewals seen: {stats:?}", seen.len());
+    let counts: Vec<usize> = names
+        .iter()
+        .map(|n| seen.iter().filter(|(_, s)| s == n).count())
+        .collect();
+    eprintln!("renewals per semaphore: {counts:?}");
+    // (in turn, each has about an eighth of the calls)
+    assert!(
+        counts.iter().all(|&c| c * 2 * SEMS >= seen.len()),
+        "renewals per semaphore {counts:?} of {}: some waited behind the others",
+        seen.len()
+    );
+    let mut last: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    let mut bunched = Vec::new();
+    for (at, name) in &seen {
+        if let Some(before) = last.insert(name, *at)
+            && at - before < EVERY.as_secs_f64() / 3.0
+        {
+            bunched.push(format!("{name} {:.0} ms apart", (at - before) * 1e3));
+        }
+    }
+    assert!(
+        bunched.is_empty(),
+        "renewed again well within a period: {bunched:?} ({} renewals seen)",
+        seen.len()
+    );
+    for p in &held {
+        assert_held(p);
+    }
+    assert_eq!(client.stats().lost, 0);
+}
