@@ -799,8 +799,11 @@ pub struct Proxy {
 struct ProxyShared {
     cut: std::sync::atomic::AtomicBool,
     stop: std::sync::atomic::AtomicBool,
-    /// Both sockets of every live connection, and whether it lived through a cut.
-    conns: Mutex<Vec<(TcpStream, TcpStream, bool)>>,
+    /// Both sockets of every live connection, whether it lived through a cut, and its
+    /// number (a connection that ended leaves the list: [`ProxyShared::forget`]).
+    conns: Mutex<Vec<(TcpStream, TcpStream, bool, u64)>>,
+    /// The number of the next connection.
+    next_conn: std::sync::atomic::AtomicU64,
     /// Bytes whose passage from a client starts a cut ([`Proxy::cut_when_sent`]).
     trigger: Mutex<Option<Vec<u8>>>,
     /// How long each chunk from the server is held before it goes on, in ms
@@ -862,8 +865,15 @@ impl ProxyShared {
         }
     }
 
-    fn close_in(conns: &mut Vec<(TcpStream, TcpStream, bool)>, pred: impl Fn(bool) -> bool) {
-        conns.retain(|(a, b, cut)| {
+    /// Takes connection `id`, which ended, out of the list (its sockets with it): a
+    /// long run opens thousands.
+    fn forget(&self, id: u64) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        conns.retain(|c| c.3 != id);
+    }
+
+    fn close_in(conns: &mut Vec<(TcpStream, TcpStream, bool, u64)>, pred: impl Fn(bool) -> bool) {
+        conns.retain(|(a, b, cut, _)| {
             if pred(*cut) {
                 let _ = a.shutdown(std::net::Shutdown::Both);
                 let _ = b.shutdown(std::net::Shutdown::Both);
@@ -903,11 +913,12 @@ impl Proxy {
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                     continue;
                 };
+                let id = sh.next_conn.fetch_add(1, SeqCst);
                 {
                     // under the lock, so a heal sees it (and its cut mark) whole
                     let mut conns = sh.conns.lock().unwrap_or_else(|e| e.into_inner());
                     let cut = sh.cut.load(SeqCst);
-                    conns.push((c2, s2, cut));
+                    conns.push((c2, s2, cut, id));
                 }
                 for (from, to, from_client) in [
                     (client.try_clone(), server.try_clone(), true),
@@ -948,6 +959,7 @@ impl Proxy {
                         }
                         let _ = from.shutdown(std::net::Shutdown::Both);
                         let _ = to.shutdown(std::net::Shutdown::Both);
+                        sh.forget(id);
                     });
                 }
             }
