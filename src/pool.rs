@@ -1002,3 +1002,42 @@ impl ConnectionLike for Conn {
         self.checkout.conn_ref().is_open()
     }
 }
+
+/// `WAIT wanted timeout_ms` on `conn`, right after a write of it (a grant's or a
+/// renewal's refresh, [`SemaphoreBuilder::wait_replicas`](crate::SemaphoreBuilder::wait_replicas)): how many replicas
+/// acknowledged every write of the connection so far. On a cluster it goes to the
+/// primary of the slot of `holders` (the semaphore's), not to every primary. It ends
+/// within what is left of the call `conn` runs: the `WAIT` is shortened so that the
+/// server's answer still comes within it ([`wait_ms_within`](crate::clock::wait_ms_within)). Errors come back
+/// unsorted.
+pub(crate) fn wait_acks(
+    conn: &mut Conn,
+    holders: &str,
+    wanted: u32,
+    timeout_ms: u64,
+    op: Duration,
+) -> Result<u32> {
+    // what is left of this call when WAIT is sent: its read gets no more
+    let call_end = conn.end();
+    let left = || call_end.map_or(op, left_until);
+    match conn.cluster() {
+        Some(mut cluster) => {
+            // the cluster connection's read timeout is a share of the operation's (one
+            // per attempt): WAIT may block for its own, never past the call's end
+            let share = per_attempt(op);
+            let window = (Duration::from_millis(timeout_ms) + share).min(left());
+            crate::scripts::leased::wait_replicas_at_within(
+                &mut cluster,
+                holders,
+                wanted,
+                timeout_ms,
+                window,
+                share,
+            )
+        }
+        None => {
+            let wait_ms = crate::clock::wait_ms_within(timeout_ms, conn.room(op));
+            crate::scripts::leased::wait_replicas(conn, wanted, wait_ms)
+        }
+    }
+}

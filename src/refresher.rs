@@ -1189,7 +1189,7 @@ pub(crate) struct Refreshed {
 
 /// One call of the `refresh` script for `ids` of semaphore `name`, followed, with
 /// `replicas` (`wait_replicas`' count and timeout in ms), by `WAIT` on the same
-/// connection ([`crate::semaphore::wait_acks`]: one per call, none when the script
+/// connection ([`crate::pool::wait_acks`]: one per call, none when the script
 /// renewed nothing), waiting on Redis at most `wait` in all (`shared.op_timeout` when
 /// `wait` is not shorter): the checkout, then the calls with what the checkout left.
 pub(crate) fn call_refresh(
@@ -1213,7 +1213,7 @@ pub(crate) fn call_refresh(
         };
         let acked = match replicas {
             Some((wanted, timeout_ms)) if renewed_some => {
-                match crate::semaphore::wait_acks(c, &keys.holders, wanted, timeout_ms, op) {
+                match crate::pool::wait_acks(c, &keys.holders, wanted, timeout_ms, op) {
                     Ok(acked) if acked >= wanted => Ok(()),
                     Ok(acked) => Err(crate::Error::ReplicasNotAcked {
                         name: name.to_owned(),

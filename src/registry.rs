@@ -205,8 +205,9 @@ struct Lease {
     /// The instant before which the lease surely still runs on the server, by what
     /// renewals and lease updates said.
     until: Instant,
-    /// The end of the key that holds the lease, when it has a TTL
-    /// ([`PermitState::ends_by`]): the lease ends then at the latest.
+    /// The lease ends then at the latest, whatever renewals say: the end of the key
+    /// that holds it, when it has a TTL ([`PermitState::ends_by`]), or the deadline of
+    /// a lease update that failed and may still run ([`LeaseUpdate::in_doubt`]).
     ends_by: Option<Instant>,
     /// A lease update is on its way ([`PermitState::begin_lease_update`]).
     updating: bool,
@@ -921,7 +922,6 @@ impl Registry {
                 g.queued = None;
                 g.joined = false;
             }
-            let failed = failed.then_some(sent);
             for p in lost {
                 // only that entry: a waiter told of the loss may already have
                 // registered a new heartbeat under the same id
@@ -930,9 +930,8 @@ impl Registry {
                 }
             }
             let delay = RETRY_AFTER_FAILURE.min(g.period);
-            g.failed_slowly =
-                failed.is_some_and(|sent| now.saturating_duration_since(sent) >= delay);
-            if failed.is_some() {
+            g.failed_slowly = failed && now.saturating_duration_since(sent) >= delay;
+            if failed {
                 let retry = now + delay;
                 g.next_due = if g.next_due > now {
                     g.next_due.min(retry)
@@ -1049,13 +1048,18 @@ mod tests {
         assert!(reg.earliest_deadline_after(soon).is_some_and(|t| t >= far));
     }
 
-    fn register(reg: &mut Registry, name: &str, auto: bool, id: &str, valid_for: Duration) {
-        let key = GroupKey {
+    /// The key of the group [`register`] puts a permit of semaphore `name` in.
+    fn group_key(name: &str, auto: bool) -> GroupKey {
+        GroupKey {
             name: Arc::from(name),
             lease_ms: 300,
             auto,
             replicas: None,
-        };
+        }
+    }
+
+    fn register(reg: &mut Registry, name: &str, auto: bool, id: &str, valid_for: Duration) {
+        let key = group_key(name, auto);
         let keys = Arc::new(Keys::new(name));
         let (state, _rx) = PermitState::new(id.into(), Instant::now() + valid_for);
         let period = Duration::from_millis(100);
@@ -1107,12 +1111,7 @@ mod tests {
         let mut reg = Registry::default();
         register(&mut reg, "slow", true, "s", Duration::from_secs(60));
         register(&mut reg, "quick", true, "q", Duration::from_secs(60));
-        let key = |name: &str| GroupKey {
-            name: Arc::from(name),
-            lease_ms: 300,
-            auto: true,
-            replicas: None,
-        };
+        let key = |name: &str| group_key(name, true);
         let start = Instant::now();
         let (batches, _) = reg.take_due(start + Duration::from_millis(100));
         assert_eq!(batches.len(), 2);
@@ -1200,12 +1199,7 @@ mod tests {
                 Duration::from_secs(60),
             );
         }
-        let key = |name: &str| GroupKey {
-            name: Arc::from(name),
-            lease_ms: 300,
-            auto: true,
-            replicas: None,
-        };
+        let key = |name: &str| group_key(name, true);
         let start = Instant::now();
         let (batches, _) = reg.take_due(start + Duration::from_millis(100));
         assert_eq!(batches.len(), 3);

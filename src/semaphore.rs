@@ -5,9 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, select};
 
 use crate::client::Client;
-use crate::clock::{
-    Anchor, Clock, deadline_in, lease_end, left_until, shrink, wait_end, wait_ms_within,
-};
+use crate::clock::{Anchor, Clock, deadline_in, lease_end, left_until, shrink, wait_end};
 use crate::combine::{Failed, Op, SemCombiner};
 use crate::error::LostReason;
 use crate::error::{Error, Result};
@@ -1725,7 +1723,8 @@ impl Semaphore {
                 }
                 Err(e) => return Err(sem.sorted(e)),
             }
-            wait_acks(conn, &sem.keys.holders, wanted, timeout_ms, op).map_err(|e| sem.sorted(e))
+            crate::pool::wait_acks(conn, &sem.keys.holders, wanted, timeout_ms, op)
+                .map_err(|e| sem.sorted(e))
         });
         // The grant is given back, within one operation timeout (and by the wait's
         // bound): a give-back that fails is owed to the background thread (a release
@@ -2020,45 +2019,6 @@ pub(crate) const MIN_RENEWED_LEASE: Duration = Duration::from_millis(100);
 /// other) before it returns the error: a Sentinel or Cluster failover takes a few
 /// seconds.
 const RIDE_THROUGH: Duration = Duration::from_secs(30);
-
-/// `WAIT wanted timeout_ms` on `conn`, right after a write of it (a grant's or a
-/// renewal's refresh, [`SemaphoreBuilder::wait_replicas`]): how many replicas
-/// acknowledged every write of the connection so far. On a cluster it goes to the
-/// primary of the slot of `holders` (the semaphore's), not to every primary. It ends
-/// within what is left of the call `conn` runs: the `WAIT` is shortened so that the
-/// server's answer still comes within it ([`wait_ms_within`]). Errors come back
-/// unsorted.
-pub(crate) fn wait_acks(
-    conn: &mut crate::pool::Conn,
-    holders: &str,
-    wanted: u32,
-    timeout_ms: u64,
-    op: Duration,
-) -> Result<u32> {
-    // what is left of this call when WAIT is sent: its read gets no more
-    let call_end = conn.end();
-    let left = || call_end.map_or(op, left_until);
-    match conn.cluster() {
-        Some(mut cluster) => {
-            // the cluster connection's read timeout is a share of the operation's (one
-            // per attempt): WAIT may block for its own, never past the call's end
-            let share = crate::pool::per_attempt(op);
-            let window = (Duration::from_millis(timeout_ms) + share).min(left());
-            leased::wait_replicas_at_within(
-                &mut cluster,
-                holders,
-                wanted,
-                timeout_ms,
-                window,
-                share,
-            )
-        }
-        None => {
-            let wait_ms = wait_ms_within(timeout_ms, conn.room(op));
-            leased::wait_replicas(conn, wanted, wait_ms)
-        }
-    }
-}
 
 /// Whether `e` is a Redis or pool error (what `Stats::errors` counts), not a refusal
 /// or an outcome of the semaphore's own (a limit, a lost permit, too few replicas).
