@@ -68,17 +68,25 @@ const MAX_COUNT: u64 = u32::MAX as u64;
 /// do expire.) An evicting `maxmemory-policy` that removes it resets the semaphore to
 /// unset, that is to 0 permits.
 ///
-/// **An acquire that fails with a timeout or a dropped connection is in doubt.** The
-/// script may have run and taken the permits although the reply was lost: a timeout
-/// ([`Error::is_timeout`]), or the connection failing while the reply was awaited (an
-/// I/O error such as "unexpected end of file" or a reset, which `is_timeout` does not
-/// report; both are [`Error::is_retryable`]). Without an owner the library cannot
-/// tell, and it does not give them back. So is a release, an `add_permits` or a
-/// `drain_permits` that fails so: repeating it may give (or take) twice. A call in
-/// doubt took effect once or not at all, also on Redis Cluster, whose client
-/// resends a command whose reply is late: there each call that changes the count carries an
-/// operation key (`redsem:{name}:op:<uuid>`, kept for twice the operation timeout
-/// and ten seconds more), and a resent run of it changes nothing.
+/// **Each call that changes the count applies at most once, however often it is
+/// sent.** It carries an operation key (`redsem:{name}:op:<uuid>`, written by the
+/// script that changes the count and kept for twice the operation timeout and eleven
+/// seconds more: about 160 bytes of Redis memory per call for 15 s with the default
+/// timeout), and a run that finds it answers the first run's reply and changes
+/// nothing. So a call whose connection broke (the server closed it while it sat idle
+/// in the pool: its `timeout` setting, `CLIENT KILL`, a restart; or a reset while the
+/// reply was awaited, perhaps after the script ran) is sent again on another
+/// connection, within the operation timeout, and its answer is certain; on Redis
+/// Cluster the cluster client resends a late command the same way.
+///
+/// **An acquire that fails with a timeout is in doubt.** The script may have run and
+/// taken the permits although the reply did not come in time ([`Error::is_timeout`]),
+/// and so may one whose connection broke again when sent again (an I/O error such as
+/// "unexpected end of file" or a reset, which `is_timeout` does not report; both are
+/// [`Error::is_retryable`]). Without an owner the library cannot tell, and it does not
+/// give them back. So is a release, an `add_permits` or a `drain_permits` that fails
+/// so: repeating it as a new call may give (or take) twice. A call in doubt took
+/// effect once or not at all.
 ///
 /// # The count
 ///
@@ -353,13 +361,15 @@ impl CountingSemaphore {
     /// [`Error::InvalidArgument`] for 0; [`Error::CountOutOfRange`] past
     /// 2<sup>32</sup> − 1; [`Error::WrongType`]; Redis and pool errors.
     ///
-    /// A timeout ([`Error::is_timeout`]), or a connection that failed while the reply
-    /// was awaited (an I/O error, which `is_timeout` does not report), leaves the
-    /// release in doubt, as an acquire's: the script may have run and raised the count
-    /// although the reply was lost. Do not call it again on such an error (although
-    /// [`Error::is_retryable`] says a later call may succeed): a release repeated after
-    /// one that took effect gives twice, and lets more acquires through than there are
-    /// permits.
+    /// A connection that failed (closed while idle, reset) is not an error by itself:
+    /// the release is sent again on another connection and applies once (see the
+    /// type's docs). A timeout ([`Error::is_timeout`]), or a connection that failed
+    /// again when it was sent again (an I/O error, which `is_timeout` does not
+    /// report), leaves the release in doubt, as an acquire's: the script may have run
+    /// and raised the count although the reply was lost. Do not call it again on such
+    /// an error (although [`Error::is_retryable`] says a later call may succeed): a
+    /// release repeated after one that took effect gives twice, and lets more acquires
+    /// through than there are permits.
     pub fn release(&self, permits: u32) -> Result<()> {
         Error::check_permits(permits)?;
         self.run_once("release", None, |c, k, once| {
@@ -489,28 +499,49 @@ impl CountingSemaphore {
         let result = shared
             .pool
             .run_by(end, shared.op_timeout, |c| call(&mut **c, keys));
-        result.map_err(|e| {
-            Counters::bump(&self.shared().stats.errors);
-            self.inner.metrics.errors();
-            match e {
-                Error::Redis(e) => self.error(e).during(op),
-                other => other,
-            }
-        })
+        result.map_err(|e| self.failed(op, e))
     }
 
-    /// [`run`](Self::run) for a call that may change the count: on Redis Cluster, whose
-    /// client resends a command whose reply did not come in time, with an operation
-    /// key that makes a resent run change nothing (C7 of `counting_common.lua`, `once.lua`).
+    /// Counts a failed call and sorts its Redis error (a timeout names `op`).
+    fn failed(&self, op: &'static str, e: Error) -> Error {
+        Counters::bump(&self.shared().stats.errors);
+        self.inner.metrics.errors();
+        match e {
+            Error::Redis(e) => self.error(e).during(op),
+            other => other,
+        }
+    }
+
+    /// [`run_by`](Self::run_by) for a call that may change the count, with an
+    /// operation key (`once.lua`, C7 of `counting_common.lua`) on every deployment, so
+    /// that the call applies at most once however often it is sent: on Redis Cluster,
+    /// whose client resends a command whose reply did not come in time; and here, when
+    /// the call fails because its connection was broken (closed by the server while it
+    /// sat idle in the pool: its `timeout` setting, `CLIENT KILL`, a restart; or reset
+    /// on the way), sent again on another connection, by `end` or one operation
+    /// timeout after the failure ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)).
+    /// The last send's answer is the call's: an earlier send either never ran, or ran
+    /// and recorded its reply under the key, which a later one then returns without
+    /// changing anything. Without the key a release on a
+    /// connection the server had closed while idle failed, in doubt, and its permits
+    /// were lost for good (a counting release is not safe to repeat). A timeout is not
+    /// sent again: its request may still be on its way, and its time is spent.
     fn run_once<T>(
         &self,
         op: &'static str,
         end: Option<Instant>,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
-        let once = self.inner.keys.once(shared.is_cluster(), shared.op_timeout);
-        self.run_by(op, end, |c, k| once.run(c, |c, op| call(c, k, op)))
+        let keys = &self.inner.keys;
+        let once = keys.once(true, shared.op_timeout);
+        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
+        let result = shared
+            .pool
+            .run_by_again(end, shared.op_timeout, again, |c| {
+                once.run(&mut **c, |c, o| call(c, keys, o))
+            });
+        result.map_err(|e| self.failed(op, e))
     }
 
     /// {set, count, queued} in one round trip.

@@ -608,6 +608,35 @@ impl Pool {
         conn.within_conn(until.map_or(op, left_until), op, f)
     }
 
+    /// [`run_by`](Self::run_by) for a call that is safe to send again: when it fails
+    /// with an error `again` accepts (its connection was broken: closed by the server
+    /// while it sat idle in the pool, or reset), it is sent again on another connection
+    /// of the pool, while time is left (`until`, or one operation timeout from the
+    /// first failure), at most once more per connection the pool may hold: a broken
+    /// connection goes back to the pool only to be dropped, so after a `CLIENT KILL`
+    /// or a server's idle `timeout` closed every idle one, the last try goes out on a
+    /// new connection. The last failure is returned.
+    pub(crate) fn run_by_again<T>(
+        &self,
+        until: Option<Instant>,
+        op: Duration,
+        again: impl Fn(&Error) -> bool,
+        mut f: impl FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let mut answer = self.run_by(until, op, &mut f);
+        let by = until.unwrap_or_else(|| deadline_in(op));
+        for _ in 0..self.max_size() {
+            match &answer {
+                Err(e) if again(e) && Instant::now() < by => {
+                    log::debug!("redis-semaphore: sent again on another connection: {e}");
+                    answer = self.run_by(Some(by), op, &mut f);
+                }
+                _ => break,
+            }
+        }
+        answer
+    }
+
     /// Checks a connection out, waiting at most `timeout` (the pool's own wait when `None`).
     pub(crate) fn get(&self, timeout: Option<Duration>) -> Result<Conn> {
         match self {

@@ -112,10 +112,20 @@ fn rsemaphore_each_side_sees_the_others_permits() {
     let ttl: i64 = redis::cmd("PTTL").arg(NAME).query(&mut conn).unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
     assert_eq!(py.cmd("rs-available"), "OK 2");
-    // Only Redisson's keys: nothing of the crate's own layout.
+    // Only Redisson's keys: nothing of the crate's own layout but the operation keys
+    // of the calls that changed the counter, each on its way out (twice the operation
+    // timeout of 2 s and eleven seconds at most).
     let mut all: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
     all.sort();
-    assert_eq!(all, vec![NAME.to_owned()]);
+    let (ops, rest): (Vec<String>, Vec<String>) = all
+        .into_iter()
+        .partition(|k| k.starts_with("{reports}:redsem-op:"));
+    assert_eq!(rest, vec![NAME.to_owned()]);
+    assert!(!ops.is_empty());
+    for k in ops {
+        let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut conn).unwrap();
+        assert!((1..=15_000).contains(&ttl), "{k} lives {ttl} ms more");
+    }
 
     // SPUBLISH on request (Redisson on a Redis 7 cluster); PUBLISH by default.
     let calls = command_calls(&mut conn);
@@ -1318,4 +1328,62 @@ fn not_valid_beside(permit: Permit, theirs: Permit) {
         permit.lease_left(),
         theirs.id()
     );
+}
+
+/// `RSemaphore` calls on connections the server closed while they sat idle in the
+/// pool (its `timeout` setting; `CLIENT KILL`) used to fail with "unexpected end of
+/// file", in doubt: a release so lost its permits for good. Each call that changes
+/// the counter carries an operation key on every deployment now and is sent again on
+/// another connection.
+#[test]
+fn rsemaphore_calls_on_connections_the_server_closed_while_idle_go_through_once() {
+    let server = RedisServer::start_with(&["--timeout", "1"]);
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    let conn = || server.conn();
+    assert!(rs.try_set_permits(2).unwrap());
+    assert!(rs.try_acquire(1).unwrap());
+    support::wait_idle_closed(&server);
+    assert_eq!(rs.release(1).unwrap(), 2);
+    support::kill_clients(&server);
+    assert!(rs.try_acquire(2).unwrap());
+    assert_eq!(counter(&mut conn()), Some(0));
+    support::kill_clients(&server);
+    assert_eq!(rs.add_permits(3).unwrap(), 3);
+    support::wait_idle_closed(&server);
+    assert_eq!(rs.drain_permits().unwrap(), 3);
+    support::kill_clients(&server);
+    assert!(rs.release_if_exists(2).unwrap());
+    support::kill_clients(&server);
+    assert!(rs.acquire_timeout(1, Duration::from_secs(5)).unwrap());
+    assert_eq!(counter(&mut conn()), Some(1));
+}
+
+/// An `RSemaphore` release whose reply was lost with its connection (the release ran)
+/// is sent again and applies once: the second send finds the operation key.
+#[test]
+fn rsemaphore_a_release_whose_connection_drops_before_its_reply_applies_once() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(10))
+        .build(proxy.url())
+        .unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    assert!(rs.try_set_permits(0).unwrap());
+    proxy.delay_replies(Duration::from_secs(4));
+    let releasing = {
+        let rs = rs.clone();
+        std::thread::spawn(move || rs.release(1))
+    };
+    let mut conn = server.conn();
+    wait_until(
+        Duration::from_secs(10),
+        "the release ran on the server",
+        || counter(&mut conn) == Some(1),
+    );
+    proxy.delay_replies(Duration::ZERO);
+    proxy.reset();
+    assert_eq!(releasing.join().unwrap().unwrap(), 1);
+    assert_eq!(counter(&mut conn), Some(1), "the release took effect once");
 }

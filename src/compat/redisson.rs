@@ -13,14 +13,18 @@
 //! that operation, step by step (reclaim, counter, zset, publish), so Java clients see
 //! nothing unusual.
 //!
-//! On Redis Cluster the cluster client resends a command whose reply is late (it may
-//! have run). So that a resent release or acquire does not change the counter twice,
-//! each call of these types that changes a counter there also writes a short-lived
-//! operation key of this library, `{NAME}:redsem-op:<uuid>` (`NAME:redsem-op:<uuid>`
-//! for a name with a `{`), kept for twice the operation timeout and ten seconds more;
-//! a resent run finds it and changes nothing. (A failed `RSemaphore` give-back of
-//! permits no replica acknowledged carries one on every deployment, kept longer: see
-//! "Failover" below.) A resent `RPermitExpirableSemaphore`
+//! A call may have to be sent again: on Redis Cluster the cluster client resends a
+//! command whose reply is late (it may have run), and on every deployment a call
+//! whose connection broke (the server closed it while it sat idle in the pool: its
+//! `timeout` setting, `CLIENT KILL`, a restart; or a reset on the way, perhaps after
+//! the call ran) is sent again on another connection. So that a resent call does not
+//! change the counter twice, each `RSemaphore` call that changes the counter also
+//! writes a short-lived operation key of this library, `{NAME}:redsem-op:<uuid>`
+//! (`NAME:redsem-op:<uuid>` for a name with a `{`), kept for twice the operation
+//! timeout and eleven seconds more, and so does each `RPermitExpirableSemaphore`
+//! call that changes a counter on a cluster; a resent run finds it and changes
+//! nothing. (A failed `RSemaphore` give-back of permits no replica acknowledged
+//! carries one kept longer: see "Failover" below.) A resent `RPermitExpirableSemaphore`
 //! acquire finds its new ids already held and takes nothing again. (Redisson's own
 //! client, which resends as well, has neither.)
 //!
@@ -341,6 +345,49 @@ impl Common {
         // sets its own read timeout: the replica wait and one attempt's share)
         let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout));
         drop(conn);
+        self.settle(operation, value, Some(synced), undo)
+    }
+
+    /// [`run_write_by`](Self::run_write_by) for a call with an operation key on every
+    /// deployment (an `RSemaphore` call: `once.lua`), which is therefore safe to send
+    /// again: one that fails because its connection was broken (closed by the server
+    /// while it sat idle in the pool, or reset) is sent again on another connection,
+    /// by `deadline` or one operation timeout after the failure
+    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)), and the replica wait
+    /// follows the send that answered, on its connection. A failed replica wait is
+    /// not a reason to send again.
+    fn run_write_again<T>(
+        &self,
+        operation: &'static str,
+        deadline: Option<Instant>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
+        Error::check_name(&self.name, false)?;
+        let shared = self.shared();
+        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
+        let (value, synced) = shared
+            .pool
+            .run_by_again(deadline, shared.op_timeout, again, |c| {
+                let value = call(&mut **c, &self.keys)?;
+                Ok((value, self.replica_wait.map(|t| self.sync(c, t))))
+            })
+            .map_err(|e| self.named(e).during(operation))?;
+        self.settle(operation, value, synced, undo)
+    }
+
+    /// A write's end, once its call answered `value`: the replica wait's outcome
+    /// (`None`: none was asked for), and `undo` when no replica acknowledged.
+    fn settle<T>(
+        &self,
+        operation: &'static str,
+        value: T,
+        synced: Option<Result<Option<u32>>>,
+        undo: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
+        let Some(synced) = synced else {
+            return Ok(value);
+        };
         match synced {
             Ok(None) => Ok(value),
             Ok(Some(connected)) => {
@@ -450,12 +497,13 @@ impl Common {
         client.nudge();
     }
 
-    /// On Redis Cluster, a fresh operation key for one call that changes a count
-    /// (`once.lua`): the cluster client resends a command whose reply is late,
-    /// and a resent run of the call then changes nothing.
+    /// A fresh operation key for one `RSemaphore` call that changes the counter
+    /// (`once.lua`), on every deployment: a run of the call sent again (by the cluster
+    /// client, whose client resends a command whose reply is late; by
+    /// [`run_write_again`](Self::run_write_again) after a broken connection) then
+    /// changes nothing.
     fn once(&self) -> LazyOnce<'_> {
-        let shared = self.shared();
-        self.keys.once(shared.is_cluster(), shared.op_timeout)
+        self.keys.once(true, self.shared().op_timeout)
     }
 
     fn publish(&self) -> &'static str {
@@ -965,8 +1013,9 @@ impl RSemaphore {
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let publish = self.common.publish();
         let once = self.common.once();
-        self.common.run_write(
+        self.common.run_write_again(
             "try_set_permits",
+            None,
             |c, k| once.run(c, |c, op| calls::try_set(c, k, publish, permits, None, op)),
             |_| false,
         )
@@ -992,8 +1041,9 @@ impl RSemaphore {
         }
         let publish = self.common.publish();
         let once = self.common.once();
-        self.common.run_write(
+        self.common.run_write_again(
             "try_set_permits",
+            None,
             |c, k| {
                 once.run(c, |c, op| {
                     calls::try_set(c, k, publish, permits, Some(ms), op)
@@ -1015,8 +1065,9 @@ impl RSemaphore {
         check_delta(delta)?;
         let publish = self.common.publish();
         let once = self.common.once();
-        self.common.run_write(
+        self.common.run_write_again(
             "add_permits",
+            None,
             |c, k| once.run(c, |c, op| calls::rs_add(c, k, publish, delta, op)),
             |_| false,
         )
@@ -1053,7 +1104,7 @@ impl RSemaphore {
     ) -> Result<bool> {
         let publish = self.common.publish();
         let once = self.common.once();
-        let got = self.common.run_write_by(
+        let got = self.common.run_write_again(
             "acquire",
             end,
             |c, k| once.run(c, |c, op| calls::rs_try_acquire(c, k, permits, op)),
@@ -1164,7 +1215,7 @@ impl RSemaphore {
         Error::check_permits(permits)?;
         let publish = self.common.publish();
         let once = self.common.once();
-        let after = self.common.run_write_by(
+        let after = self.common.run_write_again(
             "release",
             Some(self.common.release_end()),
             |c, k| {
@@ -1191,7 +1242,7 @@ impl RSemaphore {
         let once = self.common.once();
         let released = self
             .common
-            .run_write_by(
+            .run_write_again(
                 "release",
                 Some(self.common.release_end()),
                 |c, k| {
@@ -1227,8 +1278,9 @@ impl RSemaphore {
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn drain_permits(&self) -> Result<i64> {
         let once = self.common.once();
-        self.common.run_write(
+        self.common.run_write_again(
             "drain_permits",
+            None,
             |c, k| once.run(c, |c, op| calls::rs_drain(c, k, op)),
             |_| false,
         )

@@ -35,9 +35,10 @@
 --       waiter at most its re-check interval.
 --   C6  Time is read once, from TIME, here; a waiter is live while now < its
 --       heartbeat deadline, and dead waiters are purged before waking anyone.
---   C7  With an operation key (KEYS[5], Redis Cluster), one call changes the count
---       at most once, however often the cluster client resends it (once.lua, which
---       comes before this prelude).
+--   C7  With an operation key (KEYS[5], every call of this library), one call
+--       changes the count at most once, however often it is sent (the cluster client
+--       resends a late one; the client sends one whose connection broke again;
+--       once.lua, which comes before this prelude).
 
 --
 -- Failure points. Redis does not undo a script's writes, so every script fails before

@@ -105,10 +105,12 @@ pub(crate) struct CountingKeys {
     clock: NodeClock,
 }
 
-/// A call's operation key (`once.lua`): on Redis Cluster the cluster client resends a
-/// command whose reply did not come in time, and the script's first run records its
-/// reply here, so that a resent run changes nothing; a give-back owed to the
-/// background thread is sent again for minutes, each send under one such key.
+/// A call's operation key (`once.lua`): a call may be sent more than once (on Redis
+/// Cluster the cluster client resends a command whose reply did not come in time; a
+/// counting or `RSemaphore` call whose connection broke is sent again on another),
+/// and the script's first run records its reply here, so that a resent run changes
+/// nothing; a give-back owed to the background thread is sent again for minutes,
+/// each send under one such key.
 #[derive(Debug, Clone)]
 pub(crate) struct Once {
     key: String,
@@ -190,10 +192,13 @@ impl NodeClock {
 
 /// The operation key of one call that changes a count without an owner to check (the
 /// counting semaphore's, the Redisson layouts'), made at its first send
-/// ([`on`](Self::on)) and the same for every later send of the call: on Redis
-/// Cluster, where the cluster client resends, its deadline is the node's time read
-/// then (a reading under a minute old, else `TIME` on the call's connection first)
-/// and [`send_window`]; nothing on one server, where nothing resends.
+/// ([`on`](Self::on)) and the same for every later send of the call: its deadline is
+/// the node's time read then (a reading under a minute old, else `TIME` on the call's
+/// connection first) and [`send_window`]. Made for every call of the counting
+/// semaphore and of `RSemaphore`, which are sent again after a broken connection on
+/// every deployment; for the Redisson expirable semaphore's calls (safe to repeat by
+/// their permit ids) only on Redis Cluster, whose client resends by itself; none when
+/// not keyed.
 ///
 /// A deadline in the server's clock, not a retention counted from the run that
 /// applies: a first send held up (a partition that heals, a socket buffer) longer than
@@ -201,18 +206,18 @@ impl NodeClock {
 /// a second time; past the deadline it is refused before it writes.
 #[derive(Debug)]
 pub(crate) struct LazyOnce<'a> {
-    /// On a cluster: the prefix of the layout's operation keys, a key of its slot, its
+    /// When keyed: the prefix of the layout's operation keys, a key of its slot, its
     /// node's clock, and the operation timeout.
-    on_cluster: Option<(&'a str, &'a str, &'a NodeClock, Duration)>,
+    keyed: Option<(&'a str, &'a str, &'a NodeClock, Duration)>,
     made: OnceLock<Once>,
 }
 
 impl LazyOnce<'_> {
     /// The call's operation key, made on the first call with `conn` (the connection the
-    /// call goes out on, routed by the layout's slot); `None` off a cluster. A failed
+    /// call goes out on, routed by the layout's slot); `None` when not keyed. A failed
     /// reading of the node's time fails the call before anything is written.
     pub(crate) fn on(&self, conn: &mut dyn redis::ConnectionLike) -> Result<Option<&Once>> {
-        let Some((prefix, key, clock, op)) = self.on_cluster else {
+        let Some((prefix, key, clock, op)) = self.keyed else {
             return Ok(None);
         };
         if let Some(made) = self.made.get() {
@@ -238,7 +243,7 @@ impl LazyOnce<'_> {
     ) -> Result<T> {
         let once = self.on(conn)?;
         let answer = send(conn, once);
-        if let (Err(e), Some((_, _, clock, _))) = (&answer, self.on_cluster)
+        if let (Err(e), Some((_, _, clock, _))) = (&answer, self.keyed)
             && e.arrived_late()
         {
             clock.forget();
@@ -269,10 +274,10 @@ impl CountingKeys {
         }
     }
 
-    /// On Redis Cluster, the operation key of one call ([`LazyOnce`]).
-    pub(crate) fn once(&self, cluster: bool, op_timeout: Duration) -> LazyOnce<'_> {
+    /// The operation key of one call ([`LazyOnce`]); none when not `keyed`.
+    pub(crate) fn once(&self, keyed: bool, op_timeout: Duration) -> LazyOnce<'_> {
         LazyOnce {
-            on_cluster: cluster.then_some((
+            keyed: keyed.then_some((
                 self.op_prefix.as_str(),
                 self.count.as_str(),
                 &self.clock,

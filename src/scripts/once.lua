@@ -1,7 +1,12 @@
 -- Once, for the scripts that change a count without an owner to check (the counting
--- semaphore's, the Redisson layouts'), prepended to them. On Redis Cluster, whose
--- client resends a command whose reply is late (it may have run), each such call of
--- this library names an operation key of its own after the layout's keys (made by the
+-- semaphore's, the Redisson layouts'), prepended to them. A call may be sent more than
+-- once: on Redis Cluster the cluster client resends a command whose reply is late (it
+-- may have run), and on every deployment the client sends a counting or `RSemaphore`
+-- call whose connection broke (closed while idle, reset after the call ran) again on
+-- another. Each such call of this library (every counting and `RSemaphore` call that
+-- may change the count; a Redisson expirable semaphore's on a cluster, its calls
+-- being safe to repeat by their ids elsewhere) names an operation key of its own
+-- after the layout's keys (made by the
 -- client, in the layout's hash slot), and as the script's last argument '@' and a
 -- server time D (ms, the node's clock read by the client before the call's first send,
 -- and two operation timeouts and ten seconds more). The run that changes the count
@@ -11,8 +16,8 @@
 -- refused before any write. So a send held anywhere (a partition that heals, a paused
 -- server, a socket buffer) for however long never finds the key gone and applies a
 -- second time. A call this library sends again for minutes (a give-back owed to the
--- background thread) passes a D far enough on, on every deployment. Without the key
--- (one server, where nothing resends; Redisson's own clients) both do nothing. The
+-- background thread) passes a D far enough on. Without the key (the Redisson
+-- expirable semaphore's calls off a cluster; Redisson's own clients) both do nothing. The
 -- older form, a retention in ms counted from the applying run, is still taken.
 -- `base`: how many keys the script's layout has.
 -- Errors: a retention that is no integer from 1 (or '@' and no integer from 1), and

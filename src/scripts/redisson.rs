@@ -101,11 +101,11 @@ impl RedissonKeys {
         }
     }
 
-    /// On Redis Cluster, the operation key of one call that changes a count
-    /// ([`LazyOnce`], `once.lua`).
-    pub(crate) fn once(&self, cluster: bool, op_timeout: std::time::Duration) -> LazyOnce<'_> {
+    /// The operation key of one call that changes a count ([`LazyOnce`],
+    /// `once.lua`); none when not `keyed`.
+    pub(crate) fn once(&self, keyed: bool, op_timeout: std::time::Duration) -> LazyOnce<'_> {
         LazyOnce {
-            on_cluster: cluster.then_some((
+            keyed: keyed.then_some((
                 self.op_prefix.as_str(),
                 self.counter.as_str(),
                 &self.clock,

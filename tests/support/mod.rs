@@ -551,6 +551,37 @@ pub fn refused_subscribes(conn: &mut redis::Connection) -> i64 {
         .sum()
 }
 
+/// Closes every client connection of `server` but the one asking (`CLIENT KILL TYPE
+/// normal SKIPME yes`): what a restart, a failover or an operator does to the pooled
+/// connections of every client. Returns how many it closed.
+pub fn kill_clients(server: &RedisServer) -> i64 {
+    let mut conn = server.conn();
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut conn)
+        .unwrap()
+}
+
+/// Waits until `server` (started with `--timeout`) has closed every idle client
+/// connection: a new connection's `CLIENT LIST` shows only itself.
+pub fn wait_idle_closed(server: &RedisServer) {
+    wait_until(
+        Duration::from_secs(10),
+        "the server to close the idle connections",
+        || {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut server.conn())
+                .unwrap();
+            list.lines().filter(|l| !l.trim().is_empty()).count() == 1
+        },
+    );
+}
+
 /// A primary with a replica, and a client reaching the primary through a [`Proxy`],
 /// its operation timeout 1 s.
 pub fn proxied_primary() -> (RedisServer, RedisServer, Proxy, redis_semaphore::Client) {
