@@ -63,7 +63,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, CountingSemaphore, Error, RSemaphore};
-use support::fault_run::{Fault, Worker, inject, observer_ms};
+use support::fault_run::{self, Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
 /// The role of this binary's worker processes (`REDSEM_HELPER`).
@@ -393,20 +393,12 @@ fn holds(observer: &mut redis::Connection, kind: Kind) -> Vec<Hold> {
 /// The most permits held at one instant by the holds (half-open intervals `[from,
 /// to)`: one that ends when another starts does not overlap it).
 fn most_held(holds: &[Hold]) -> u32 {
-    let mut events: Vec<(i64, i64)> = Vec::new();
-    for h in holds {
-        if h.to > h.from {
-            events.push((h.from, i64::from(h.permits)));
-            events.push((h.to, -i64::from(h.permits)));
-        }
-    }
-    // ends before starts at the same instant
-    events.sort();
-    let (mut inside, mut most) = (0i64, 0i64);
-    for (_, d) in events {
-        inside += d;
-        most = most.max(inside);
-    }
+    let most = fault_run::sweep(
+        holds,
+        |h| (h.from, h.to),
+        |h| i64::from(h.permits),
+        |_, _| {},
+    );
     most as u32
 }
 

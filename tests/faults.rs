@@ -45,7 +45,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_semaphore::Client;
-use support::fault_run::{FAULTS, Fault, Worker, inject, observer_ms};
+use support::fault_run::{self, FAULTS, Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
 const NAME: &str = "faults";
@@ -269,35 +269,23 @@ fn step_count(observer: &mut redis::Connection) -> usize {
 /// slot that overlap, if any. Intervals are half-open `[from, to)`: one that ends when
 /// another starts does not overlap it.
 fn sweep(steps: &[Step]) -> (usize, Option<(Step, Step)>) {
-    let mut events: Vec<(i64, i32, usize)> = Vec::new();
-    for (k, s) in steps.iter().enumerate() {
-        if s.to > s.from {
-            events.push((s.from, 1, k));
-            events.push((s.to, -1, k));
-        }
-    }
-    // ends before starts at the same instant
-    events.sort_by_key(|&(t, d, _)| (t, d));
-    let (mut inside, mut most) = (0i64, 0usize);
-    let mut by_slot: std::collections::HashMap<u32, usize> = Default::default();
     let mut clash = None;
-    for (_, d, k) in events {
-        inside += d as i64;
-        most = most.max(inside as usize);
-        let slot = steps[k].slot;
-        if d == 1 {
-            if let Some(&other) = by_slot.get(&slot)
-                && clash.is_none()
-                && steps[other].token != steps[k].token
+    let most = fault_run::sweep(
+        steps,
+        |s| (s.from, s.to),
+        |_| 1,
+        |inside, k| {
+            let s = &steps[k];
+            if clash.is_none()
+                && let Some(&other) = inside
+                    .iter()
+                    .find(|&&o| o != k && steps[o].slot == s.slot && steps[o].token != s.token)
             {
-                clash = Some((steps[other].clone(), steps[k].clone()));
+                clash = Some((steps[other].clone(), s.clone()));
             }
-            by_slot.insert(slot, k);
-        } else if by_slot.get(&slot) == Some(&k) {
-            by_slot.remove(&slot);
-        }
-    }
-    (most, clash)
+        },
+    );
+    (most as usize, clash)
 }
 
 #[test]

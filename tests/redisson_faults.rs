@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use redis_semaphore::compat::redisson::RPermitExpirableSemaphore;
 use redis_semaphore::{Client, Permit};
-use support::fault_run::{FAULTS, Fault, Worker, inject, observer_ms};
+use support::fault_run::{self, FAULTS, Fault, Worker, inject, observer_ms};
 use support::{Proxy, RedisServer, wait_until};
 
 const NAME: &str = "pes-faults";
@@ -345,29 +345,18 @@ fn step_count(observer: &mut redis::Connection) -> usize {
 /// instant where more than `limit` overlap, if any. Intervals are half-open
 /// `[from, to)`: one that ends when another starts does not overlap it.
 fn sweep(steps: &[Step], limit: usize) -> (usize, Option<Vec<Step>>) {
-    let mut events: Vec<(i64, i32, usize)> = Vec::new();
-    for (k, s) in steps.iter().enumerate() {
-        if s.to > s.from {
-            events.push((s.from, 1, k));
-            events.push((s.to, -1, k));
-        }
-    }
-    // ends before starts at the same instant
-    events.sort_by_key(|&(t, d, _)| (t, d));
-    let mut inside: std::collections::BTreeSet<usize> = Default::default();
-    let (mut most, mut over) = (0usize, None);
-    for (_, d, k) in events {
-        if d == 1 {
-            inside.insert(k);
-        } else {
-            inside.remove(&k);
-        }
-        most = most.max(inside.len());
-        if inside.len() > limit && over.is_none() {
-            over = Some(inside.iter().map(|&k| steps[k].clone()).collect());
-        }
-    }
-    (most, over)
+    let mut over = None;
+    let most = fault_run::sweep(
+        steps,
+        |s| (s.from, s.to),
+        |_| 1,
+        |inside, _| {
+            if inside.len() > limit && over.is_none() {
+                over = Some(inside.iter().map(|&k| steps[k].clone()).collect());
+            }
+        },
+    );
+    (most as usize, over)
 }
 
 #[test]

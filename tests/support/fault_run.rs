@@ -168,3 +168,41 @@ pub fn inject(
     }
     Instant::now()
 }
+
+/// Sweeps recorded holds, half-open intervals `[from, to)` on the observer's clock
+/// (`span` of each item; one that ends when another starts does not overlap it; an
+/// empty one is left out): calls `on_start(inside, k)` as item `k` begins, with the
+/// items held at that instant (`k` among them), and returns the largest total `weight`
+/// held at one instant.
+#[allow(dead_code)] // each fault run uses its part of the support
+pub fn sweep<T>(
+    items: &[T],
+    span: impl Fn(&T) -> (i64, i64),
+    weight: impl Fn(&T) -> i64,
+    mut on_start: impl FnMut(&[usize], usize),
+) -> i64 {
+    let mut events: Vec<(i64, i32, usize)> = Vec::new();
+    for (k, item) in items.iter().enumerate() {
+        let (from, to) = span(item);
+        if to > from {
+            events.push((from, 1, k));
+            events.push((to, -1, k));
+        }
+    }
+    // ends before starts at the same instant
+    events.sort_by_key(|&(t, d, k)| (t, d, k));
+    let mut inside: Vec<usize> = Vec::new();
+    let (mut held, mut most) = (0i64, 0i64);
+    for (_, d, k) in events {
+        if d == 1 {
+            inside.push(k);
+            held += weight(&items[k]);
+            on_start(&inside, k);
+        } else {
+            inside.retain(|&i| i != k);
+            held -= weight(&items[k]);
+        }
+        most = most.max(held);
+    }
+    most
+}
