@@ -9,36 +9,16 @@ The records are shaped like the scripts' (see src/scripts/common.lua): a permit 
 characters, tokens of 16 digits, server times in milliseconds. Only memory is modelled:
 no script runs.
 """
-import socket
 import sys
 import time
 import uuid
 
+from resp import Conn
+
 PORT = int(sys.argv[1])
 N = 10000
-sock = socket.create_connection(("127.0.0.1", PORT))
-rd = sock.makefile("rb")
-
-
-def send(*args):
-    parts = [str(a).encode() if not isinstance(a, bytes) else a for a in args]
-    sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
-
-
-def read():
-    line = rd.readline()
-    if line[:1] == b"$":
-        n = int(line[1:])
-        return rd.read(n + 2)[:-2] if n >= 0 else None
-    if line[:1] == b"*":
-        return [read() for _ in range(int(line[1:]))]
-    return line
-
-
-def used():
-    send("INFO", "memory")
-    info = read().decode()
-    return int(next(l for l in info.split("\r\n") if l.startswith("used_memory:")).split(":")[1])
+conn = Conn(PORT)
+send, read, used = conn.send, conn.read, conn.used
 
 
 now = int(time.time() * 1000) + 3600000  # an hour ahead: no key expires during the run
