@@ -480,7 +480,7 @@ impl CountingSemaphore {
     fn run<T>(
         &self,
         op: &'static str,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         self.run_by(op, None, call)
     }
@@ -488,17 +488,27 @@ impl CountingSemaphore {
     /// [`run`](Self::run), all of it (the wait for a connection and the call) ending
     /// by `end` when one is given: the calls of a wait with a deadline end by the
     /// deadline and one operation timeout, also when every pooled connection is busy.
+    ///
+    /// Every call of the counting semaphore is safe to send twice (a read; a waiter's
+    /// cancel by its id; a call that may change the count carries an operation key,
+    /// [`run_once`](Self::run_once)), so one whose connection was broken (closed by the
+    /// server while it sat idle in the pool: its `timeout` setting, `CLIENT KILL`, a
+    /// restart; or reset on the way) is sent again on another connection, by `end` or
+    /// one operation timeout after the failure
+    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)). A timeout is not
+    /// sent again: its request may still be on its way, and its time is spent.
     fn run_by<T>(
         &self,
         op: &'static str,
         end: Option<Instant>,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
         let shared = self.shared();
         let keys = &self.inner.keys;
+        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
         let result = shared
             .pool
-            .run_by(end, shared.op_timeout, |c| call(&mut **c, keys));
+            .run_by_again(end, shared.op_timeout, again, |c| call(&mut **c, keys));
         result.map_err(|e| self.failed(op, e))
     }
 
@@ -515,33 +525,20 @@ impl CountingSemaphore {
     /// [`run_by`](Self::run_by) for a call that may change the count, with an
     /// operation key (`once.lua`, C7 of `counting_common.lua`) on every deployment, so
     /// that the call applies at most once however often it is sent: on Redis Cluster,
-    /// whose client resends a command whose reply did not come in time; and here, when
-    /// the call fails because its connection was broken (closed by the server while it
-    /// sat idle in the pool: its `timeout` setting, `CLIENT KILL`, a restart; or reset
-    /// on the way), sent again on another connection, by `end` or one operation
-    /// timeout after the failure ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)).
-    /// The last send's answer is the call's: an earlier send either never ran, or ran
-    /// and recorded its reply under the key, which a later one then returns without
-    /// changing anything. Without the key a release on a
-    /// connection the server had closed while idle failed, in doubt, and its permits
-    /// were lost for good (a counting release is not safe to repeat). A timeout is not
-    /// sent again: its request may still be on its way, and its time is spent.
+    /// whose client resends a command whose reply did not come in time; and when its
+    /// connection broke, sent again by `run_by`. The last send's answer is the call's:
+    /// an earlier send either never ran, or ran and recorded its reply under the key,
+    /// which a later one then returns without changing anything. Without the key a
+    /// release on a connection the server had closed while idle failed, in doubt, and
+    /// its permits were lost for good (a counting release is not safe to repeat).
     fn run_once<T>(
         &self,
         op: &'static str,
         end: Option<Instant>,
         call: impl Fn(&mut dyn redis::ConnectionLike, &CountingKeys, Option<&Once>) -> Result<T>,
     ) -> Result<T> {
-        let shared = self.shared();
-        let keys = &self.inner.keys;
-        let once = keys.once(true, shared.op_timeout);
-        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
-        let result = shared
-            .pool
-            .run_by_again(end, shared.op_timeout, again, |c| {
-                once.run(&mut **c, |c, o| call(c, keys, o))
-            });
-        result.map_err(|e| self.failed(op, e))
+        let once = self.inner.keys.once(true, self.shared().op_timeout);
+        self.run_by(op, end, |c, k| once.run(c, |c, o| call(c, k, o)))
     }
 
     /// {set, count, queued} in one round trip.

@@ -1262,5 +1262,11 @@ fn calls_on_connections_the_server_closed_while_idle_go_through_once() {
     sem.release(2).unwrap();
     support::kill_clients(&server);
     assert!(sem.acquire_timeout(1, Duration::from_secs(5)).unwrap());
+    support::kill_clients(&server);
     assert_eq!(sem.balance().unwrap(), Some(1));
+    // reads too: nothing to lose, but an error where the server was fine
+    support::kill_clients(&server);
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    support::kill_clients(&server);
+    assert_eq!(sem.queue_len().unwrap(), 0);
 }
