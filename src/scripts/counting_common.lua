@@ -12,9 +12,9 @@
 --   KEYS[2]  redsem:{NAME}:cq     zset    waiter id -> arrival (server us): the queue
 --   KEYS[3]  redsem:{NAME}:ch     zset    waiter id -> heartbeat deadline (server ms)
 --   KEYS[4]  redsem:{NAME}:cw     hash    waiter id -> "n|channel"
---   KEYS[5]  redsem:{NAME}:op:<uuid>  string  (Redis Cluster only, and only for the
---                                          scripts that change the count) this call's
---                                          operation key: see once.lua
+--   KEYS[5]  redsem:{NAME}:op:<uuid>  string  (only for the scripts that change the
+--                                          count; every call of this library) this
+--                                          call's operation key: see once.lua
 --
 -- The three waiter keys only tell blocked acquires when to look again; no permit is
 -- ever handed to a waiter through them, so losing them loses no permit (a waiter also

@@ -8,7 +8,8 @@
 -- in the new count are told, in arrival order, in this same script). An unset
 -- semaphore is created with count n, as Redisson's release does. Not idempotent, and
 -- cannot be: there is no owner to check, so a release sent twice gives twice.
--- The library sends each call once, or, on a cluster, with an operation key (C7).
+-- The library sends each call with an operation key (C7), so a call sent again
+-- (after a broken connection; by the cluster client) gives once.
 -- n is checked, and written back by int(), before any write.
 
 local n = arg_int(ARGV[1], 1, 'n')

@@ -1,7 +1,7 @@
 -- Redisson RSemaphore.addPermits(d) (RedissonSemaphore.java 594-604).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (redisson_publish.lua), 2 d (signed, non-zero), 3 the operation key's deadline or retention
--- (with KEYS[3], the key: Redis Cluster, see once.lua)
+-- (with KEYS[3], the key: every call of this library, see once.lua)
 -- Reply: the counter after (a resent call: its first run's). The counter (missing = 0) + d is SET (dropping any TTL,
 -- as Redisson's SET does) and the new value published.
 -- Errors (Redis does not undo a script's writes): d that is no non-zero integer of at

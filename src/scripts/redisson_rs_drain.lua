@@ -1,6 +1,6 @@
 -- Redisson RSemaphore.drainPermits() (RedissonSemaphore.java 507-516).
--- KEYS: 1 NAME (the counter), 2 the operation key (Redis Cluster, see
--- once.lua; ARGV 1 its retention)
+-- KEYS: 1 NAME (the counter), 2 the operation key (every call of this library,
+-- see once.lua; ARGV 1 its deadline or retention)
 -- Reply: the counter before (0 when missing; then nothing is written; a resent call:
 -- its first run's). The counter becomes 0. No publish.
 -- Errors (Redis does not undo a script's writes): a counter of another type, or one

@@ -2,8 +2,8 @@
 -- releaseIfExists(n) (476-499).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (redisson_publish.lua), 2 n (>= 1), 3 '1' for releaseIfExists
--- ARGV 4, KEYS 3: the operation key's deadline or retention and the key (Redis Cluster, see
--- once.lua).
+-- ARGV 4, KEYS 3: the operation key's deadline or retention and the key (every call of
+-- this library, see once.lua).
 -- Reply: {1, counter after} released (the new value was published; a resent call:
 --        its first run's reply);
 --        {0, 0} releaseIfExists on a missing counter: nothing changed.

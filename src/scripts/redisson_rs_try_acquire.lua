@@ -1,7 +1,7 @@
 -- Redisson RSemaphore.tryAcquire(n) (RedissonSemaphore.java 265-274).
 -- KEYS: 1 NAME (the counter)
--- ARGV: 1 n (>= 1), 2 the operation key's deadline or retention (with KEYS[2], the key: Redis
--- Cluster, see once.lua)
+-- ARGV: 1 n (>= 1), 2 the operation key's deadline or retention (with KEYS[2], the key: every
+-- call of this library, see once.lua)
 -- Reply: 1 when the counter existed and held >= n (then DECRBY n; a resent call that
 -- took them: 1 again, taking nothing), else 0.
 -- Errors (Redis does not undo a script's writes): n that is no integer from 1, of at

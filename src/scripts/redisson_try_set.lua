@@ -2,7 +2,7 @@
 -- RedissonPermitExpirableSemaphore.java 843-854, the same steps).
 -- KEYS: 1 NAME (the counter), 2 redisson_sc:{NAME} (the channel)
 -- ARGV: 1 publish command (redisson_publish.lua), 2 p (>= 0), 3 ttl ms ('' for none), 4 the operation key's
--- retention (with KEYS[3], the key: Redis Cluster, see once.lua)
+-- retention (with KEYS[3], the key: every call of this library, see once.lua)
 -- Reply: 1 when the counter was absent (now SET to p, with PX ttl when given, and p
 -- published; a resent call that set it: 1 again), else 0 (a counter at 0 counts as
 -- existing, as since Redisson 3.16.3).
