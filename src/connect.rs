@@ -126,13 +126,66 @@ pub(crate) fn connect_within(
     let addr = info.addr().to_string();
     bounded_handshake(tls, &addr, until, move || {
         // (its set-up replies are read with redis-rs's own socket timeouts, this long)
-        let mut conn = client.get_connection_with_timeout(socket_timeout(share))?;
+        let mut conn = match client.get_connection_with_timeout(socket_timeout(share)) {
+            Err(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                return Err(refusal_in_the_servers_words(&client, e, until));
+            }
+            connected => connected?,
+        };
         if ping_first {
             conn.io_within(Some(left_until(until)))?;
             redis::cmd("PING").exec(&mut conn)?;
         }
         Ok(conn)
     })
+}
+
+/// `refused`, redis-rs's error for credentials the server refused while `client`
+/// connected, with what the server said: redis-rs keeps only "Password authentication
+/// failed", and the server's reason matters to the user: a password sent to a server
+/// that has none ("AUTH <password> called without any password configured for the
+/// default user": leave it out) is not a wrong password (`WRONGPASS`). The reason is
+/// read by sending the same `AUTH` on a connection without credentials, opened and
+/// answered by `until`; a failed credential check only, never the path of a good one.
+/// When that fails too, `refused` as it is.
+fn refusal_in_the_servers_words(
+    client: &redis::Client,
+    refused: redis::RedisError,
+    until: Instant,
+) -> redis::RedisError {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let Some(password) = settings.password() else {
+        return refused;
+    };
+    let bare = info.clone().set_redis_settings(
+        redis::RedisConnectionInfo::default()
+            .set_protocol(settings.protocol())
+            .set_skip_set_lib_name(),
+    );
+    let said = (|| {
+        let mut conn = redis::Client::open(bare)
+            .ok()?
+            .get_connection_with_timeout(socket_timeout(left_until(until).max(MIN_TIMEOUT)))
+            .ok()?;
+        conn.io_within(Some(left_until(until).max(MIN_TIMEOUT)))
+            .ok()?;
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = settings.username() {
+            auth.arg(user);
+        }
+        let e = auth.arg(password).exec(&mut conn).err()?;
+        let code = e.code()?;
+        Some(format!("{code} {}", e.detail()?))
+    })();
+    match said {
+        Some(said) => redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+            said,
+        )),
+        None => refused,
+    }
 }
 
 /// The least timeout of a connect or of a call: a socket timeout cannot be zero.
@@ -1104,6 +1157,15 @@ pub(crate) fn connect_error_at(
             " (the server requires a password: put it in the URL \
              (redis://:PASSWORD@host:port/) or set ClientBuilder::password; the CLI: \
              --password or REDIS_PASSWORD"
+        } else if text.contains("without any password configured") && sentinels {
+            // (the server's words, read back by `refusal_in_the_servers_words`)
+            " (a sentinel or the server has no password: leave out the one given for it \
+             (the URL's is the data nodes', ClientBuilder::sentinel_password the \
+             sentinels'), or give it one with requirepass)"
+        } else if text.contains("without any password configured") {
+            " (the server has no password: leave it out of the URL and \
+             ClientBuilder::password, the CLI's --password and REDIS_PASSWORD, or give the \
+             server one with requirepass)"
         } else if sentinels && !says("NOPERM") {
             " (wrong user name or password; the sentinels' are \
              ClientBuilder::sentinel_user and sentinel_password)"

@@ -466,6 +466,24 @@ impl CountingSemaphore {
                 name: self.inner.name.clone(),
                 detail: detail.trim().to_owned(),
             }
+        } else if wrong_type {
+            // only the count key can be of another type (the scripts replace a waiter
+            // key of another type; counting_common.lua): named, as the leased
+            // semaphore's scripts name theirs
+            let key = &self.inner.keys.count;
+            let said = crate::error::wrong_type_detail(&e);
+            let detail = if said.contains("the count of a counting semaphore") {
+                format!("key {key}: {said}")
+            } else {
+                format!(
+                    "key {key} holds another type than the count's string (another program \
+                     writes under its name): {said}"
+                )
+            };
+            Error::WrongType {
+                name: self.inner.name.clone(),
+                source: redis::RedisError::from((redis::ErrorKind::Extension, "WRONGTYPE", detail)),
+            }
         } else {
             Error::redis(
                 &self.inner.name,

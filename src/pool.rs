@@ -557,6 +557,10 @@ fn in_place_of_owing(
     conn
 }
 
+/// How much sooner than its caller [`checkout_aside`]'s r2d2 checkout gives up (a
+/// tenth of the wait when that is less).
+const CHECKOUT_ASIDE_MARGIN: Duration = Duration::from_millis(50);
+
 /// A checkout from a user's pool that tests each connection on checkout (r2d2's
 /// `test_on_check_out(true)`, its default), ended by `timeout` however the server
 /// behaves. r2d2 sends that test's `PING` in the calling thread, on a connection
@@ -573,8 +577,12 @@ fn checkout_aside(
     timeout: Duration,
 ) -> Result<r2d2::PooledConnection<redis::Client>> {
     let aside = pool.clone();
+    // r2d2 gives up a little before the caller does, so that its own error (a server
+    // that refuses connections, say) is the one reported when it failed in time, not
+    // the caller's end of its wait, which reads as a PING without an answer
+    let own = timeout.saturating_sub((timeout / 10).min(CHECKOUT_ASIDE_MARGIN));
     let got = run_aside("redsem-checkout", deadline_in(timeout), move || {
-        aside.get_timeout(timeout)
+        aside.get_timeout(own)
     })
     .map_err(|e| Error::Redis(e.into()))?;
     match got {

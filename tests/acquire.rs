@@ -1476,6 +1476,40 @@ fn a_redis_error_names_the_semaphore_and_the_operation() {
     assert!(sem.try_acquire().unwrap().is_some());
 }
 
+/// Ninth session (new-user review): on a server older than Redis 6.2 (Ubuntu 20.04
+/// ships 5.0, Debian 11 6.0) the scripts' 6.2 commands fail inside the script, and the
+/// caller read only "ERR syntax error" (`SET ... PXAT`) or "Unknown Redis command
+/// called from Lua script" (`ZMSCORE`), with nothing about the version the library
+/// needs. Such an error now says that the library needs Redis 6.2 or later. A server
+/// without `ZMSCORE` (renamed away here; Redis 6.0 has none) stands in for an old one:
+/// the renewal reads the holders' deadlines with it.
+#[test]
+fn a_script_command_the_server_lacks_says_the_library_needs_redis_6_2() {
+    let server = RedisServer::start_with(&["--rename-command", "ZMSCORE", ""]);
+    let sem = client(&server)
+        .semaphore_builder("old")
+        .limit(2)
+        .auto_refresh(false)
+        .build()
+        .unwrap();
+    let permit = sem.acquire().unwrap();
+    let e = permit.refresh().unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(
+            e,
+            Error::Call {
+                operation: "refresh",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(text.contains("Unknown Redis command"), "{text}");
+    assert!(text.contains("needs Redis 6.2 or later"), "{text}");
+    assert!(!e.is_retryable(), "{text}");
+}
+
 /// The first waiter makes the queue key, with the TTL of the other keys, also over a
 /// stray key of another type left while nobody queued (deleted first, the only write
 /// before the waiter's own); the last waiter to leave deletes it.

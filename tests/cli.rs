@@ -643,6 +643,8 @@ fn set_limit_refuses_a_counting_semaphore_and_notes_a_name_without_keys() {
     let client = Client::open(server.url()).unwrap();
     let tokens = client.counting_semaphore("tokens").unwrap();
     assert!(tokens.try_set_permits(4).unwrap());
+    // (the count, and the operation key of that call: once.lua)
+    let before = support::keys(&mut server.conn(), "redsem:{tokens}:*");
     for args in [
         &["set-limit", "tokens", "3"][..],
         &["--json", "set-limit", "tokens", "3"],
@@ -658,7 +660,11 @@ fn set_limit_refuses_a_counting_semaphore_and_notes_a_name_without_keys() {
     // nothing was written: the counting semaphore is still the one `status` shows
     assert_eq!(
         support::keys(&mut server.conn(), "redsem:{tokens}:*"),
-        ["redsem:{tokens}:count"]
+        before
+    );
+    assert!(
+        before.contains(&"redsem:{tokens}:count".to_owned()),
+        "{before:?}"
     );
     let text = stdout(&cli(&server, &["status", "tokens"]));
     assert!(text.contains("counting semaphore tokens"), "{text}");
@@ -1035,4 +1041,37 @@ fn a_url_naming_a_server_that_is_not_redis_says_so_at_once() {
     assert!(!err.contains("\\n"), "{err}");
     // the CLI's checkout timeout is 3 s, its connect timeout 2 s
     assert!(took < Duration::from_millis(2500), "took {took:?}: {err}");
+}
+
+/// Ninth session (new-user review): `--json status` (and `--json watch`) of a counting
+/// semaphore carried `"kind": "counting"`, but that of a leased one no `kind` at all,
+/// so a script reading the output had to guess the kind from which fields were there
+/// (`list --json` names it for both). Both now carry it.
+#[test]
+fn json_status_names_the_kind_of_either_semaphore() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let _held = client
+        .semaphore("kind:leased", 2)
+        .unwrap()
+        .acquire()
+        .unwrap();
+    assert!(
+        client
+            .counting_semaphore("kind:counting")
+            .unwrap()
+            .try_set_permits(3)
+            .unwrap()
+    );
+    for (name, kind) in [("kind:leased", "leased"), ("kind:counting", "counting")] {
+        for args in [
+            vec!["--json", "status", name],
+            vec!["--json", "watch", name, "--count", "1"],
+        ] {
+            let json: serde_json::Value =
+                serde_json::from_str(&stdout(&cli(&server, &args))).unwrap();
+            assert_eq!(json["kind"], kind, "{args:?}: {json}");
+            assert_eq!(json["name"], name, "{args:?}: {json}");
+        }
+    }
 }

@@ -149,3 +149,39 @@ fn a_client_dropped_while_its_pool_connects_to_a_hung_server_leaves_no_thread() 
         || connected_clients(&mut admin) == 1,
     );
 }
+
+/// Ninth session (new-user review): `Client::from_pool` with r2d2's defaults
+/// (`test_on_check_out(true)`) for a server that is not running failed, after the
+/// call's operation timeout, with "no connection from the given pool within 2s (its
+/// check on checkout, a PING, got no answer; build the pool with
+/// test_on_check_out(false))": no PING was ever sent, the server refused every
+/// connection, and the hint sent the user to change a setting that was not the cause.
+/// The checkout, run on a thread of its own (`checkout_aside`), was given the whole
+/// time the caller waited for it, so r2d2's own error ("Connection refused") came just
+/// after the caller had stopped waiting. It now comes before, and is the one reported.
+#[test]
+fn a_user_pool_whose_server_refuses_connections_says_so() {
+    let _alone = alone();
+    // a port with nothing listening (bound, then closed)
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .connection_timeout(Duration::from_millis(600))
+        .build_unchecked(redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap());
+    assert!(pool.test_on_check_out(), "r2d2's default");
+    let client = Client::from_pool(pool).unwrap();
+    let sem = client.semaphore("refused", 1).unwrap();
+    for (what, e) in [
+        ("try_acquire", sem.try_acquire().map(drop).unwrap_err()),
+        ("status", sem.status().map(drop).unwrap_err()),
+    ] {
+        let text = e.to_string();
+        assert!(text.to_lowercase().contains("refused"), "{what}: {text}");
+        assert!(!text.contains("PING"), "{what}: {text}");
+        assert!(e.is_retryable(), "{what}: {text}");
+    }
+}

@@ -779,6 +779,44 @@ fn bad_arguments_are_errors() {
     assert!(keys(&mut conn, "redsem:*").is_empty());
 }
 
+/// Ninth session (new-user review): a count key of another type gave "a key of
+/// semaphore \"hash\" holds a value of the wrong type: Operation against a key holding
+/// the wrong kind of value", naming no key (the leased semaphore's name the key and
+/// what it holds), and a count that is no integer named none either. Both now name the
+/// count key, from every call, the CLI's too.
+#[test]
+fn a_count_key_of_the_wrong_type_is_named() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: () = redis::cmd("HSET")
+        .arg("redsem:{hash}:count")
+        .arg("f")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("redsem:{text}:count")
+        .arg("many")
+        .query(&mut conn)
+        .unwrap();
+    for (name, what) in [("hash", "another type"), ("text", "found many")] {
+        let sem = counting(&server, name);
+        for (op, e) in [
+            ("try_acquire", sem.try_acquire(1).unwrap_err()),
+            ("release", sem.release(1).unwrap_err()),
+            ("available_permits", sem.available_permits().unwrap_err()),
+        ] {
+            let text = e.to_string();
+            assert!(matches!(e, Error::WrongType { .. }), "{op}: {e:?}");
+            assert!(
+                text.contains(&format!("key redsem:{{{name}}}:count")) && text.contains(what),
+                "{name} {op}: {text}"
+            );
+            assert!(!text.contains("script:"), "{name} {op}: {text}");
+        }
+    }
+}
+
 #[test]
 fn a_key_of_the_wrong_type_is_an_error() {
     let server = RedisServer::start();

@@ -523,6 +523,7 @@ fn status_json(name: &str, s: &Status, holders: &[Holder]) -> Value {
     let limit = limit_of(s);
     json!({
         "name": name,
+        "kind": "leased",
         "limit": limit,
         "stored_limit": s.stored_limit,
         "client_limit": s.client_limit,
