@@ -82,6 +82,23 @@
 //! share their keys, but the lock only guards the acquires of the clients that take
 //! it: one `Fair` client among `FairWithLock` ones brings the race back.
 //!
+//! # Connections the server closed
+//!
+//! The pool sends no `PING` when it hands a connection out, so it hands out
+//! connections the server closed while they sat idle (Redis's `timeout`, a load
+//! balancer's or a cloud's idle cut, `CLIENT KILL`, a restart), on which the first
+//! request fails. Every call of a book semaphore is safe to send twice, and one that
+//! fails so is made again on another connection (a new one once the pool's idle ones
+//! are used up), by the same bound (not after a timeout, whose request may still run;
+//! an acquire's entry is then taken out aside): an acquire with the same entry id and
+//! the same clock reading (its purges and `ZADD`s write the same entry again, never a
+//! second one; a second `INCR` of the ticket counter only skips a ticket, as a failed
+//! acquire does; `FairWithLock` takes the lock under a new lock id, the first one
+//! given back aside), so a grant whose reply was lost ends as the `Permit` and its
+//! lease counts from the score its entry holds; a refresh (`ZADD XX GT` to one
+//! score); a release (`ZREM` by id); [`held`](BookSemaphore::held) and
+//! [`available`](BookSemaphore::available).
+//!
 //! # Lost permits
 //!
 //! A book permit is marked lost (and [`Permit::lost`] fires) when
@@ -376,6 +393,7 @@ struct BookInner {
 
 /// A reading of the client clock, as the book's scores: `now` and the purge cutoff
 /// `now - timeout`, already formatted in the semaphore's unit.
+#[derive(Clone)]
 struct Stamp {
     now: String,
     cutoff: String,
@@ -507,6 +525,57 @@ impl BookConn {
     }
 }
 
+/// Whether `e` is the failure of a call whose connection was broken (dropped, reset,
+/// refused, an I/O error but a timeout, `READONLY`: [`broken`](crate::semaphore::broken)),
+/// after which another connection may work; not a timeout, whose request may still run.
+fn is_broken(e: &Error) -> bool {
+    matches!(e, Error::Call { source, .. } if crate::semaphore::broken(source))
+}
+
+/// Runs `call` (a step safe to send twice) on `conn`; when it fails because the
+/// connection was broken (a pooled connection the server had closed while it sat idle:
+/// its `timeout`, a load balancer's or a cloud's idle cut, `CLIENT KILL`, a restart;
+/// or a reset), again on another connection of the pool, the way
+/// [`Pool::run_by_again`](crate::pool::Pool::run_by_again) sends a call again: while
+/// time is left (`conn`'s deadline, or one operation timeout from the first failure,
+/// which then bounds each later send), at most once more per connection the pool may
+/// hold (a broken connection goes back to the pool only to be dropped, so once the
+/// server closed every idle one, the last try goes out on a new connection). The last
+/// answer, and the connection it came on, for the steps after it (none when no other
+/// connection could be had in time: that failure is the answer).
+fn run_again<T>(
+    shared: &crate::shared::Shared,
+    conn: BookConn,
+    mut call: impl FnMut(&mut BookConn) -> Result<T>,
+) -> (Result<T>, Option<BookConn>) {
+    let mut conn = conn;
+    let mut answer = call(&mut conn);
+    let by = conn
+        .deadline
+        .unwrap_or_else(|| Instant::now() + shared.op_timeout);
+    for _ in 0..shared.pool.max_size() {
+        match &answer {
+            Err(e) if is_broken(e) && Instant::now() < by => {
+                log::debug!("redis-semaphore: book semaphore call sent again: {e}");
+            }
+            _ => break,
+        }
+        let op = conn.op;
+        // (back to the pool first, which drops it, so that a pool at its size has room)
+        drop(conn);
+        conn = match shared.pool.get(Some(left_until(by))) {
+            Ok(next) => BookConn {
+                conn: next,
+                op,
+                deadline: Some(by),
+            },
+            Err(e) => return (Err(e), None),
+        };
+        answer = call(&mut conn);
+    }
+    (answer, Some(conn))
+}
+
 impl ConnectionLike for BookConn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         let mut replies = self.call(cmd, 0, 1)?;
@@ -618,17 +687,30 @@ impl BookInner {
 
     /// One attempt, the book's way. `Some((id, token, stamp))` when granted. `until`:
     /// the caller's deadline, which also ends `FairWithLock`'s spin for the lock.
+    ///
+    /// An attempt that failed on a broken connection (a pooled one the server had
+    /// closed while it was idle, say) is made again on another one ([`run_again`]),
+    /// with the same entry id and the same clock reading (`FairWithLock`: a new lock
+    /// id): each of its steps is safe to send twice so (the purges and `ZADD`s write
+    /// the same entry again, never a second one; a second `INCR` only skips a ticket,
+    /// as a failed acquire's does; a `ZREM` by id), and the permit's lease counts from
+    /// the first reading, which its score holds. Not after a timeout, whose request
+    /// may still run: its entry is taken out aside.
     fn attempt(
         &self,
-        mut conn: BookConn,
+        conn: BookConn,
         until: Option<Instant>,
     ) -> Result<Option<(String, u64, Stamp)>> {
         let id = uuid::Uuid::new_v4().to_string();
-        let outcome = match self.variant {
-            BookVariant::Basic => self.acquire_basic(&mut conn, &id),
-            BookVariant::Fair | BookVariant::NodeFair => self.acquire_fair(&mut conn, &id),
-            BookVariant::FairWithLock => self.acquire_with_lock(&mut conn, &id, until),
-        };
+        let mut stamp = None;
+        let (outcome, conn) =
+            run_again(&self.client.inner.shared, conn, |conn| match self.variant {
+                BookVariant::Basic => self.acquire_basic(conn, &id, &mut stamp),
+                BookVariant::Fair | BookVariant::NodeFair => {
+                    self.acquire_fair(conn, &id, &mut stamp)
+                }
+                BookVariant::FairWithLock => self.acquire_with_lock(conn, &id, until, &mut stamp),
+            });
         match outcome {
             Ok(Some((token, stamp))) => Ok(Some((id, token, stamp))),
             Ok(None) => Ok(None),
@@ -648,22 +730,22 @@ impl BookInner {
     /// Takes out the entry of `id` on a thread of its own: on `conn` while it is open,
     /// behind the request that failed (which the server then runs first: a late entry
     /// is taken out, not left behind; a pool of one connection has no other to give),
-    /// else on another, waiting for it no longer than the operation timeout. The
-    /// thread holds the client's shared state, not a handle: its last drop still stops
-    /// its threads.
-    fn remove_aside(&self, conn: BookConn, id: String) {
+    /// else on another, waiting for it no longer than the operation timeout (and sent
+    /// again on another when that one broke: [`run_again`]). The thread holds the
+    /// client's shared state, not a handle: its last drop still stops its threads.
+    fn remove_aside(&self, conn: Option<BookConn>, id: String) {
         let shared = Arc::clone(&self.client.inner.shared);
         let (variant, keys, name) = (self.variant, self.keys.clone(), self.name.clone());
         let clean_up = move || {
             // (not on a connection to a primary since replaced: it refuses to send)
-            let mut conn = if conn.is_open() && !conn.conn.is_stale() {
+            // (a closed one goes back to the pool here, which drops it)
+            let open = conn.filter(|c| c.is_open() && !c.conn.is_stale());
+            let conn = if let Some(mut conn) = open {
                 // an operation timeout of its own, not what was left of the failed
                 // acquire's (a poll's deadline may have passed)
-                let mut conn = conn;
                 conn.deadline = None;
                 conn
             } else {
-                drop(conn);
                 match BookConn::fresh(&shared) {
                     Ok(c) => c,
                     Err(e) => {
@@ -675,7 +757,12 @@ impl BookInner {
                     }
                 }
             };
-            if let Err(e) = remove_entry(variant, &mut conn, &keys, &id) {
+            // (a `ZREM` by id, sent again on another connection when this one broke)
+            let op = shared.op_timeout;
+            let (removed, _) = run_again(&shared, conn, |c| {
+                remove_entry(variant, c, &keys, &id).map_err(|e| Error::redis(&name, e, op))
+            });
+            if let Err(e) = removed {
                 log::debug!(
                     "redis-semaphore: book semaphore {name:?}: taking out a failed \
                      acquire's entry: {e}"
@@ -690,9 +777,15 @@ impl BookInner {
         }
     }
 
-    /// Listing 12.
-    fn acquire_basic(&self, conn: &mut BookConn, id: &str) -> Result<Option<(u64, Stamp)>> {
-        let stamp = self.stamp();
+    /// Listing 12, with the clock reading `stamp` (read now when it has none yet: an
+    /// attempt made again reuses the first one's).
+    fn acquire_basic(
+        &self,
+        conn: &mut BookConn,
+        id: &str,
+        stamp: &mut Option<Stamp>,
+    ) -> Result<Option<(u64, Stamp)>> {
+        let stamp = stamp.get_or_insert_with(|| self.stamp()).clone();
         let rank = book::basic_enter(conn, &self.keys, &stamp.now, &stamp.cutoff, id)
             .map_err(|e| self.err(e))?;
         if rank.is_some_and(|r| r < i64::from(self.limit)) {
@@ -703,9 +796,15 @@ impl BookInner {
     }
 
     /// Listing 14, on the book's keys or (`NodeFair`) the Node port's: the ticket comes
-    /// from `NAME:counter` or the global `semaphore:count`.
-    fn acquire_fair(&self, conn: &mut BookConn, id: &str) -> Result<Option<(u64, Stamp)>> {
-        let stamp = self.stamp();
+    /// from `NAME:counter` or the global `semaphore:count`. With the clock reading
+    /// `stamp`, as [`acquire_basic`](Self::acquire_basic).
+    fn acquire_fair(
+        &self,
+        conn: &mut BookConn,
+        id: &str,
+        stamp: &mut Option<Stamp>,
+    ) -> Result<Option<(u64, Stamp)>> {
+        let stamp = stamp.get_or_insert_with(|| self.stamp()).clone();
         let counter =
             book::fair_purge_and_count(conn, &self.keys, &stamp.cutoff).map_err(|e| self.err(e))?;
         let rank =
@@ -723,11 +822,12 @@ impl BookInner {
         conn: &mut BookConn,
         id: &str,
         until: Option<Instant>,
+        stamp: &mut Option<Stamp>,
     ) -> Result<Option<(u64, Stamp)>> {
         let Some(lock_id) = self.acquire_lock(conn, until)? else {
             return Ok(None);
         };
-        let outcome = self.acquire_fair(conn, id);
+        let outcome = self.acquire_fair(conn, id, stamp);
         if outcome.is_err() {
             // Python's `finally: release_lock(...)`, aside: this connection may owe the
             // reply of the call that failed, and a release behind it would wait for
@@ -765,19 +865,24 @@ impl BookInner {
     fn release_lock_aside(&self, lock_id: String) {
         // the client's shared state, not a handle: its last drop still stops its threads
         let shared = Arc::clone(&self.client.inner.shared);
-        let keys = self.keys.clone();
+        let (keys, name) = (self.keys.clone(), self.name.clone());
         let op = shared.op_timeout;
         crate::threads::give_back_twice(op, move || {
-            let released = BookConn::fresh(&shared).and_then(|mut conn| {
-                for _ in 0..16 {
-                    if book::lock_release_round(&mut conn, &keys, &lock_id)
-                        .map_err(crate::Error::Redis)?
-                        .is_some()
-                    {
-                        break;
+            // (a compare-and-delete by the lock's id, sent again on another
+            // connection when this one broke)
+            let released = BookConn::fresh(&shared).and_then(|conn| {
+                run_again(&shared, conn, |c| {
+                    for _ in 0..16 {
+                        if book::lock_release_round(c, &keys, &lock_id)
+                            .map_err(|e| Error::redis(&name, e, op))?
+                            .is_some()
+                        {
+                            break;
+                        }
                     }
-                }
-                Ok(())
+                    Ok(())
+                })
+                .0
             });
             if let Err(e) = released {
                 log::warn!(
@@ -907,26 +1012,22 @@ impl Grantor for BookInner {
         // operation timeout (not the checkout timeout of acquires, nor an operation
         // timeout per reply of its transaction); else the entry ends with its timeout
         let deadline = Instant::now() + self.client.inner.shared.op_timeout;
-        // After a `CLIENT KILL` or a restart every idle pooled connection may be dead:
-        // a release that failed on a broken connection (the pool drops it) is sent
-        // again on the next one, by the same deadline (a `ZREM` by id is safe to run
-        // twice), else the entry would hold its place until the timeout. Found gone by
-        // a resend, it is reported lost (the first send may have removed it, but
-        // another client may as well have, or purged it): the holder is told its work
-        // may have overlapped, never the reverse.
-        let mut result;
-        let mut tries = 0;
-        loop {
-            result = self
-                .conn_by(Some(deadline))
-                .and_then(|mut c| self.remove(&mut c, &permit.id))
-                .map_err(|e| e.during("release"));
-            tries += 1;
-            let broken = matches!(&result, Err(Error::Call { source, .. }) if crate::semaphore::broken(source));
-            if !broken || tries >= 16 || Instant::now() >= deadline {
-                break;
-            }
-        }
+        // After the server's idle timeout, a `CLIENT KILL` or a restart every idle
+        // pooled connection may be dead: a release that failed on a broken connection
+        // (the pool drops it) is sent again on another one, by the same deadline (a
+        // `ZREM` by id is safe to run twice), else the entry would hold its place until
+        // the timeout. Found gone by a resend, it is reported lost (the first send may
+        // have removed it, but another client may as well have, or purged it): the
+        // holder is told its work may have overlapped, never the reverse.
+        let result = self
+            .conn_by(Some(deadline))
+            .and_then(|conn| {
+                run_again(&self.client.inner.shared, conn, |c| {
+                    self.remove(c, &permit.id)
+                })
+                .0
+            })
+            .map_err(|e| e.during("release"));
         match result {
             Ok(true) => {
                 Counters::bump(&self.stats().released);
@@ -964,11 +1065,16 @@ impl Grantor for BookInner {
         // all of it (the wait for a connection, the transaction and a clean-up) within
         // the operation timeout, as a leased permit's manual refresh: it waited for a
         // connection up to the checkout timeout, and then an operation timeout
-        let mut conn = self.conn_by(Some(Instant::now() + self.op_timeout()))?;
+        let conn = self.conn_by(Some(Instant::now() + self.op_timeout()))?;
         let sent = Instant::now();
         let stamp = self.stamp();
-        let held = book::rescore(&mut conn, &self.keys, &stamp.now, &permit.id)
-            .map_err(|e| self.err(e).during("refresh"))?;
+        // safe to send twice (`ZADD XX GT` to one score): sent again on another
+        // connection when its own broke, the lease counted from the first reading of
+        // the clock
+        let (held, conn) = run_again(&self.client.inner.shared, conn, |c| {
+            book::rescore(c, &self.keys, &stamp.now, &permit.id).map_err(|e| self.err(e))
+        });
+        let held = held.map_err(|e| e.during("refresh"))?;
         if held {
             permit.renewed(stamp.ends, sent);
             return Ok(());
@@ -976,7 +1082,13 @@ impl Grantor for BookInner {
         // Gone from the time zset (purged), or its ticket gone: take out what is left,
         // as the book's refresh does through its release, and report the loss.
         let reason = permit.gone_reason();
-        let cleaned = self.remove(&mut conn, &permit.id);
+        // (the connection that answered: `run_again` returns one with every answer)
+        let cleaned = conn
+            .map_or_else(
+                || self.conn_by(Some(Instant::now() + self.op_timeout())),
+                Ok,
+            )
+            .and_then(|mut conn| self.remove(&mut conn, &permit.id));
         let err = self.lost(permit, reason);
         cleaned.map_err(|e| e.during("refresh"))?;
         Err(err)
@@ -1105,9 +1217,11 @@ impl BookSemaphore {
     /// Redis and pool errors.
     pub fn held(&self) -> Result<u32> {
         let stamp = self.inner.stamp();
-        let n = book::count_younger(&mut self.inner.conn()?, &self.inner.keys, &stamp.cutoff)
-            .map_err(|e| self.inner.err(e))?;
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        let inner = &self.inner;
+        let (n, _) = run_again(&inner.client.inner.shared, inner.conn()?, |c| {
+            book::count_younger(c, &inner.keys, &stamp.cutoff).map_err(|e| inner.err(e))
+        });
+        Ok(u32::try_from(n?).unwrap_or(u32::MAX))
     }
 
     /// The limit minus [`held`](Self::held), never below zero.

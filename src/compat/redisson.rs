@@ -21,12 +21,13 @@
 //! change the counter twice, each `RSemaphore` call that changes the counter also
 //! writes a short-lived operation key of this library, `{NAME}:redsem-op:<uuid>`
 //! (`NAME:redsem-op:<uuid>` for a name with a `{`), kept for twice the operation
-//! timeout and eleven seconds more, and so does each `RPermitExpirableSemaphore`
-//! call that changes a counter on a cluster; a resent run finds it and changes
-//! nothing. (A failed `RSemaphore` give-back of permits no replica acknowledged
-//! carries one kept longer: see "Failover" below.) A resent `RPermitExpirableSemaphore`
-//! acquire finds its new ids already held and takes nothing again. (Redisson's own
-//! client, which resends as well, has neither.)
+//! timeout and eleven seconds more, and so do `RPermitExpirableSemaphore`'s
+//! `add_permits` and `try_set_permits` (and, on a cluster, its releases: one by id is
+//! safe to send twice without it, the key makes a resent run answer the first one's
+//! reply); a resent run finds it and changes nothing. (A failed `RSemaphore` give-back
+//! of permits no replica acknowledged carries one kept longer: see "Failover" below.)
+//! A resent `RPermitExpirableSemaphore` acquire finds its new ids already held and
+//! takes nothing again. (Redisson's own client, which resends as well, has neither.)
 //!
 //! # What it costs (read before use)
 //!
@@ -99,10 +100,12 @@
 //!   key is kept until then, so no send, however late, finds it gone. It is sent again
 //!   for ten minutes at most, and permits whose give-back never got through stay taken
 //!   (fewer holders than the limit, never more).
-//! - **A lost reply.** An `RPermitExpirableSemaphore` acquire that fails after it may
-//!   have reached the server (a timeout, a dropped connection) gives back the ids it
-//!   made, at once and once more an operation timeout later, on a thread of its own
-//!   (Redisson leaves them taken: without a lease, for good). A request held up on its
+//! - **A lost reply.** An `RPermitExpirableSemaphore` acquire whose connection broke
+//!   is sent again on another one (see "Connections the server closed" below); one
+//!   that still fails after it may have reached the server (a timeout, a dropped
+//!   connection again) gives back the ids it made, at once and once more an operation
+//!   timeout later, on a thread of its own (Redisson leaves them taken: without a
+//!   lease, for good). A request held up on its
 //!   way for longer than that still takes its permits, until their lease ends if any.
 //!   An `RSemaphore` acquire has no ids: a lost reply may have taken permits nobody
 //!   gives back, as in Redisson. A [`Permit`]'s release that fails in a way worth
@@ -110,6 +113,40 @@
 //!   client's background thread and sent again (by its id, safe to repeat) until the
 //!   lease has surely ended, or for ten minutes at most without one, as the crate's
 //!   own releases are.
+//!
+//! # Connections the server closed
+//!
+//! The client's pool sends no `PING` when it hands a connection out (DESIGN invariant
+//! 12), so it hands out connections the server closed while they sat idle: Redis's
+//! `timeout` setting, a cloud's or a load balancer's idle cut (Azure Cache for Redis
+//! closes connections idle for 10 minutes), `CLIENT KILL`, a restart. The first
+//! request on one fails (a reset, "unexpected end of file"), and the pool drops it.
+//! Every call of `RPermitExpirableSemaphore` is safe to send twice, and one that
+//! failed so is sent again, with the same arguments, on another connection (a new one
+//! once the pool's idle ones are used up), by the same bound, its replica wait (when
+//! on) after the send that answered; a call that timed out is not, as its request may
+//! still run:
+//!
+//! - **acquires** (each try of a blocking one): the ids are made before the call,
+//!   and a run that finds one of them held takes nothing again, so a grant whose
+//!   reply was lost ends as the `Permit`s of the send that answered. Their leases
+//!   count from before the first send, whose clock reading every send carries as the
+//!   lease deadline: the client's deadline is never later than the server's. Not
+//!   granted by a later send, the ids are given back as a failed acquire's are (an
+//!   earlier send held up on its way by a proxy could still take them);
+//! - **releases** (by id, a `Permit`'s, its drop), **renewals** (`Permit::refresh`,
+//!   the background ones: `ZADD GT` to one deadline), `update_lease_time` (it sets the
+//!   deadline it is given), `set_permits` (it sets a total), and the **reads** and
+//!   `lease_time` (a second reclaim at the same client time finds nothing more);
+//! - `add_permits` and `try_set_permits`, which a second run would not repeat
+//!   exactly (it would add again; it would answer `false` to the call that set the
+//!   counter), carry an operation key of this library on every deployment (see
+//!   above): a resent run answers the first run's reply and changes nothing.
+//!
+//! A server that ran a request and then closed its connection cannot be told apart
+//! from one that had closed it before: redis-rs reports both as a read that found the
+//! connection ended (the write into a connection the server closed succeeds on the
+//! client's side). So only calls safe to run twice are sent again.
 //!
 //! # Wake-ups
 //!
@@ -288,7 +325,7 @@ impl Common {
 
     /// The bound of a release, as of a permit's release (which `Drop` runs): one
     /// operation timeout for all of it, the wait for a connection, the call, the
-    /// replica wait and a resend on a fresh connection included (DESIGN invariant 13).
+    /// replica wait and a resend on another connection included (DESIGN invariant 13).
     /// Without it a release that had to wait for a connection (one opened afresh
     /// while a node hangs) took up to the checkout timeout and then an operation
     /// timeout.
@@ -309,50 +346,18 @@ impl Common {
     /// are connected and none acknowledged in time (Redisson's
     /// `NoSyncedSlavesException`), `undo` runs on the call's result (an acquire gives
     /// its permits back; `true`: it did) and the call fails.
-    fn run_write<T>(
-        &self,
-        operation: &'static str,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
-        undo: impl FnOnce(&T) -> bool,
-    ) -> Result<T> {
-        self.run_write_by(operation, None, call, undo)
-    }
-
-    /// [`run_write`](Self::run_write), all of it (the checkout, the call and the
-    /// replica wait) ending by `deadline` when one is given: a permit's release, which
-    /// `Drop` runs, waits no longer than the operation timeout (DESIGN invariant 13),
-    /// not the checkout timeout and then an operation timeout per command. Without a
-    /// deadline, a checkout waits up to the checkout timeout and each command up to
-    /// the operation timeout.
-    fn run_write_by<T>(
-        &self,
-        operation: &'static str,
-        deadline: Option<Instant>,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
-        undo: impl FnOnce(&T) -> bool,
-    ) -> Result<T> {
-        Error::check_name(&self.name, false)?;
-        let op = self.shared().op_timeout;
-        let left = || deadline.map_or(op, left_until);
-        let mut conn = self.shared().pool.get(deadline.map(|_| left()))?;
-        let value = conn
-            .within(left(), op, |c| call(c, &self.keys))
-            .map_err(|e| self.named(e).during(operation))?;
-        let Some(timeout) = self.replica_wait else {
-            return Ok(value);
-        };
-        // the replica wait's commands end by the deadline too (on a cluster, `WAIT`
-        // sets its own read timeout: the replica wait and one attempt's share)
-        let synced = conn.within_conn(left(), op, |c| self.sync(c, timeout));
-        drop(conn);
-        self.settle(operation, value, Some(synced), undo)
-    }
-
-    /// [`run_write_by`](Self::run_write_by) for a call with an operation key on every
-    /// deployment (an `RSemaphore` call: `once.lua`), which is therefore safe to send
-    /// again: one that fails because its connection was broken (closed by the server
-    /// while it sat idle in the pool, or reset) is sent again on another connection,
-    /// by `deadline` or one operation timeout after the failure
+    ///
+    /// All of it (the checkout, the call and the replica wait) ends by `deadline` when
+    /// one is given: a permit's release, which `Drop` runs, waits no longer than the
+    /// operation timeout (DESIGN invariant 13), not the checkout timeout and then an
+    /// operation timeout per command.
+    ///
+    /// Every call made so is safe to send twice (an `RSemaphore` call carries an
+    /// operation key on every deployment, `once.lua`; an `RPermitExpirableSemaphore`
+    /// call carries its ids, or sets what it sets, or an operation key), so one that
+    /// fails because its connection was broken (closed by the server while it sat idle
+    /// in the pool, or reset) is sent again on another connection, by `deadline` or
+    /// one operation timeout after the failure
     /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)), and the replica wait
     /// follows the send that answered, on its connection. A failed replica wait is
     /// not a reason to send again.
@@ -365,10 +370,9 @@ impl Common {
     ) -> Result<T> {
         Error::check_name(&self.name, false)?;
         let shared = self.shared();
-        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
         let (value, synced) = shared
             .pool
-            .run_by_again(deadline, shared.op_timeout, again, |c| {
+            .run_by_again(deadline, shared.op_timeout, sent_on_broken, |c| {
                 let value = call(&mut **c, &self.keys)?;
                 Ok((value, self.replica_wait.map(|t| self.sync(c, t))))
             })
@@ -506,8 +510,39 @@ impl Common {
         self.keys.once(true, self.shared().op_timeout)
     }
 
+    /// On Redis Cluster only, a fresh operation key for one call that is safe to send
+    /// twice without it (an `RPermitExpirableSemaphore` release, by its id): there the
+    /// key makes a run the cluster client sent again answer the first one's reply.
+    /// Elsewhere no key: a release's hot path pays neither the key nor the reading of
+    /// the server's clock it needs.
+    fn once_on_cluster(&self) -> LazyOnce<'_> {
+        let shared = self.shared();
+        self.keys.once(shared.is_cluster(), shared.op_timeout)
+    }
+
     fn publish(&self) -> &'static str {
         self.publish.as_str()
+    }
+
+    /// [`run`](Self::run) for a call that is safe to send twice (a read that
+    /// reclaims): one whose connection was broken (closed by the server while it sat
+    /// idle in the pool, or reset) is sent again, with the same arguments, on another
+    /// connection, within one operation timeout of the failure
+    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)); all of one send
+    /// within the operation timeout.
+    fn run_again<T>(
+        &self,
+        operation: &'static str,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
+    ) -> Result<T> {
+        Error::check_name(&self.name, false)?;
+        let shared = self.shared();
+        shared
+            .pool
+            .run_by_again(None, shared.op_timeout, sent_on_broken, |c| {
+                call(&mut **c, &self.keys)
+            })
+            .map_err(|e| self.named(e).during(operation))
     }
 
     /// Runs one call on a pooled connection, its Redis error named.
@@ -672,6 +707,15 @@ impl Drop for Leaving<'_> {
             quit_pubsub(ps);
         }
     }
+}
+
+/// Whether a call that failed with `e` is sent again on another connection (by a
+/// caller of [`Pool::run_by_again`](crate::pool::Pool::run_by_again), for a call safe
+/// to send twice): its connection was broken ([`broken`](crate::semaphore::broken):
+/// dropped, reset, refused, an I/O error but a timeout, `READONLY`). Not a timeout,
+/// whose request may still run later.
+fn sent_on_broken(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if crate::semaphore::broken(e))
 }
 
 /// One try of a blocking acquire.
@@ -1395,7 +1439,9 @@ impl Renew for PesRenewer {
         // `wait`), not the checkout timeout and an operation timeout: a server that
         // stopped answering must not hold back the loss of the client's other permits
         let by = Instant::now() + wait.min(inner.common.shared().op_timeout);
-        let (held, ttl) = inner.common.run_write_by(
+        // (safe to send twice, `ZADD GT` to one deadline: sent again on another
+        // connection when its own broke)
+        let (held, ttl) = inner.common.run_write_again(
             "update_lease_time",
             Some(by),
             |c, k| calls::pes_update_leases(c, k, publish, now, &ids, deadline, true),
@@ -1495,8 +1541,8 @@ impl PesInner {
         let id = decode_id(hex)?;
         let publish = self.publish();
         let now = now_ms();
-        let once = self.common.once();
-        self.common.run(|c, k| {
+        let once = self.common.once_on_cluster();
+        self.common.run_again("release", |c, k| {
             once.run(c, |c, op| {
                 calls::pes_release(c, k, publish, now, &id, None, op)
             })
@@ -1505,11 +1551,15 @@ impl PesInner {
 
     /// Releases `hex` (with the replica wait when it is on); all of it, a resend
     /// included, ends by `deadline` ([`Common::release_end`], see
-    /// [`Common::run_write_by`]).
-    /// A release that failed on a broken connection is sent once more on a brand-new
-    /// one; "not held" from that resend is reported as such (the first send may have
-    /// run, but the permit may as well have been released by id or reclaimed by
-    /// another: the holder is told its work may have overlapped, never the reverse).
+    /// [`Common::run_write_again`]).
+    /// After the server's idle timeout, a `CLIENT KILL` or a restart every idle pooled
+    /// connection may be dead, and a permit without a lease would then stay taken for
+    /// good: a release that failed on a broken connection is sent again on another one
+    /// (a release by id is safe to run twice; on a cluster the same operation key
+    /// makes a second run answer the first one's reply). Elsewhere "not held" from that
+    /// resend is reported as such (the first send may have run, but the permit may as
+    /// well have been released by id or reclaimed by another: the holder is told its
+    /// work may have overlapped, never the reverse).
     fn release_raw(&self, hex: &str, deadline: Instant) -> Result<PesReleased> {
         let id = decode_id(hex)?;
         // (a pre-3.17 member is the id as Redisson printed it: lowercase hex)
@@ -1517,8 +1567,8 @@ impl PesInner {
         let legacy = legacy.as_deref();
         let publish = self.publish();
         let now = now_ms();
-        let once = self.common.once();
-        let first = self.common.run_write_by(
+        let once = self.common.once_on_cluster();
+        self.common.run_write_again(
             "release",
             Some(deadline),
             |c, k| {
@@ -1527,29 +1577,7 @@ impl PesInner {
                 })
             },
             |_| false,
-        );
-        // After a `CLIENT KILL` or a restart every idle pooled connection may be dead,
-        // and a permit without a lease would then stay taken for good: a release that
-        // failed on a broken connection is sent once more on a brand-new one (a
-        // release by id is safe to run twice; on a cluster the same operation key
-        // makes a second run answer the first one's reply).
-        let broken =
-            matches!(&first, Err(Error::Call { source, .. }) if crate::semaphore::broken(source));
-        if !broken {
-            return first;
-        }
-        if left_until(deadline).is_zero() {
-            return first;
-        }
-        log::debug!("redis-semaphore: release of {hex} again on a fresh connection");
-        let again = self.common.shared().on_fresh_connection(deadline, |c| {
-            // (the first send's operation key, if it was made: a second run of the
-            // release answers the first one's reply)
-            once.run(c, |c, op| {
-                calls::pes_release(c, &self.common.keys, publish, now, &id, legacy, op)
-            })
-        });
-        again.map_err(|e| self.common.named(e).during("release"))
+        )
     }
 }
 
@@ -1627,8 +1655,12 @@ impl Grantor for PesGrant {
         let now = now_ms();
         let deadline = lease_deadline(now, self.lease);
         let publish = self.inner.publish();
-        let (held, ttl) = self.inner.common.run_write(
+        // safe to send twice (`ZADD GT` to one deadline): sent again on another
+        // connection when its own broke, the lease counted from `sent`, before the
+        // first send
+        let (held, ttl) = self.inner.common.run_write_again(
             "update_lease_time",
+            None,
             |c, k| calls::pes_update_lease(c, k, publish, now, &id, deadline, true),
             |_| false,
         )?;
@@ -1732,45 +1764,61 @@ impl RPermitExpirableSemaphore {
         &self.inner.common.name
     }
 
+    /// A call given the publish command and the client's time, both read once: every
+    /// call of this type is safe to send twice with the same arguments, and one that
+    /// fails on a broken connection is sent again on another one
+    /// ([`Common::run_again`]; see "Connections the server closed" in the
+    /// [module docs](self)).
     fn run<T>(
         &self,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+        operation: &'static str,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
     ) -> Result<T> {
         let publish = self.inner.publish();
         let now = now_ms();
-        self.inner.common.run(|c, k| call(c, k, publish, now))
+        self.inner
+            .common
+            .run_again(operation, |c, k| call(c, k, publish, now))
     }
 
     /// [`run`](Self::run) for a write: followed by Redisson's replica wait when it is
-    /// on (see [`Common::run_write`]).
+    /// on, on the connection of the send that answered (see
+    /// [`Common::run_write_again`]).
     fn run_write<T>(
         &self,
         operation: &'static str,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
         undo: impl FnOnce(&T) -> bool,
     ) -> Result<T> {
         self.run_write_by(operation, None, call, undo)
     }
 
     /// [`run_write`](Self::run_write), all of it ending by `end` when one is given
-    /// ([`Common::run_write_by`]).
+    /// ([`Common::run_write_again`]).
     fn run_write_by<T>(
         &self,
         operation: &'static str,
         end: Option<Instant>,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
+        call: impl Fn(&mut dyn redis::ConnectionLike, &RedissonKeys, &'static str, i64) -> Result<T>,
         undo: impl FnOnce(&T) -> bool,
     ) -> Result<T> {
         let publish = self.inner.publish();
         let now = now_ms();
         self.inner
             .common
-            .run_write_by(operation, end, |c, k| call(c, k, publish, now), undo)
+            .run_write_again(operation, end, |c, k| call(c, k, publish, now), undo)
     }
 
     /// One run of the acquire script for `n` new ids, ending by `end`; the give-back of
     /// permits no replica acknowledged by `give_back` (`None`: before it returns, see
     /// [`RSemaphore::try_once`]).
+    ///
+    /// A run that failed on a broken connection (a pooled one the server had closed
+    /// while it was idle, say) is sent again on another one with the same ids, client
+    /// time and lease deadline ([`Common::run_write_again`]): the script finds the ids
+    /// of a run that granted them held and takes nothing again, so each grant ends as
+    /// these `Permit`s, whose leases count from before the first send, never past the
+    /// deadline the server holds.
     fn attempt(
         &self,
         n: u32,
@@ -1780,10 +1828,12 @@ impl RPermitExpirableSemaphore {
     ) -> Result<Attempt<Vec<Permit>>> {
         let ids: Vec<[u8; 16]> = (0..n).map(|_| new_id()).collect();
         let sent = Instant::now();
+        let sends = std::cell::Cell::new(0u32);
         let answer = self.run_write_by(
             "acquire",
             end,
             |c, k, publish, now| {
+                sends.set(sends.get() + 1);
                 calls::pes_acquire(c, k, publish, now, lease_deadline(now, lease), &ids)
             },
             |answer| {
@@ -1812,7 +1862,16 @@ impl RPermitExpirableSemaphore {
             },
         );
         let answer = match answer {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                if sends.get() > 1 && !matches!(answer, PesAcquire::Granted { .. }) {
+                    // sent again (a connection broke) and not granted: an earlier send
+                    // cannot have granted (the later one would have found its ids
+                    // held), unless it is still on its way (held up by a proxy); its
+                    // ids are given back as a failed acquire's are, in case
+                    give_back_after_failure(&self.inner, ids.clone());
+                }
+                answer
+            }
             Err(e) => {
                 if !matches!(e, Error::InvalidArgument(_) | Error::WrongType { .. }) {
                     give_back_after_failure(&self.inner, ids);
@@ -2026,7 +2085,7 @@ impl RPermitExpirableSemaphore {
 
     /// Releases the permit with hex id `id` (from a [`Permit`] or a Java client), and
     /// publishes the new counter. All of it (the wait for a connection, the call, the
-    /// replica wait when it is on, and a resend on a fresh connection after a broken
+    /// replica wait when it is on, and a resend on another connection after a broken
     /// one) ends within the operation timeout, as a permit's release does.
     /// A [`Permit`] of this client with that id (from any handle) is marked lost
     /// ([`LostReason::Released`](crate::LostReason)) before the call is sent; its drop
@@ -2145,7 +2204,9 @@ impl RPermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for a bad id; Redis and pool errors.
     pub fn lease_time(&self, id: &str) -> Result<Option<Duration>> {
         let raw = decode_id(id)?;
-        match self.run(|c, k, publish, now| calls::pes_lease_time(c, k, publish, now, &raw))? {
+        match self.run("lease_time", |c, k, publish, now| {
+            calls::pes_lease_time(c, k, publish, now, &raw)
+        })? {
             PesLease::Absent => Err(Error::PermitLost {
                 id: id.to_owned(),
                 reason: LostReason::Released,
@@ -2161,7 +2222,9 @@ impl RPermitExpirableSemaphore {
     ///
     /// [`Error::WrongType`]; Redis and pool errors.
     pub fn available_permits(&self) -> Result<i64> {
-        self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Available))
+        self.run("available_permits", |c, k, p, now| {
+            calls::pes_read(c, k, p, now, PesCount::Available)
+        })
     }
 
     /// Held permits (the lease zset's size), after reclaiming expired ones.
@@ -2170,7 +2233,9 @@ impl RPermitExpirableSemaphore {
     ///
     /// As [`available_permits`](Self::available_permits).
     pub fn acquired_permits(&self) -> Result<u64> {
-        let n = self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Acquired))?;
+        let n = self.run("acquired_permits", |c, k, p, now| {
+            calls::pes_read(c, k, p, now, PesCount::Acquired)
+        })?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -2181,12 +2246,17 @@ impl RPermitExpirableSemaphore {
     ///
     /// As [`available_permits`](Self::available_permits).
     pub fn permits(&self) -> Result<i64> {
-        self.run(|c, k, p, now| calls::pes_read(c, k, p, now, PesCount::Permits))
+        self.run("permits", |c, k, p, now| {
+            calls::pes_read(c, k, p, now, PesCount::Permits)
+        })
     }
 
     /// Makes the total (free + held) `permits`: sets a missing counter, else moves the
     /// counter by the difference, and publishes `permits`. The counter goes below 0
-    /// when fewer permits are wanted than are held (Redisson's `setPermits`).
+    /// when fewer permits are wanted than are held (Redisson's `setPermits`). Safe to
+    /// send twice (a second run finds the total it set): one whose pooled connection
+    /// was broken (closed by the server while idle, say) is sent again on another one
+    /// (see "Connections the server closed" in the [module docs](self)).
     ///
     /// # Errors
     ///
@@ -2201,7 +2271,9 @@ impl RPermitExpirableSemaphore {
     }
 
     /// Sets the counter to `permits` if it does not exist (and publishes it); `false`
-    /// and no change when it exists, even at 0.
+    /// and no change when it exists, even at 0. It carries an operation key of this
+    /// library (see the [module docs](self)): a run sent again after its connection
+    /// broke answers the first run's `true` rather than find the counter it set.
     ///
     /// # Errors
     ///
@@ -2216,7 +2288,10 @@ impl RPermitExpirableSemaphore {
     }
 
     /// Changes the counter by `delta` (missing = 0), publishing `delta` when it is
-    /// positive; returns the counter after (Redisson's `addPermits`).
+    /// positive; returns the counter after (Redisson's `addPermits`). It carries an
+    /// operation key of this library (see the [module docs](self)): a run sent again
+    /// after its connection broke (closed by the server while idle, or reset after the
+    /// first run) answers the first run's counter and adds nothing again.
     ///
     /// # Errors
     ///

@@ -19,16 +19,23 @@ if not string.find(ARGV[3], '^[1-9]%d?%d?%d?%d?$') or tonumber(ARGV[3]) > 10000
     return redis.error_reply('ERR permits must be an integer from 1 to 10000 with as many ids, found '
         .. string.sub(ARGV[3], 1, 40))
 end
--- The ids are new, made by the client for this call: when the first is already in
+-- The ids are new, made by the client for this call: when one of them is already in
 -- the lease zset, this is a resend of a call that was granted (the cluster client
--- resends a command whose reply is late), and it takes nothing again.
+-- resends a command whose reply is late; the library sends a call again on another
+-- connection when its own broke, perhaps after it ran), and it takes nothing again. Any of
+-- them, not the first alone: between the two runs some of the ids may have been
+-- released by id or reclaimed (reclaim takes at most n expired members), and
+-- granting again would then take n permits for the ones put back (the others, still
+-- held, are only scored again).
 local function granted()
     local left = redis.call('PTTL', KEYS[2])
     if left > 0 then return 'OK:' .. left end
     return 'OK'
 end
-if redis.call('ZSCORE', KEYS[2], ARGV[5]) then
-    return granted()
+for i = 5, #ARGV do
+    if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
+        return granted()
+    end
 end
 local bad = reclaim(ARGV[3])
 if bad then return bad end

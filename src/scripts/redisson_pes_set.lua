@@ -4,8 +4,9 @@
 --      when total ~= p: INCRBY (p - total), publish p (the counter may go negative
 --      when shrinking below the permits held).
 -- add: counter (missing = 0) + d -> SET; publish d when d > 0.
--- ARGV 5, KEYS 4 (add only): the operation key's deadline or retention and the key (Redis Cluster,
--- see once.lua).
+-- ARGV 5, KEYS 4 (add only): the operation key's deadline or retention and the key (every
+-- call of this library: a run sent again after its connection broke answers the first
+-- run's reply, see once.lua).
 -- Reply: the counter after (add, resent: its first run's).
 -- Errors (see the prelude): p or d that is no integer text of at most 10 digits, as
 -- counter_text() reads a counter, is refused first (not 'inf', not '1.5', nor '007'
