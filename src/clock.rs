@@ -151,7 +151,7 @@ const KERNEL_TICKS: Duration = Duration::from_millis(20);
 
 /// How much of its budget a call may have spent and still keep its connection's
 /// standing timeouts (those of the operation timeout) rather than pay for shortening
-/// them (`pool::Conn::within`): [`socket_timeout`] leaves this much to spare.
+/// them (`pool::Conn::within_conn`): [`socket_timeout`] leaves this much to spare.
 pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_millis(10);
 
 /// The socket timeout to set for a read or a write that must end within `d`.

@@ -31,7 +31,13 @@
 //! - C2 Every queued operation gets exactly one outcome: its reply, a copy of the
 //!   call's Redis error, or "run it yourself" when the call never reached Redis (no
 //!   connection) or the leader unwound. Resending an operation is safe because every
-//!   operation is safe to run twice (same permit id).
+//!   operation is safe to run twice (same permit id). A call that failed on a broken
+//!   connection (the server closed it while it was idle in the pool, say) hands each
+//!   operation a copy of that error, and each caller sends its own operation once
+//!   more, alone, on a fresh connection (`Semaphore::attempt`, `give_back`): each is
+//!   sent again once, by the one thread that reads its reply, so a grant the first
+//!   call made and whose reply was lost comes back to its caller as its permit (the
+//!   same id), and one whose second send fails is given back as any lost reply's.
 //! - C3 A leader hands over before it returns: it gives the queue (up to a batch) to
 //!   the queue's first thread, or leaves (`leaders` - 1) when the queue is empty or
 //!   more calls are in flight than the limit allows (C7; then another leader is in

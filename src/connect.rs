@@ -143,7 +143,7 @@ pub(crate) fn connect_within(
 /// `refused`, redis-rs's error for credentials the server refused while `client`
 /// connected, with what the server said: redis-rs keeps only "Password authentication
 /// failed", and the server's reason matters to the user: a password sent to a server
-/// that has none ("AUTH <password> called without any password configured for the
+/// that has none ("AUTH &lt;password&gt; called without any password configured for the
 /// default user": leave it out) is not a wrong password (`WRONGPASS`). The reason is
 /// read by sending the same `AUTH` on a connection without credentials, opened and
 /// answered by `until`; a failed credential check only, never the path of a good one.

@@ -511,22 +511,18 @@ impl CountingSemaphore {
     /// cancel by its id; a call that may change the count carries an operation key,
     /// [`run_once`](Self::run_once)), so one whose connection was broken (closed by the
     /// server while it sat idle in the pool: its `timeout` setting, `CLIENT KILL`, a
-    /// restart; or reset on the way) is sent again on another connection, by `end` or
-    /// one operation timeout after the failure
-    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)). A timeout is not
-    /// sent again: its request may still be on its way, and its time is spent.
+    /// restart; or reset on the way) is sent again on a fresh connection, by `end` or
+    /// one operation timeout after the checkout
+    /// ([`Shared::run_resending`](crate::shared::Shared::run_resending)). A timeout is
+    /// not sent again: its request may still be on its way, and its time is spent.
     fn run_by<T>(
         &self,
         op: &'static str,
         end: Option<Instant>,
         call: impl Fn(&mut dyn redis::ConnectionLike, &CountingKeys) -> Result<T>,
     ) -> Result<T> {
-        let shared = self.shared();
         let keys = &self.inner.keys;
-        let again = |e: &Error| matches!(e, Error::Redis(e) if crate::semaphore::broken(e));
-        let result = shared
-            .pool
-            .run_by_again(end, shared.op_timeout, again, |c| call(&mut **c, keys));
+        let result = self.shared().run_resending(end, |c| call(&mut **c, keys));
         result.map_err(|e| self.failed(op, e))
     }
 

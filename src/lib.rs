@@ -152,6 +152,19 @@
 //! command may have run; a resent one must not take a second permit or free someone
 //! else's).
 //!
+//! That is also what lets the pool hand out connections without testing them first
+//! (no `PING` on checkout, which would cost every call a round trip). A connection
+//! the server closed while it sat idle in the pool (Redis's `timeout`, an idle cut of
+//! a load balancer or a cloud service, `CLIENT KILL`, a restart) fails the first
+//! request sent on it; the call is then sent once more, with the same permit id and
+//! cutoff, on a brand-new connection within the same deadline, and its answer is the
+//! call's (an acquire granted by the first send, whose reply was lost with the
+//! connection, gets that grant back, its deadline read afresh from the server). A call
+//! that timed out is not sent again: it may still run, and the caller's time is spent.
+//! The pool then drops, at their next checkout, its other connections idle at least as
+//! long as the closed one (closed by the same idle cut, or by the same kill): the calls
+//! after it do not each meet one. [`Stats::resent`] counts the calls sent again.
+//!
 //! Each hot-path script (acquire, release, and the batch below) starts with a fast
 //! path that does only what a plain case needs: granting one permit while nobody
 //! queues and no lease has passed, saying "no" to a try, or releasing a permit nobody

@@ -769,7 +769,9 @@ fn send_clean_up(
     if let Some(what) = custom {
         return what.give_back(&s.pool, s.op_timeout, end);
     }
-    s.pool.run_by(Some(end), s.op_timeout, |c2| {
+    // (sent again on a fresh connection when its connection broke: both are safe to
+    // run twice)
+    s.run_resending(Some(end), |c2| {
         if waiter {
             // out of the queue first: nothing can be granted to it afterwards (a
             // reply it cannot read, a grant another program's value put out of
@@ -1205,7 +1207,12 @@ pub(crate) fn call_refresh(
     let op = shared.op_timeout;
     let wait = wait.min(op).max(Duration::from_millis(1));
     let by = Instant::now() + wait;
-    shared.pool.run_by(Some(by), op, |c| {
+    // (sent again on a fresh connection, by the same end, when its connection broke:
+    // a renewal is safe to run twice, its lease counts from before the first send,
+    // and a renewal that waited for the retry instead might come after a short
+    // lease ended, each try on the next of the pool's idle connections a restart or
+    // a `CLIENT KILL` closed)
+    shared.run_resending(Some(by), |c| {
         let renewal = leased::refresh(&mut **c, keys, lease_ms, ids)?;
         let renewed_some = match &renewal {
             Renewal::Lost(gone) => gone.len() < ids.len(),

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
 use crate::permit::{Grantor, Permit, PermitParts, is_permit_id};
+// (the compat types' releases sent again ask it too)
+pub(crate) use crate::pool::broken;
 use crate::refresher;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{
@@ -133,6 +135,16 @@ impl SemInner {
         })
     }
 
+    /// [`exec_until`](Self::exec_until) on a fresh connection ([`Shared::on_fresh`](
+    /// crate::shared::Shared::on_fresh)): for operations sent again, alone, after the
+    /// call that carried them failed on a broken connection.
+    pub(crate) fn exec_fresh(&self, ops: &[&Op], deadline: Instant) -> Result<Vec<HotReply>> {
+        self.client
+            .inner
+            .shared
+            .on_fresh(deadline, |c| self.exec_on_conn(&mut **c, ops))
+    }
+
     /// A release of `id` on a brand-new connection (not one of the pool's idle ones,
     /// which a `CLIENT KILL` or a restart may all have broken), ending by `deadline`.
     pub(crate) fn release_fresh(&self, id: &str, deadline: Instant) -> Result<Released> {
@@ -157,6 +169,21 @@ impl SemInner {
         if anchor.is_none() && ops.iter().any(|op| matches!(op, Op::Acquire { .. })) {
             anchor = Some(read_server_time(conn, &self.keys, clock)?);
         }
+        // The releases go first: at maxmemory Redis refuses a script only at its first
+        // write of a command that may use memory, and a release's first writes (ZREM,
+        // HDEL) use none, so a batch's releases still run when Redis is out of memory
+        // (DESIGN invariant 12), where an acquire granted before them would have had
+        // the whole call refused. The operations run as separate calls at one instant
+        // would, in any order; the replies go back in the callers' order.
+        let order = releases_first(ops);
+        let sorted: Vec<&Op>;
+        let ops = match &order {
+            Some(order) => {
+                sorted = order.iter().map(|&k| ops[k]).collect();
+                &sorted[..]
+            }
+            None => ops,
+        };
         let hot: Vec<HotOp<'_>> = ops
             .iter()
             .map(|op| match op {
@@ -196,8 +223,27 @@ impl SemInner {
                 HotReply::Released(_) => None,
             }),
         );
-        Ok(replies)
+        Ok(match order {
+            Some(order) => {
+                let mut back: Vec<(usize, HotReply)> = order.into_iter().zip(replies).collect();
+                back.sort_by_key(|&(k, _)| k);
+                back.into_iter().map(|(_, r)| r).collect()
+            }
+            None => replies,
+        })
     }
+}
+
+/// The order to send `ops` in, releases first (each kind in the callers' order), when
+/// an acquire comes before a release; `None` when they are in that order already.
+fn releases_first(ops: &[&Op]) -> Option<Vec<usize>> {
+    ops.windows(2)
+        .any(|w| matches!(w, [Op::Acquire { .. }, Op::Release { .. }]))
+        .then(|| {
+            let mut order: Vec<usize> = (0..ops.len()).collect();
+            order.sort_by_key(|&k| matches!(ops[k], Op::Acquire { .. }));
+            order
+        })
 }
 
 /// Takes a clock anchor from a reply that carries the server's time, for a call sent
@@ -919,19 +965,21 @@ impl Semaphore {
             .max_hold
             .and_then(|d| u64::try_from(d.as_millis()).ok())
             .filter(|&ms| ms <= 10_000_000_000_000);
-        let mut conn = self.conn()?;
+        // (before the call, and before a second send of it on a fresh connection when
+        // the first broke: the lease counts from before either renewed it)
         let sent = Instant::now();
-        let adoption = leased::adopt(
-            &mut conn,
-            &sem.keys,
-            sem.group.lease_ms,
-            parts.id(),
-            parts.token(),
-            parts.slots(),
-            max_hold_ms,
-        )
-        .map_err(|e| sem.sorted(e).during("adopt"))?;
-        drop(conn);
+        let adoption = self.run_resending(|conn| {
+            leased::adopt(
+                conn,
+                &sem.keys,
+                sem.group.lease_ms,
+                parts.id(),
+                parts.token(),
+                parts.slots(),
+                max_hold_ms,
+            )
+            .map_err(|e| sem.sorted(e).during("adopt"))
+        })?;
         let lost = |reason| {
             Err(Error::PermitLost {
                 id: parts.id().to_owned(),
@@ -1067,14 +1115,15 @@ impl Semaphore {
             )));
         }
         self.counted(|| {
-            let mut conn = self.conn()?;
-            leased::set_limit(
-                &mut conn,
-                &self.inner.keys,
-                limit,
-                LIMIT_RETENTION.as_millis() as u64,
-            )
-            .map_err(|e| self.inner.sorted(e).during("set_limit"))
+            self.run_resending(|conn| {
+                leased::set_limit(
+                    conn,
+                    &self.inner.keys,
+                    limit,
+                    LIMIT_RETENTION.as_millis() as u64,
+                )
+                .map_err(|e| self.inner.sorted(e).during("set_limit"))
+            })
         })?;
         self.inner.stored_limit.store(limit, Ordering::Relaxed);
         Ok(())
@@ -1121,6 +1170,11 @@ impl Semaphore {
     /// ([`LostReason::Released`]) before the call is sent; an adoption of it under
     /// way in this client fails with [`Error::PermitLost`] (reason `Released`).
     ///
+    /// A call whose connection broke is sent once more on a fresh connection (as
+    /// every call of the semaphore is); when the first send had released the permit
+    /// and its reply was lost with the connection, the second finds it gone and the
+    /// answer is `false`.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when `id` is not a permit id (36 characters of uuid
@@ -1145,9 +1199,10 @@ impl Semaphore {
         }
         // keep the keys, so that the holder learns "released", not "keys gone"
         let status = self.counted(|| {
-            let mut conn = self.conn()?;
-            leased::release(&mut conn, &self.inner.keys, id, true)
-                .map_err(|e| self.inner.sorted(e).during("force_release"))
+            self.run_resending(|conn| {
+                leased::release(conn, &self.inner.keys, id, true)
+                    .map_err(|e| self.inner.sorted(e).during("force_release"))
+            })
         })?;
         Ok(status != Released::NotHeld)
     }
@@ -1176,8 +1231,19 @@ impl Semaphore {
         }
     }
 
-    fn conn(&self) -> Result<crate::pool::Conn> {
-        self.inner.client.inner.shared.pool.get(None)
+    /// Runs `call` on a pooled connection (the pool's own wait for it, then one
+    /// operation timeout), once more on a fresh one when that connection was broken
+    /// ([`Shared::run_resending`](crate::shared::Shared::run_resending)): for the
+    /// status reads and the operator's writes, each safe to run twice.
+    fn run_resending<T>(
+        &self,
+        mut call: impl FnMut(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.inner
+            .client
+            .inner
+            .shared
+            .run_resending(None, |c| call(&mut **c))
     }
 
     /// Blocking acquire. One try first; then the waiter queues itself (after the
@@ -1570,7 +1636,9 @@ impl Semaphore {
         let sent = Instant::now();
         let shared = &self.inner.client.inner.shared;
         let keys = &self.inner.keys;
-        let reply = shared.pool.run_by(Some(until), shared.op_timeout, |c| {
+        // (sent again on a fresh connection when its own broke: a cancel is safe to run
+        // twice, and the second answers whether the waiter had been granted)
+        let reply = shared.run_resending(Some(until), |c| {
             leased::cancel(&mut **c, keys, id).map_err(|e| self.inner.sorted(e))
         })?;
         let clock = &self.inner.clock;
@@ -1604,31 +1672,54 @@ impl Semaphore {
         let give_up = Instant::now() + shared.op_timeout;
         // whether a failure may have left a grant behind (not when it was never sent)
         let mut in_doubt = true;
-        let reply: Result<Acquired> = match mode {
+        let op = || Op::Acquire {
+            id: id.to_owned(),
+            n,
+            limit: sem.limit,
+            lease_ms,
+            origin: Arc::clone(&sem.origin),
+            fair: sem.fair,
+            give_up,
+        };
+        let first: Result<Acquired> = match mode {
             Mode::Try => sem
                 .combiner
-                .run(
-                    Op::Acquire {
-                        id: id.to_owned(),
-                        n,
-                        limit: sem.limit,
-                        lease_ms,
-                        origin: Arc::clone(&sem.origin),
-                        fair: sem.fair,
-                        give_up,
-                    },
-                    &|ops| sem.exec_until(ops, give_up),
-                    give_up,
-                )
+                .run(op(), &|ops| sem.exec_until(ops, give_up), give_up)
                 .map_err(|f| {
                     in_doubt = matches!(f, Failed::Call(_));
                     Error::from(f)
                 })
-                .and_then(|r| match r {
-                    HotReply::Acquired(a) => Ok(a),
-                    HotReply::Released(_) => Err(Error::reply("acquire", "a release's reply")),
-                }),
-            Mode::Wait => self.look(id, n, channel, ticket, give_up),
+                .and_then(acquired),
+            Mode::Wait => self.look(id, n, channel, ticket, give_up, false),
+        };
+        // A call that failed on a broken connection (the server closed it while it was
+        // idle in the pool, `CLIENT KILL`, a restart) is sent once more on a fresh
+        // connection, alone, with the same id and cutoff, by the same give-up time:
+        // the script is safe to run twice, and a grant the first send made (its reply
+        // lost with the connection) is what the second returns, with the server's
+        // deadline read afresh. Each operation of a shared call that broke is sent
+        // again so by its own caller, once. `first_ran`: the first send may have run
+        // (its reply lost), so a failure or a refusal past the cutoff of the second
+        // leaves its grant, if any, to a clean-up.
+        let (reply, first_ran) = match first {
+            Err(Error::Redis(e)) if broken(&e) && Instant::now() < give_up => {
+                log::debug!(
+                    "redis-semaphore: an acquire of {} is sent again on a fresh connection: {e}",
+                    sem.name
+                );
+                let again = match mode {
+                    Mode::Try => sem.exec_fresh(&[&op()], give_up).and_then(|mut v| {
+                        match (v.pop(), v.is_empty()) {
+                            (Some(r), true) => acquired(r),
+                            _ => Err(Error::reply("acquire", "not one reply to one operation")),
+                        }
+                    }),
+                    Mode::Wait => self.look(id, n, channel, ticket, give_up, true),
+                };
+                in_doubt = true;
+                (again, e.is_timeout() || e.is_connection_dropped())
+            }
+            other => (other, false),
         };
         let reply = match reply {
             Ok(r) => r,
@@ -1637,7 +1728,7 @@ impl Semaphore {
                 sem.metrics.errors();
                 return Err(match e {
                     Error::Redis(e) => {
-                        if in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
+                        if first_ran || in_doubt && (e.is_timeout() || e.is_connection_dropped()) {
                             // The script may have run (before the cutoff): give back
                             // whatever it granted, once the caller's give-up time has
                             // passed, so the clean-up cannot overtake the call (a
@@ -1653,10 +1744,22 @@ impl Semaphore {
                         self.owe_clean_up(id, Instant::now(), mode == Mode::Wait);
                         e
                     }
-                    other => other,
+                    other => {
+                        // (the fresh connection could not be made, say: the first
+                        // send's grant, if any, is given back all the same)
+                        if first_ran {
+                            self.owe_clean_up(id, give_up, mode == Mode::Wait);
+                        }
+                        other
+                    }
                 });
             }
         };
+        if first_ran && matches!(reply, Acquired::TooLate { .. }) {
+            // the second send came after the cutoff and did nothing; the first may
+            // have granted before it
+            self.owe_clean_up(id, give_up, mode == Mode::Wait);
+        }
         if mode == Mode::Try && matches!(reply, Acquired::Busy { .. }) {
             Counters::bump(&shared.stats.try_failed);
             sem.metrics.try_failed();
@@ -1700,7 +1803,13 @@ impl Semaphore {
     /// combined call's leader's, or a releaser's that served the queue), and `WAIT`
     /// only counts the writes of its own connection. So a renewal of the permit goes
     /// first on the connection that then waits: replication is one ordered stream, and
-    /// a replica that acknowledged the renewal has the grant before it.
+    /// a replica that acknowledged the renewal has the grant before it. The renewal
+    /// asks for one millisecond more than the lease, so that it writes (its deadline is
+    /// later than the grant's even within the grant's millisecond, `ZADD GT`): a
+    /// renewal to the same deadline writes nothing, and `WAIT` on a connection that has
+    /// written nothing yet (a new one, as after a call sent again on a fresh
+    /// connection) or only before the grant counts replicas that lack it. (The server
+    /// then holds the permit up to a millisecond longer than the client counts.)
     ///
     /// With `end` (a wait's bound: its deadline and one operation timeout), all of it
     /// (the checkout, the renewal and `WAIT`) ends by then, and a permit that was not
@@ -1712,8 +1821,10 @@ impl Semaphore {
         };
         let shared = &sem.client.inner.shared;
         let op = shared.op_timeout;
-        let acked = shared.pool.run_by(end, op, |conn| {
-            match leased::refresh(conn, &sem.keys, sem.group.lease_ms, &[permit.id()]) {
+        // (both sent again on a fresh connection when theirs broke: the renewal is safe
+        // to run twice, and it is what the `WAIT` on that connection then counts)
+        let acked = shared.run_resending(end, |conn| {
+            match leased::refresh(conn, &sem.keys, sem.group.lease_ms + 1, &[permit.id()]) {
                 Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
                 Ok(_) => {
                     return Err(Error::PermitLost {
@@ -1751,7 +1862,8 @@ impl Semaphore {
     /// A waiter's look: the acquire script in wait mode, alone on a connection, the
     /// whole call (checkout, write, read) ending by `give_up` (one operation timeout
     /// from its start, so a look in flight at the wait's deadline ends within the
-    /// wait's bound).
+    /// wait's bound); with `fresh`, on a fresh connection (a look sent again after its
+    /// connection broke, [`attempt`](Self::attempt)).
     fn look(
         &self,
         id: &str,
@@ -1759,11 +1871,16 @@ impl Semaphore {
         channel: &str,
         ticket: u64,
         give_up: Instant,
+        fresh: bool,
     ) -> Result<Acquired> {
         let shared = &self.inner.client.inner.shared;
-        shared.pool.run_by(Some(give_up), shared.op_timeout, |c| {
-            self.look_on(&mut **c, id, n, channel, ticket, give_up)
-        })
+        let look =
+            |c: &mut crate::pool::Conn| self.look_on(&mut **c, id, n, channel, ticket, give_up);
+        if fresh {
+            shared.on_fresh(give_up, look)
+        } else {
+            shared.pool.run_by(Some(give_up), shared.op_timeout, look)
+        }
     }
 
     /// [`look`](Self::look) on the connection `conn`.
@@ -1978,9 +2095,10 @@ impl Semaphore {
 
     fn inspect(&self, what: Inspect, op: &'static str) -> Result<Inspected> {
         self.counted(|| {
-            let mut conn = self.conn()?;
-            leased::inspect(&mut conn, &self.inner.keys, self.inner.limit, what)
-                .map_err(|e| self.inner.sorted(e).during(op))
+            self.run_resending(|conn| {
+                leased::inspect(conn, &self.inner.keys, self.inner.limit, what)
+                    .map_err(|e| self.inner.sorted(e).during(op))
+            })
         })
     }
 
@@ -2072,6 +2190,14 @@ fn late_reply(name: &str) -> Error {
         std::io::ErrorKind::TimedOut,
         format!("acquire on semaphore {name:?}: the reply came after the operation timeout"),
     )))
+}
+
+/// The acquire's reply of a hot-path call.
+fn acquired(r: HotReply) -> Result<Acquired> {
+    match r {
+        HotReply::Acquired(a) => Ok(a),
+        HotReply::Released(_) => Err(Error::reply("acquire", "a release's reply")),
+    }
 }
 
 /// Whether `cancel` has fired: a message waits, or every sender is gone.
@@ -2435,19 +2561,32 @@ impl SemInner {
     }
 }
 
-/// Whether a failed command broke its connection (so another connection may work):
-/// also a `READONLY` reply, from a primary demoted in a failover (the script wrote
-/// nothing; the connection is dropped and a new one goes to the new primary).
-pub(crate) fn broken(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_io_error() && !e.is_timeout()
-        || crate::topology::is_read_only_error(e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_sends_its_releases_first() {
+        let acquire = |id: &str| Op::Acquire {
+            id: id.to_owned(),
+            n: 1,
+            limit: 3,
+            lease_ms: 1000,
+            origin: Arc::from("1|h|"),
+            fair: true,
+            give_up: Instant::now(),
+        };
+        let release = |id: &str| Op::Release { id: id.to_owned() };
+        let (a1, a2, r1, r2) = (acquire("a1"), acquire("a2"), release("r1"), release("r2"));
+        assert_eq!(releases_first(&[&r1, &a1, &a2]), None);
+        assert_eq!(releases_first(&[&a1, &a2]), None);
+        assert_eq!(releases_first(&[&r1, &r2]), None);
+        assert_eq!(
+            releases_first(&[&a1, &r1, &a2, &r2]),
+            Some(vec![1, 3, 0, 2])
+        );
+        assert_eq!(releases_first(&[&a1, &a2, &r1]), Some(vec![2, 0, 1]));
+    }
 
     #[test]
     fn holder_records_parse() {

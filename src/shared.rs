@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, IoTimeouts, left_until};
+use crate::clock::{Clock, deadline_in, left_until};
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{Conn, Pool, broke_connection};
 use crate::registry::Registry;
 use crate::stats::Counters;
 
@@ -44,35 +44,61 @@ impl Shared {
         matches!(&self.pool, Pool::Own(_, m) if m.connector.is_cluster())
     }
 
-    /// Runs `call` on a brand-new connection (not one of the pool's idle ones, which a
-    /// `CLIENT KILL` or a restart may all have broken), all of it ending by
-    /// `deadline`: for a release sent again after its connection broke. With a pool
-    /// the user gave, a new checkout (the pool dropped the broken connection).
-    pub(crate) fn on_fresh_connection<T>(
+    /// Runs `call` on a fresh connection ([`Pool::fresh`]: a brand-new one, not one of
+    /// the pool's idle ones, which the server may all have closed; with a pool the
+    /// user gave, a new checkout), all of it (the connect and the call) ending by
+    /// `deadline`: for a call sent again after its connection broke. Counted in
+    /// [`Stats::resent`](crate::Stats::resent) once the connection is there.
+    pub(crate) fn on_fresh<T>(
         &self,
         deadline: Instant,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
+        call: impl FnOnce(&mut Conn) -> Result<T>,
     ) -> Result<T> {
-        let left = left_until(deadline);
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "no time left to send it again on a fresh connection",
             ))));
         }
-        match &self.pool {
-            Pool::Own(_, manager) => {
-                let mut fresh =
-                    manager.open_within(left.min(self.connect_timeout), Some(deadline))?;
-                fresh
-                    .io_within(Some(left_until(deadline)))
-                    .map_err(Error::Redis)?;
-                call(&mut fresh)
+        let mut fresh = self.pool.fresh(deadline, self.connect_timeout)?;
+        Counters::bump(&self.stats.resent);
+        fresh.within_conn(left_until(deadline), self.op_timeout, call)
+    }
+
+    /// [`on_fresh`](Self::on_fresh) for a call on the connection's requests only.
+    pub(crate) fn on_fresh_connection<T>(
+        &self,
+        deadline: Instant,
+        call: impl FnOnce(&mut dyn redis::ConnectionLike) -> Result<T>,
+    ) -> Result<T> {
+        self.on_fresh(deadline, |c| call(&mut **c))
+    }
+
+    /// Runs `call` on a pooled connection, the checkout and the call ending by `until`
+    /// (with `None`: the pool's own wait for the checkout, and one operation timeout
+    /// for the call); when it fails because its connection was broken
+    /// ([`broken`](crate::pool::broken): the server closed it while it was idle in the
+    /// pool, `CLIENT KILL`, a restart), it is sent once more on a fresh connection
+    /// ([`on_fresh`](Self::on_fresh)) by the same end, and that answer is taken. Only
+    /// for calls safe to run twice (DESIGN invariant 11): the first may have run. A
+    /// timeout is not sent again (the request may still run, and the time is spent).
+    pub(crate) fn run_resending<T>(
+        &self,
+        until: Option<Instant>,
+        mut call: impl FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let op = self.op_timeout;
+        let mut conn = self.pool.get(until.map(left_until))?;
+        let end = until.unwrap_or_else(|| deadline_in(op));
+        let first = conn.within_conn(left_until(end), op, &mut call);
+        // (back to the pool, which drops it when it broke, before a new one is opened)
+        drop(conn);
+        match first {
+            Err(e) if broke_connection(&e) && Instant::now() < end => {
+                log::debug!("redis-semaphore: a call is sent again on a fresh connection: {e}");
+                self.on_fresh(end, call)
             }
-            Pool::User(..) => {
-                let mut pooled = self.pool.get(Some(left))?;
-                pooled.within(left_until(deadline), self.op_timeout, |c| call(c))
-            }
+            other => other,
         }
     }
 }

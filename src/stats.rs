@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) reconnects: AtomicU64,
+    pub(crate) resent: AtomicU64,
 }
 
 impl Counters {
@@ -66,6 +67,7 @@ impl Counters {
             lost: get(&self.lost),
             errors: get(&self.errors),
             reconnects: get(&self.reconnects),
+            resent: get(&self.resent),
         }
     }
 }
@@ -115,6 +117,13 @@ pub struct Stats {
     pub errors: u64,
     /// Times the wake-up listener had to reconnect.
     pub reconnects: u64,
+    /// Calls sent again on a fresh connection because their pooled one was broken
+    /// (closed by the server while it was idle in the pool: Redis's `timeout`, an
+    /// idle cut of a load balancer, `CLIENT KILL`, a restart). Every call of every
+    /// semaphore type is safe to run twice (the counting semaphore's and `RSemaphore`'s
+    /// by an operation key), so the caller sees the answer of the second send, not
+    /// the broken connection's error.
+    pub resent: u64,
 }
 
 #[cfg(test)]

@@ -174,6 +174,12 @@ pub(crate) struct PrimaryConn {
     /// comes), so a request sent on it waits for it first. A checkout passes such a
     /// connection over while another can be had ([`Pool::get`](crate::pool::Pool::get)).
     pub(crate) owes_reply: bool,
+    /// When it last went back to the pool (or was opened): how long it has been idle
+    /// ([`IdleCut`](crate::pool::IdleCut)).
+    pub(crate) idle_since: Instant,
+    /// For a connection of the client's own pool, the pool's record of how long an idle
+    /// connection was when the server was found to have closed it.
+    pub(crate) idle_cut: Option<Arc<crate::pool::IdleCut>>,
 }
 
 impl PrimaryConn {
@@ -313,6 +319,8 @@ impl Connector {
                 node: None,
                 desynced: false,
                 owes_reply: false,
+                idle_since: Instant::now(),
+                idle_cut: None,
             }),
             Connector::Cluster(c) => Ok(PrimaryConn {
                 conn: c.plain(step(timeout, by).unwrap_or(MIN_STEP))?,
@@ -321,6 +329,8 @@ impl Connector {
                 node: None,
                 desynced: false,
                 owes_reply: false,
+                idle_since: Instant::now(),
+                idle_cut: None,
             }),
             Connector::Sentinel(t) => {
                 let (conn, generation, node) = t.connect(timeout, by)?;
@@ -331,6 +341,8 @@ impl Connector {
                     node: Some(node),
                     desynced: false,
                     owes_reply: false,
+                    idle_since: Instant::now(),
+                    idle_cut: None,
                 })
             }
         }

@@ -1594,3 +1594,74 @@ fn a_grant_over_on_arrival_says_the_lease_was_too_short() {
         );
     }
 }
+
+fn set_maxmemory(conn: &mut redis::Connection, bytes: &str) {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .exec(conn)
+        .unwrap();
+}
+
+/// Ninth session (new-user review): DESIGN invariant 12 promises that a release runs
+/// when Redis is out of memory (the scripts have no shebang, so Redis refuses only a
+/// script's first write of a command that may use memory). The fast release's first
+/// write was the SETBIT that frees its slot, so releasing one of several permits at
+/// `maxmemory` failed with OOM (the permit stayed taken until its lease ended); it
+/// now removes the holder's entries (ZREM, HDEL, which use no memory) first.
+#[test]
+fn a_release_runs_when_redis_is_out_of_memory() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("oom-release", 3).unwrap();
+    let first = sem.try_acquire().unwrap().unwrap();
+    let second = sem.try_acquire().unwrap().unwrap();
+    let mut admin = server.conn();
+    set_maxmemory(&mut admin, "1");
+    assert!(
+        sem.try_acquire().is_err(),
+        "an acquire is refused at maxmemory"
+    );
+    first.release().unwrap();
+    second.release().unwrap();
+    set_maxmemory(&mut admin, "0");
+    assert_eq!(sem.available().unwrap(), 3);
+}
+
+/// The same for a batch of releases and acquires sent together (the combiner's): a
+/// granted acquire's first write uses memory and would have the whole call refused
+/// at `maxmemory`, its releases with it. Sent as the client sends a batch (releases
+/// first), the releases run; in the other order the call is refused.
+#[test]
+fn a_batch_puts_its_releases_first_so_that_they_run_out_of_memory() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("oom-batch", 3).unwrap();
+    let held: Vec<Permit> = (0..2)
+        .map(|_| sem.try_acquire().unwrap().unwrap())
+        .collect();
+    let ids: Vec<String> = held.iter().map(|p| p.id().to_owned()).collect();
+    let parts: Vec<_> = held.into_iter().map(Permit::into_parts).collect();
+    let mut admin = server.conn();
+    set_maxmemory(&mut admin, "1");
+    let script = batch_script();
+    let fresh = "6f7d1c1e-0000-4000-8000-000000000001";
+    // an acquire first: refused whole, nothing released
+    let mut inv = call_on(&script, "oom-batch");
+    batch_try_many(&mut inv, fresh, 1, 3, 10_000);
+    inv.arg("r").arg(&ids[0]);
+    let refused = inv
+        .invoke::<redis::Value>(&mut admin)
+        .expect_err("an acquire first is refused at maxmemory");
+    assert!(refused.to_string().contains("OOM"), "{refused}");
+    // releases first: they run, and the acquire after them too
+    let mut inv = call_on(&script, "oom-batch");
+    inv.arg("r").arg(&ids[0]).arg("r").arg(&ids[1]);
+    batch_try_many(&mut inv, fresh, 1, 3, 10_000);
+    let replies: Vec<redis::Value> = inv.invoke(&mut admin).unwrap();
+    assert_eq!(replies.len(), 3);
+    set_maxmemory(&mut admin, "0");
+    let holders = sem.holders().unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].id, fresh);
+    drop(parts);
+}

@@ -536,9 +536,18 @@ fn reply_lost() -> (RedisServer, support::Proxy, Client) {
 /// with it) and returns what the call answered, sent again on a new connection.
 fn with_reply_lost<T: Send + 'static>(
     proxy: &support::Proxy,
+    client: &Client,
     call: impl FnOnce() -> T + Send + 'static,
     ran: impl FnMut() -> bool,
 ) -> T {
+    // (a pooled connection made before the replies are held: the second send of the
+    // last call went on a fresh connection outside the pool, and a connection made
+    // while they are held does not connect within the connect timeout)
+    client
+        .semaphore("warm-pool", 1)
+        .unwrap()
+        .available()
+        .unwrap();
     proxy.delay_replies(Duration::from_secs(4));
     let calling = std::thread::spawn(call);
     support::wait_until(Duration::from_secs(10), "the call ran on the server", ran);
@@ -559,7 +568,12 @@ fn pes_calls_whose_reply_was_lost_with_their_connection_apply_once() {
 
     let set = {
         let pes = pes.clone();
-        with_reply_lost(&proxy, move || pes.try_set_permits(3), || state() == (3, 0))
+        with_reply_lost(
+            &proxy,
+            &client,
+            move || pes.try_set_permits(3),
+            || state() == (3, 0),
+        )
     };
     assert!(set.unwrap(), "the call that set the counter is told so");
 
@@ -567,6 +581,7 @@ fn pes_calls_whose_reply_was_lost_with_their_connection_apply_once() {
         let pes = pes.clone();
         with_reply_lost(
             &proxy,
+            &client,
             move || pes.try_acquire_many(2, Some(LEASE)),
             || state() == (1, 2),
         )
@@ -583,7 +598,12 @@ fn pes_calls_whose_reply_was_lost_with_their_connection_apply_once() {
 
     let added = {
         let pes = pes.clone();
-        with_reply_lost(&proxy, move || pes.add_permits(2), || state() == (3, 2))
+        with_reply_lost(
+            &proxy,
+            &client,
+            move || pes.add_permits(2),
+            || state() == (3, 2),
+        )
     };
     assert_eq!(added.unwrap(), 3, "the first run's counter");
     assert_eq!(state(), (3, 2), "added once");
@@ -622,6 +642,7 @@ fn a_book_acquire_whose_reply_was_lost_with_its_connection_writes_one_entry() {
             let sem = sem.clone();
             with_reply_lost(
                 &proxy,
+                &client,
                 move || sem.acquire_timeout(Duration::from_secs(5)),
                 first_step,
             )

@@ -535,45 +535,40 @@ fn is_broken(e: &Error) -> bool {
 /// Runs `call` (a step safe to send twice) on `conn`; when it fails because the
 /// connection was broken (a pooled connection the server had closed while it sat idle:
 /// its `timeout`, a load balancer's or a cloud's idle cut, `CLIENT KILL`, a restart;
-/// or a reset), again on another connection of the pool, the way
-/// [`Pool::run_by_again`](crate::pool::Pool::run_by_again) sends a call again: while
-/// time is left (`conn`'s deadline, or one operation timeout from the first failure,
-/// which then bounds each later send), at most once more per connection the pool may
-/// hold (a broken connection goes back to the pool only to be dropped, so once the
-/// server closed every idle one, the last try goes out on a new connection). The last
-/// answer, and the connection it came on, for the steps after it (none when no other
-/// connection could be had in time: that failure is the answer).
+/// or a reset), once more on a fresh connection, as
+/// [`Shared::run_resending`](crate::shared::Shared::run_resending) sends a call
+/// again: while time is left (`conn`'s deadline, or one operation timeout from the
+/// failure). The last answer, and the connection it came on, for the steps after it
+/// (none when no fresh connection could be had in time: that failure is the answer).
 fn run_again<T>(
     shared: &crate::shared::Shared,
     conn: BookConn,
     mut call: impl FnMut(&mut BookConn) -> Result<T>,
 ) -> (Result<T>, Option<BookConn>) {
     let mut conn = conn;
-    let mut answer = call(&mut conn);
+    let answer = call(&mut conn);
     let by = conn
         .deadline
         .unwrap_or_else(|| Instant::now() + shared.op_timeout);
-    for _ in 0..shared.pool.max_size() {
-        match &answer {
-            Err(e) if is_broken(e) && Instant::now() < by => {
-                log::debug!("redis-semaphore: book semaphore call sent again: {e}");
-            }
-            _ => break,
+    match &answer {
+        Err(e) if is_broken(e) && Instant::now() < by => {
+            log::debug!("redis-semaphore: book semaphore call sent again: {e}");
         }
-        let op = conn.op;
-        // (back to the pool first, which drops it, so that a pool at its size has room)
-        drop(conn);
-        conn = match shared.pool.get(Some(left_until(by))) {
-            Ok(next) => BookConn {
-                conn: next,
-                op,
-                deadline: Some(by),
-            },
-            Err(e) => return (Err(e), None),
-        };
-        answer = call(&mut conn);
+        _ => return (answer, Some(conn)),
     }
-    (answer, Some(conn))
+    let op = conn.op;
+    // (back to the pool first, which drops it, so that a pool at its size has room)
+    drop(conn);
+    let mut conn = match shared.pool.fresh(by, shared.connect_timeout) {
+        Ok(fresh) => BookConn {
+            conn: fresh,
+            op,
+            deadline: Some(by),
+        },
+        Err(e) => return (Err(e), None),
+    };
+    crate::stats::Counters::bump(&shared.stats.resent);
+    (call(&mut conn), Some(conn))
 }
 
 impl ConnectionLike for BookConn {

@@ -357,9 +357,9 @@ impl Common {
     /// call carries its ids, or sets what it sets, or an operation key), so one that
     /// fails because its connection was broken (closed by the server while it sat idle
     /// in the pool, or reset) is sent again on another connection, by `deadline` or
-    /// one operation timeout after the failure
-    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)), and the replica wait
-    /// follows the send that answered, on its connection. A failed replica wait is
+    /// one operation timeout after the checkout
+    /// ([`Shared::run_resending`](crate::shared::Shared::run_resending)), and the
+    /// replica wait follows the send that answered, on its connection. A failed replica wait is
     /// not a reason to send again.
     fn run_write_again<T>(
         &self,
@@ -371,8 +371,7 @@ impl Common {
         Error::check_name(&self.name, false)?;
         let shared = self.shared();
         let (value, synced) = shared
-            .pool
-            .run_by_again(deadline, shared.op_timeout, sent_on_broken, |c| {
+            .run_resending(deadline, |c| {
                 let value = call(&mut **c, &self.keys)?;
                 Ok((value, self.replica_wait.map(|t| self.sync(c, t))))
             })
@@ -527,9 +526,8 @@ impl Common {
     /// [`run`](Self::run) for a call that is safe to send twice (a read that
     /// reclaims): one whose connection was broken (closed by the server while it sat
     /// idle in the pool, or reset) is sent again, with the same arguments, on another
-    /// connection, within one operation timeout of the failure
-    /// ([`Pool::run_by_again`](crate::pool::Pool::run_by_again)); all of one send
-    /// within the operation timeout.
+    /// connection, within one operation timeout
+    /// ([`Shared::run_resending`](crate::shared::Shared::run_resending)).
     fn run_again<T>(
         &self,
         operation: &'static str,
@@ -538,10 +536,7 @@ impl Common {
         Error::check_name(&self.name, false)?;
         let shared = self.shared();
         shared
-            .pool
-            .run_by_again(None, shared.op_timeout, sent_on_broken, |c| {
-                call(&mut **c, &self.keys)
-            })
+            .run_resending(None, |c| call(&mut **c, &self.keys))
             .map_err(|e| self.named(e).during(operation))
     }
 
@@ -707,15 +702,6 @@ impl Drop for Leaving<'_> {
             quit_pubsub(ps);
         }
     }
-}
-
-/// Whether a call that failed with `e` is sent again on another connection (by a
-/// caller of [`Pool::run_by_again`](crate::pool::Pool::run_by_again), for a call safe
-/// to send twice): its connection was broken ([`broken`](crate::semaphore::broken):
-/// dropped, reset, refused, an I/O error but a timeout, `READONLY`). Not a timeout,
-/// whose request may still run later.
-fn sent_on_broken(e: &Error) -> bool {
-    matches!(e, Error::Redis(e) if crate::semaphore::broken(e))
 }
 
 /// One try of a blocking acquire.

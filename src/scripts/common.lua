@@ -90,7 +90,11 @@
 --     fast_acquire.lua; an acquire's id, count and ticket in acquire_entry.lua,
 --     before its fast path; a batch checks every operation first);
 --   - out of memory: without a shebang flag, Redis refuses only a script's *first*
---     write when maxmemory is reached, never a later one;
+--     write when maxmemory is reached (and only a command that may use memory:
+--     SETBIT, HSET, ZADD; not ZREM, HDEL, DEL), never a later one. So a release
+--     (op_release, fast_release, a purge) removes the holder's entries before it
+--     frees its slots, and runs out of memory (DESIGN invariant 12); the client puts
+--     a batch's releases before its acquires for the same reason;
 --   - PUBLISH refused by ACL (a user without the channel): sent with redis.pcall, its
 --     error ignored; a waiter that misses a message looks again on its timer;
 --   - an ACL user denied one of the other commands the scripts call: the README gives
@@ -473,6 +477,11 @@ local function purge(st)
         if #ids == 0 then break end
         purge_left = purge_left - #ids
         local recs = redis.call('HMGET', I, unpack(ids))
+        -- the entries go before the slots are freed: at maxmemory a script is refused
+        -- only at its first write of a command that may use memory (SETBIT), and HDEL
+        -- and ZREM use none, so a release that must purge first still runs
+        redis.call('HDEL', I, unpack(ids))
+        redis.call('ZREM', H, unpack(ids))
         for k = 1, #ids do
             if string.sub(ids[k], 1, 2) == 'w:' then
                 redis.call('ZREM', Q, string.sub(ids[k], 3))
@@ -482,8 +491,6 @@ local function purge(st)
                 st.used = st.used - free_slots(recs[k])
             end
         end
-        redis.call('HDEL', I, unpack(ids))
-        redis.call('ZREM', H, unpack(ids))
         for k = 1, #ids do
             st.over[ids[k]] = nil
             st.pre[ids[k]] = false

@@ -24,6 +24,9 @@
 -- a run after its D, are refused by once_done, and the key of another type fails its
 -- GET, all before any write.
 
+-- The server's time (ms) once_done read for a deadline, for once_record.
+local once_now
+
 -- The reply text a run of this same call recorded, nil when none, or an error reply
 -- (nothing written) the caller returns.
 local function once_done(base)
@@ -46,7 +49,8 @@ local function once_done(base)
     -- call was applied; one that finds none is refused)
     if at then
         local t = redis.call('TIME')
-        if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(at) then
+        once_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        if once_now > tonumber(at) then
             return nil, redis.error_reply('ERR redis-semaphore: the operation arrived after its '
                 .. 'deadline (server ms ' .. at .. '); nothing changed')
         end
@@ -54,13 +58,22 @@ local function once_done(base)
     return nil
 end
 
--- Records `text` as this call's reply (with an operation key).
+-- Records `text` as this call's reply (with an operation key). The key lives until
+-- the deadline and a second: set with PX from the time once_done read (the same
+-- instant as PXAT would give, and no command a server before Redis 6.2 lacks: the
+-- record is the script's last write, and a command refused there would fail the
+-- script after its writes).
 local function once_record(base, text)
     local key = KEYS[base + 1]
     if not key then return end
     local at = string.match(ARGV[#ARGV], '^@(%d+)$')
     if at then
-        redis.call('SET', key, text, 'PXAT', string.format('%d', tonumber(at) + 1000))
+        if not once_now then
+            local t = redis.call('TIME')
+            once_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        redis.call('SET', key, text, 'PX', string.format('%d',
+            math.max(1, tonumber(at) + 1000 - once_now)))
     else
         redis.call('SET', key, text, 'PX', ARGV[#ARGV])
     end
