@@ -661,3 +661,58 @@ fn a_book_acquire_whose_reply_was_lost_with_its_connection_writes_one_entry() {
         assert_eq!(zcard(&mut conn, &time), 0, "{variant:?}");
     }
 }
+
+/// Ninth session (review): a `FairWithLock` try whose entry was added but whose reply
+/// was lost with its connection (a reset after the server ran the transaction) is made
+/// again on a fresh connection, and that second attempt needs the lock first; the
+/// first attempt's lock is given back aside, and when that give-back is slow (here
+/// held up on its way) the second attempt's spin for the lock ends first, and the try
+/// answers "not now". The first attempt's entry, which holds a place, was then left
+/// in both zsets until its timeout: a place taken on the server by nobody. Now a try
+/// that was made again and answers "not now" takes its entry out aside, as a failed
+/// one does.
+#[test]
+fn a_fair_with_lock_try_made_again_that_misses_the_lock_leaves_no_entry() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .build(proxy.url())
+        .unwrap();
+    let name = "bk-lost-lock";
+    let sem = book(&client, name, BookVariant::FairWithLock);
+    let (time, owner) = book_keys(name, BookVariant::FairWithLock);
+    let owner = owner.unwrap();
+    // (a connection in the pool, the clock of the server read)
+    drop(sem.try_acquire().unwrap().expect("a free permit"));
+    let mut admin = server.conn();
+    assert_eq!(zcard(&mut admin, &time), 0);
+    // the first attempt's lock is given back (WATCH, GET, MULTI/DEL/EXEC) slowly
+    proxy.delay_sent(b"WATCH", Duration::from_secs(2));
+    proxy.delay_replies(Duration::from_millis(300));
+    let trying = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.try_acquire().map(|p| p.map(|p| p.id().to_owned())))
+    };
+    // the entry added on the server; the reply of that transaction is held
+    support::wait_until(Duration::from_secs(10), "the entry on the server", || {
+        zcard(&mut admin, &owner) == 1
+    });
+    support::wait_until(Duration::from_secs(5), "its reply held", || {
+        proxy.held_replies() >= 1
+    });
+    proxy.delay_replies(Duration::ZERO);
+    proxy.reset();
+    let outcome = trying.join().unwrap();
+    assert!(
+        matches!(outcome, Ok(None)),
+        "expected the try made again to miss the lock, got {outcome:?}"
+    );
+    support::wait_until(
+        Duration::from_secs(10),
+        "the first attempt's entry taken out",
+        || zcard(&mut admin, &time) == 0 && zcard(&mut admin, &owner) == 0,
+    );
+    assert_eq!(sem.held().unwrap(), 0);
+    proxy.delay_sent(b"WATCH", Duration::ZERO);
+}

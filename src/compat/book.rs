@@ -698,16 +698,29 @@ impl BookInner {
     ) -> Result<Option<(String, u64, Stamp)>> {
         let id = uuid::Uuid::new_v4().to_string();
         let mut stamp = None;
-        let (outcome, conn) =
-            run_again(&self.client.inner.shared, conn, |conn| match self.variant {
+        let mut sends = 0u32;
+        let (outcome, conn) = run_again(&self.client.inner.shared, conn, |conn| {
+            sends += 1;
+            match self.variant {
                 BookVariant::Basic => self.acquire_basic(conn, &id, &mut stamp),
                 BookVariant::Fair | BookVariant::NodeFair => {
                     self.acquire_fair(conn, &id, &mut stamp)
                 }
                 BookVariant::FairWithLock => self.acquire_with_lock(conn, &id, until, &mut stamp),
-            });
+            }
+        });
         match outcome {
             Ok(Some((token, stamp))) => Ok(Some((id, token, stamp))),
+            // Made again and not granted: the first attempt may have added the entry
+            // (its reply lost with the connection). `Basic` and `Fair` took it out
+            // themselves (the same id); `FairWithLock`'s second attempt may have ended
+            // without the lock (the first one's, given back aside, still held) before
+            // it touched the entry, which would hold a place until its timeout: taken
+            // out aside, as a failed attempt's is.
+            Ok(None) if sends > 1 => {
+                self.remove_aside(conn, id);
+                Ok(None)
+            }
             Ok(None) => Ok(None),
             Err(e) => {
                 // A failed transaction may still have added the entry (a read timeout
