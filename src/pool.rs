@@ -385,7 +385,13 @@ impl Manager {
                     RConn::Primary(c)
                 }),
         };
-        if let Err(e) = &result {
+        // a set-up that ran out of a caller's budget shorter than the connect timeout
+        // (a call sent again late in its bound, `Pool::fresh`) says nothing of the
+        // server: not the pool's last failure, which a checkout waiting meanwhile
+        // would end with at once (as `open_plain_within`'s)
+        if let Err(e) = &result
+            && !(timed_out.get() && connect_timeout < self.connect_timeout)
+        {
             *self.last_failure.lock() = Some((Instant::now(), e.copy(), timed_out.get()));
         }
         result

@@ -719,3 +719,58 @@ fn a_grant_sent_again_is_confirmed_by_a_renewal_that_writes() {
     );
     p.release().unwrap();
 }
+
+/// Ninth session (review): a call sent again late in its bound (its first send broke
+/// near the end of the operation timeout, as when a failing primary hangs, then resets
+/// its connections) opens its fresh connection with what is left, and that set-up may
+/// run out of it although the server answers. The pool recorded that as its last
+/// connect failure, "no answer within the connect timeout", and a checkout waiting
+/// meanwhile (every pooled connection busy) ended with it at once, while its own
+/// connection was on its way. Now a set-up that ran out of a caller's budget shorter
+/// than the connect timeout is not the pool's failure (as a subscription's is not):
+/// the waiting checkout gets its connection and its call answers.
+#[test]
+fn a_resend_that_runs_out_of_time_to_connect_fails_no_waiting_checkout() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let op = Duration::from_secs(2);
+    let client = Client::builder()
+        .max_connections(1)
+        .operation_timeout(op)
+        .connect_timeout(Duration::from_secs(2))
+        .checkout_timeout(Duration::from_secs(10))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client.semaphore("late-resend", 2).unwrap();
+    // (the script loaded, the one connection in the pool)
+    assert_eq!(sem.available().unwrap(), 2);
+    proxy.delay_replies(Duration::from_secs(3));
+    let started = Instant::now();
+    let first = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.available())
+    };
+    wait_until(Duration::from_secs(5), "the first call's reply held", || {
+        proxy.held_replies() == 1
+    });
+    // every pooled connection busy: this one waits for a checkout
+    let waiting = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.available())
+    };
+    // late in the first call's bound (its read gives up at about 8/9 of it), its
+    // connection breaks; a new connection's set-up (its PING) takes 1.2 s: longer than
+    // the first call has left, well within the connect timeout
+    wait_until(Duration::from_secs(5), "late in the first call's bound", || {
+        started.elapsed() >= op - Duration::from_millis(700)
+    });
+    proxy.delay_replies(Duration::from_millis(1200));
+    proxy.reset();
+    let first = first.join().unwrap();
+    assert!(first.is_err(), "the first call had no time to answer: {first:?}");
+    let waited = waiting.join().unwrap();
+    assert_eq!(
+        waited.expect("the waiting checkout got a connection, and its call answered"),
+        2
+    );
+}
