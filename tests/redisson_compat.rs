@@ -1359,6 +1359,22 @@ fn rsemaphore_calls_on_connections_the_server_closed_while_idle_go_through_once(
     assert_eq!(counter(&mut conn()), Some(1));
 }
 
+/// Ninth session (review): `RSemaphore::available_permits` (a plain `GET`) was the one
+/// call of the type not sent again after a broken connection: on a pooled connection
+/// the server had closed while it sat idle it failed with "unexpected end of file",
+/// where every other call answers. It is sent again on a fresh connection too.
+#[test]
+fn rsemaphore_available_permits_on_a_connection_the_server_closed_answers() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let rs = client.redisson_semaphore(NAME);
+    assert!(rs.try_set_permits(2).unwrap());
+    let before = client.stats().resent;
+    assert!(support::kill_clients(&server) >= 1, "no pooled connection to close");
+    assert_eq!(rs.available_permits().unwrap(), 2);
+    assert_eq!(client.stats().resent, before + 1, "not sent again");
+}
+
 /// An `RSemaphore` release whose reply was lost with its connection (the release ran)
 /// is sent again and applies once: the second send finds the operation key.
 #[test]

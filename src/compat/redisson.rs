@@ -523,8 +523,8 @@ impl Common {
         self.publish.as_str()
     }
 
-    /// [`run`](Self::run) for a call that is safe to send twice (a read that
-    /// reclaims): one whose connection was broken (closed by the server while it sat
+    /// Runs one call that is safe to send twice (a read, one that reclaims) on a
+    /// pooled connection, its Redis error named: one whose connection was broken (closed by the server while it sat
     /// idle in the pool, or reset) is sent again, with the same arguments, on another
     /// connection, within one operation timeout
     /// ([`Shared::run_resending`](crate::shared::Shared::run_resending)).
@@ -538,16 +538,6 @@ impl Common {
         shared
             .run_resending(None, |c| call(&mut **c, &self.keys))
             .map_err(|e| self.named(e).during(operation))
-    }
-
-    /// Runs one call on a pooled connection, its Redis error named.
-    fn run<T>(
-        &self,
-        call: impl FnOnce(&mut dyn redis::ConnectionLike, &RedissonKeys) -> Result<T>,
-    ) -> Result<T> {
-        Error::check_name(&self.name, false)?;
-        let mut conn = self.shared().pool.get(None)?;
-        call(&mut conn, &self.keys).map_err(|e| self.named(e))
     }
 
     /// Redisson's waiting loop: one try; then subscribe to the channel (a connection of
@@ -1297,7 +1287,8 @@ impl RSemaphore {
     /// [`Error::WrongType`] when the key is of another type or holds something that
     /// is not an integer (of at most 15 digits); Redis and pool errors.
     pub fn available_permits(&self) -> Result<i64> {
-        self.common.run(calls::rs_available)
+        // (a read: sent again on another connection when its own broke)
+        self.common.run_again("available_permits", calls::rs_available)
     }
 
     /// Sets the counter to 0 and returns what it was (0 when it did not exist; then it
