@@ -16,6 +16,7 @@ use crate::pool::{CLUSTER_ATTEMPTS, CLUSTER_RETRY_WAIT, Manager, Pool, QuietErro
 use crate::refresher;
 use crate::registry::Registry;
 use crate::scripts::leased::{self, Kind};
+use crate::scripts::{NodeClock, NodeReading};
 use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 use crate::threads::{drop_deadline, join_by, run_aside};
@@ -73,6 +74,13 @@ pub(crate) struct ClientInner {
     /// it), shared by every handle of this client, so that a new handle needs no
     /// `TIME` of its own.
     clocks: parking_lot::Mutex<HashMap<String, Weak<Clock>>>,
+    /// The reading of the server's clock for the deadlines of the counting and
+    /// Redisson layouts' operation keys, shared by every handle of this client: a
+    /// handle made for one call needs no `TIME` of its own. On a cluster one per
+    /// layout (by its key: the node that holds it), while a handle of it lives, as
+    /// `clocks`.
+    node_clock: Arc<NodeReading>,
+    node_clocks: parking_lot::Mutex<HashMap<String, Weak<NodeReading>>>,
     /// The `+switch-master` watcher of a Sentinel target; stopped on drop, and joined
     /// by the drop's deadline.
     watcher: Option<Watcher>,
@@ -140,6 +148,8 @@ impl ClientInner {
                 listener: parking_lot::Mutex::new(None),
                 combiners: parking_lot::Mutex::new(HashMap::new()),
                 clocks: parking_lot::Mutex::new(HashMap::new()),
+                node_clock: Arc::default(),
+                node_clocks: parking_lot::Mutex::new(HashMap::new()),
                 watcher,
             }),
         })
@@ -167,6 +177,16 @@ impl ClientInner {
     /// The cluster clock of semaphore `name`, shared with every live handle of it.
     pub(crate) fn cluster_clock(&self, name: &str) -> Arc<Clock> {
         per_name(&self.clocks, name)
+    }
+
+    /// The clock of the node that holds `key` (a counting or Redisson layout's), for
+    /// the deadlines of its operation keys, shared with every live handle of it.
+    pub(crate) fn node_clock(&self, key: &str) -> NodeClock {
+        NodeClock::of(if self.shared.is_cluster() {
+            per_name(&self.node_clocks, key)
+        } else {
+            Arc::clone(&self.node_clock)
+        })
     }
 
     /// Tells the refresher that its schedule changed.

@@ -213,11 +213,13 @@ impl Client {
     /// library puts the name in a hash tag).
     pub fn counting_semaphore(&self, name: &str) -> Result<CountingSemaphore> {
         Error::check_name(name, true)?;
+        let keys = CountingKeys::new(name);
+        let clock = self.inner.node_clock(&keys.count);
         Ok(CountingSemaphore {
             inner: Arc::new(Inner {
                 client: self.clone(),
                 name: name.to_owned(),
-                keys: CountingKeys::new(name),
+                keys: keys.with_clock(clock),
                 metrics: SemMetrics::new(Kind::Counting, name),
             }),
         })

@@ -1308,3 +1308,41 @@ fn calls_on_connections_the_server_closed_while_idle_go_through_once() {
     support::kill_clients(&server);
     assert_eq!(sem.queue_len().unwrap(), 0);
 }
+
+/// Ninth session (review): every call that changes the count carries an operation key
+/// on every deployment now, whose deadline is read from the server's clock (`TIME`),
+/// a reading kept a minute; but each handle kept its own, so a new handle per call (a
+/// per-account semaphore made where it is used, `client.counting_semaphore(name)`, no
+/// network call) paid a `TIME` round trip before every release and acquire: two round
+/// trips where the docs promise one (DESIGN invariant 12). The reading is the client's,
+/// shared by its handles of the semaphore (as the leased semaphore's clock is): once
+/// read, a new handle sends no `TIME`. (The proxy stops forwarding at the script that
+/// reads the clock, so a call that sends it times out.) `RSemaphore` likewise.
+#[test]
+fn a_new_handle_per_call_sends_no_time_of_its_own() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_millis(500))
+        .build(proxy.url())
+        .unwrap();
+    // the first handle reads the server's clock (and loads the scripts)
+    client.counting_semaphore("per-call").unwrap().release(1).unwrap();
+    client.redisson_semaphore("rs-per-call").release(1).unwrap();
+    // (the library reads `TIME` in a script on the semaphore's key, for a cluster)
+    let server_time = redis::Script::new("return redis.call('TIME')")
+        .get_hash()
+        .to_owned();
+    proxy.cut_when_sent(server_time.as_bytes());
+    for _ in 0..3 {
+        client.counting_semaphore("per-call").unwrap().release(1).unwrap();
+        assert!(client.counting_semaphore("per-call").unwrap().try_acquire(1).unwrap());
+        client.redisson_semaphore("rs-per-call").release(1).unwrap();
+    }
+    let c = client.counting_semaphore("per-call").unwrap();
+    assert_eq!(c.available_permits().unwrap(), 1);
+    assert_eq!(
+        client.redisson_semaphore("rs-per-call").available_permits().unwrap(),
+        4
+    );
+}

@@ -283,10 +283,12 @@ impl Common {
     /// The name is checked by every call (`run`, `run_write`): the constructors that
     /// use this one return the semaphore itself, as Redisson's `getSemaphore` does.
     fn new(client: &Client, name: &str) -> Common {
+        let keys = RedissonKeys::new(name);
+        let clock = client.inner.node_clock(&keys.counter);
         Common {
             client: client.clone(),
             name: name.to_owned(),
-            keys: RedissonKeys::new(name),
+            keys: keys.with_clock(clock),
             // Redisson publishes with SPUBLISH or PUBLISH on a cluster, depending on
             // the server's version and its settings: both reach its waiters
             publish: if client.inner.shared.is_cluster() {

@@ -149,9 +149,14 @@ const NODE_CLOCK_FOR: Duration = Duration::from_secs(60);
 
 /// The clock of the node that serves one layout's hash slot on a cluster, as last read
 /// (`TIME` on that node), for the deadlines of its operation keys; shared by the
-/// clones of the layout's keys. A cache: any two compare equal.
+/// clones of the layout's keys, and by a client's handles of the layout
+/// ([`ClientInner::node_clock`](crate::client::ClientInner::node_clock)): a new handle
+/// needs no `TIME` of its own. A cache: any two compare equal.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeClock(Arc<Mutex<Option<Anchor>>>);
+
+/// The reading a [`NodeClock`] keeps, shared by the clocks made of it.
+pub(crate) type NodeReading = Mutex<Option<Anchor>>;
 
 impl PartialEq for NodeClock {
     fn eq(&self, _: &NodeClock) -> bool {
@@ -162,6 +167,11 @@ impl PartialEq for NodeClock {
 impl Eq for NodeClock {}
 
 impl NodeClock {
+    /// The clock whose reading is `reading` (shared with every clock made of it).
+    pub(crate) fn of(reading: Arc<NodeReading>) -> NodeClock {
+        NodeClock(reading)
+    }
+
     /// Drops the last reading: the next call reads the node's clock again.
     fn forget(&self) {
         *self.0.lock() = None;
@@ -272,6 +282,13 @@ impl CountingKeys {
             op_prefix: format!("redsem:{{{name}}}:op:"),
             clock: NodeClock::default(),
         }
+    }
+
+    /// These keys with `clock` as their node's clock (a client's, shared by its
+    /// handles of the semaphore).
+    pub(crate) fn with_clock(mut self, clock: NodeClock) -> CountingKeys {
+        self.clock = clock;
+        self
     }
 
     /// The operation key of one call ([`LazyOnce`]); none when not `keyed`.

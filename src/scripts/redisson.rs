@@ -101,6 +101,13 @@ impl RedissonKeys {
         }
     }
 
+    /// These keys with `clock` as their node's clock (a client's, shared by its
+    /// handles of the layout).
+    pub(crate) fn with_clock(mut self, clock: NodeClock) -> RedissonKeys {
+        self.clock = clock;
+        self
+    }
+
     /// The operation key of one call that changes a count ([`LazyOnce`],
     /// `once.lua`); none when not `keyed`.
     pub(crate) fn once(&self, keyed: bool, op_timeout: std::time::Duration) -> LazyOnce<'_> {
