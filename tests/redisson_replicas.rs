@@ -458,3 +458,113 @@ fn a_replica_back_after_a_write_without_one_is_waited_for_again() {
     }
     assert_eq!(counter(&primary, "back"), Some(2));
 }
+
+/// The writes the primary `replica` follows sent it from now on, as its `MONITOR`
+/// shows them, gathered by [`Stream::lines_until`].
+struct Stream(redis::Connection);
+
+impl Stream {
+    fn of(replica: &RedisServer) -> Stream {
+        let mut monitor = replica.conn();
+        monitor
+            .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+            .unwrap();
+        assert!(matches!(
+            monitor.recv_response().unwrap(),
+            redis::Value::Okay
+        ));
+        Stream(monitor)
+    }
+
+    /// The lines seen until `done` says they are all there (within 5 s).
+    fn lines_until(&mut self, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        wait_until(Duration::from_secs(5), what, || {
+            // (a test's own connection: a plain socket timeout)
+            #[allow(clippy::disallowed_methods)]
+            self.0
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            while let Ok(redis::Value::SimpleString(line)) = self.0.recv_response() {
+                lines.push(line);
+            }
+            done(&lines)
+        });
+        lines
+    }
+}
+
+/// Ninth session (review): an acquire whose first send ran but whose reply was lost
+/// with its connection (a reset) is sent again on a fresh connection, and that second
+/// run finds the first one's work (`RSemaphore`: its operation key's record; the
+/// expirable semaphore: its ids held) and writes nothing. The replica wait then ran
+/// `WAIT` on a connection that had written nothing: a server that moves a
+/// connection's `WAIT` offset only when it writes (Redis 7.2 and later, by their
+/// source; 7.0 moves it at every command) counts every connected replica at once, one
+/// that lacks the grant too, and the acquire returned permits no replica had (a
+/// failover then hands them out again). A send after the first now writes a marker (a
+/// short-lived key of the layout's slot) before its `WAIT`: replication is one
+/// ordered stream, so a replica that acknowledges the marker has the first run's
+/// writes. Checked here: after the first run's writes, the resent call's connection
+/// writes again, before the call returns.
+fn acquire_resent_after_a_lost_reply_writes_before_its_wait(pes: bool) {
+    let (primary, replica, proxy, client) = support::proxied_primary();
+    let name = if pes { "pes-resent" } else { "rs-resent" };
+    let rs = rs_waiting(&client, name);
+    let expirable = pes_waiting(&client, name);
+    // (the scripts loaded, the node's clock read, a connection in the pool: the
+    // acquire below is one EVALSHA)
+    if pes {
+        assert!(expirable.try_set_permits(2).unwrap());
+        drop(expirable.try_acquire(None).unwrap().expect("a free permit"));
+    } else {
+        assert!(rs.try_set_permits(2).unwrap());
+        assert!(rs.try_acquire(1).unwrap());
+        assert_eq!(rs.release(1).unwrap(), 2);
+    }
+    let mut stream = Stream::of(&replica);
+    let before = client.stats().resent;
+    proxy.delay_replies(Duration::from_millis(500));
+    let trying = std::thread::spawn(move || {
+        if pes {
+            expirable
+                .try_acquire(Some(Duration::from_secs(30)))
+                .map(|p| p.map(|p| p.id().to_owned()))
+        } else {
+            rs.try_acquire(1).map(|_| None)
+        }
+    });
+    // the acquire ran on the primary; its reply is lost with the connection
+    wait_until(Duration::from_secs(5), "the acquire on the primary", || {
+        counter(&primary, name) == Some(1)
+    });
+    wait_until(Duration::from_secs(5), "its reply held", || {
+        proxy.held_replies() >= 1
+    });
+    proxy.delay_replies(Duration::ZERO);
+    proxy.reset();
+    let outcome = trying.join().unwrap();
+    assert!(outcome.is_ok(), "the acquire sent again: {outcome:?}");
+    assert!(client.stats().resent > before, "the acquire was not sent again");
+    // the first run's DECRBY (and, for `RSemaphore`, its operation key's record),
+    // then a write of the connection that sent it again
+    let ours = if pes { 1 } else { 2 };
+    stream.lines_until("the acquire and a write after it", |lines| {
+        lines
+            .iter()
+            .position(|l| l.contains("\"DECRBY\""))
+            .is_some_and(|at| {
+                lines[at..].iter().filter(|l| l.contains("redsem-op")).count() >= ours
+            })
+    });
+}
+
+#[test]
+fn an_rsemaphore_acquire_sent_again_writes_before_its_replica_wait() {
+    acquire_resent_after_a_lost_reply_writes_before_its_wait(false);
+}
+
+#[test]
+fn an_expirable_acquire_sent_again_writes_before_its_replica_wait() {
+    acquire_resent_after_a_lost_reply_writes_before_its_wait(true);
+}

@@ -372,13 +372,41 @@ impl Common {
     ) -> Result<T> {
         Error::check_name(&self.name, false)?;
         let shared = self.shared();
+        let sends = std::cell::Cell::new(0u32);
         let (value, synced) = shared
             .run_resending(deadline, |c| {
+                sends.set(sends.get() + 1);
                 let value = call(&mut **c, &self.keys)?;
-                Ok((value, self.replica_wait.map(|t| self.sync(c, t))))
+                let synced = self.replica_wait.map(|t| {
+                    // A send after the first may write nothing (it finds the first
+                    // run's work: an operation key's record, its ids held), and `WAIT`
+                    // on a connection that wrote nothing counts every connected
+                    // replica at once on a server that moves a connection's offset
+                    // only when it writes (Redis 7.2 on): a marker write first, after
+                    // which a replica that acknowledges has the first run's writes
+                    // too (replication is one ordered stream).
+                    if sends.get() > 1 {
+                        self.mark(c)?;
+                    }
+                    self.sync(c, t)
+                });
+                Ok((value, synced))
             })
             .map_err(|e| self.named(e).during(operation))?;
         self.settle(operation, value, synced, undo)
+    }
+
+    /// A write on `conn` (a key of the layout's slot, gone a second later), so that a
+    /// `WAIT` after it counts only replicas that have every earlier write of the
+    /// layout's node: for a call sent again, whose run may have written nothing.
+    fn mark(&self, conn: &mut crate::pool::Conn) -> Result<()> {
+        redis::cmd("SET")
+            .arg(self.keys.marker_key())
+            .arg("sent again")
+            .arg("PX")
+            .arg(1000)
+            .exec(&mut **conn)
+            .map_err(Error::Redis)
     }
 
     /// A write's end, once its call answered `value`: the replica wait's outcome

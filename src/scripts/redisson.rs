@@ -101,6 +101,12 @@ impl RedissonKeys {
         }
     }
 
+    /// A new key of the layout's slot, under its operation keys' prefix, for a marker
+    /// write (one a `WAIT` after it counts from).
+    pub(crate) fn marker_key(&self) -> String {
+        format!("{}{}", self.op_prefix, uuid::Uuid::new_v4())
+    }
+
     /// These keys with `clock` as their node's clock (a client's, shared by its
     /// handles of the layout).
     pub(crate) fn with_clock(mut self, clock: NodeClock) -> RedissonKeys {
