@@ -1327,7 +1327,11 @@ fn a_new_handle_per_call_sends_no_time_of_its_own() {
         .build(proxy.url())
         .unwrap();
     // the first handle reads the server's clock (and loads the scripts)
-    client.counting_semaphore("per-call").unwrap().release(1).unwrap();
+    client
+        .counting_semaphore("per-call")
+        .unwrap()
+        .release(1)
+        .unwrap();
     client.redisson_semaphore("rs-per-call").release(1).unwrap();
     // (the library reads `TIME` in a script on the semaphore's key, for a cluster)
     let server_time = redis::Script::new("return redis.call('TIME')")
@@ -1335,14 +1339,27 @@ fn a_new_handle_per_call_sends_no_time_of_its_own() {
         .to_owned();
     proxy.cut_when_sent(server_time.as_bytes());
     for _ in 0..3 {
-        client.counting_semaphore("per-call").unwrap().release(1).unwrap();
-        assert!(client.counting_semaphore("per-call").unwrap().try_acquire(1).unwrap());
+        client
+            .counting_semaphore("per-call")
+            .unwrap()
+            .release(1)
+            .unwrap();
+        assert!(
+            client
+                .counting_semaphore("per-call")
+                .unwrap()
+                .try_acquire(1)
+                .unwrap()
+        );
         client.redisson_semaphore("rs-per-call").release(1).unwrap();
     }
     let c = client.counting_semaphore("per-call").unwrap();
     assert_eq!(c.available_permits().unwrap(), 1);
     assert_eq!(
-        client.redisson_semaphore("rs-per-call").available_permits().unwrap(),
+        client
+            .redisson_semaphore("rs-per-call")
+            .available_permits()
+            .unwrap(),
         4
     );
 }

@@ -750,9 +750,11 @@ fn a_resend_that_runs_out_of_time_to_connect_fails_no_waiting_checkout() {
         let sem = sem.clone();
         std::thread::spawn(move || sem.available())
     };
-    wait_until(Duration::from_secs(5), "the first call's reply held", || {
-        proxy.held_replies() == 1
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "the first call's reply held",
+        || proxy.held_replies() == 1,
+    );
     // every pooled connection busy: this one waits for a checkout
     let waiting = {
         let sem = sem.clone();
@@ -761,13 +763,18 @@ fn a_resend_that_runs_out_of_time_to_connect_fails_no_waiting_checkout() {
     // late in the first call's bound (its read gives up at about 8/9 of it), its
     // connection breaks; a new connection's set-up (its PING) takes 1.2 s: longer than
     // the first call has left, well within the connect timeout
-    wait_until(Duration::from_secs(5), "late in the first call's bound", || {
-        started.elapsed() >= op - Duration::from_millis(700)
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "late in the first call's bound",
+        || started.elapsed() >= op - Duration::from_millis(700),
+    );
     proxy.delay_replies(Duration::from_millis(1200));
     proxy.reset();
     let first = first.join().unwrap();
-    assert!(first.is_err(), "the first call had no time to answer: {first:?}");
+    assert!(
+        first.is_err(),
+        "the first call had no time to answer: {first:?}"
+    );
     let waited = waiting.join().unwrap();
     assert_eq!(
         waited.expect("the waiting checkout got a connection, and its call answered"),

@@ -1370,7 +1370,10 @@ fn rsemaphore_available_permits_on_a_connection_the_server_closed_answers() {
     let rs = client.redisson_semaphore(NAME);
     assert!(rs.try_set_permits(2).unwrap());
     let before = client.stats().resent;
-    assert!(support::kill_clients(&server) >= 1, "no pooled connection to close");
+    assert!(
+        support::kill_clients(&server) >= 1,
+        "no pooled connection to close"
+    );
     assert_eq!(rs.available_permits().unwrap(), 2);
     assert_eq!(client.stats().resent, before + 1, "not sent again");
 }

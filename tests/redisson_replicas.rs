@@ -545,7 +545,10 @@ fn acquire_resent_after_a_lost_reply_writes_before_its_wait(pes: bool) {
     proxy.reset();
     let outcome = trying.join().unwrap();
     assert!(outcome.is_ok(), "the acquire sent again: {outcome:?}");
-    assert!(client.stats().resent > before, "the acquire was not sent again");
+    assert!(
+        client.stats().resent > before,
+        "the acquire was not sent again"
+    );
     // the first run's DECRBY (and, for `RSemaphore`, its operation key's record),
     // then a write of the connection that sent it again
     let ours = if pes { 1 } else { 2 };
@@ -554,7 +557,11 @@ fn acquire_resent_after_a_lost_reply_writes_before_its_wait(pes: bool) {
             .iter()
             .position(|l| l.contains("\"DECRBY\""))
             .is_some_and(|at| {
-                lines[at..].iter().filter(|l| l.contains("redsem-op")).count() >= ours
+                lines[at..]
+                    .iter()
+                    .filter(|l| l.contains("redsem-op"))
+                    .count()
+                    >= ours
             })
     });
 }

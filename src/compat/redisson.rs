@@ -124,8 +124,10 @@
 //! Every call of `RPermitExpirableSemaphore` is safe to send twice, and one that
 //! failed so is sent again, with the same arguments, on another connection (a new one
 //! once the pool's idle ones are used up), by the same bound, its replica wait (when
-//! on) after the send that answered; a call that timed out is not, as its request may
-//! still run:
+//! on) after the send that answered (which first writes a short-lived marker key
+//! under the operation-key prefix: its own run may have written nothing, and `WAIT`
+//! counts from the connection's last write); a call that timed out is not, as its
+//! request may still run:
 //!
 //! - **acquires** (each try of a blocking one): the ids are made before the call,
 //!   and a run that finds one of them held takes nothing again, so a grant whose
@@ -1318,7 +1320,8 @@ impl RSemaphore {
     /// is not an integer (of at most 15 digits); Redis and pool errors.
     pub fn available_permits(&self) -> Result<i64> {
         // (a read: sent again on another connection when its own broke)
-        self.common.run_again("available_permits", calls::rs_available)
+        self.common
+            .run_again("available_permits", calls::rs_available)
     }
 
     /// Sets the counter to 0 and returns what it was (0 when it did not exist; then it
