@@ -79,7 +79,8 @@ impl Shared {
     /// for the call); when it fails because its connection was broken
     /// ([`broken`](crate::pool::broken): the server closed it while it was idle in the
     /// pool, `CLIENT KILL`, a restart), it is sent once more on a fresh connection
-    /// ([`on_fresh`](Self::on_fresh)) by the same end, and that answer is taken. Only
+    /// ([`on_fresh`](Self::on_fresh)) by the same end, and that answer is taken (when
+    /// no fresh connection can be had, the first send's error is the answer). Only
     /// for calls safe to run twice (DESIGN invariant 11): the first may have run. A
     /// timeout is not sent again (the request may still run, and the time is spent).
     pub(crate) fn run_resending<T>(
@@ -96,7 +97,22 @@ impl Shared {
         match first {
             Err(e) if broke_connection(&e) && Instant::now() < end => {
                 log::debug!("redis-semaphore: a call is sent again on a fresh connection: {e}");
-                self.on_fresh(end, call)
+                // A fresh connection that cannot be had sends nothing: the answer is
+                // then the first send's error (it may have run: in doubt), not the
+                // connect's, which says nothing was sent (and a caller may repeat a
+                // call after it that is not safe to repeat as a new call, a counting
+                // release under a new operation key).
+                let mut fresh = match self.pool.fresh(end, self.connect_timeout) {
+                    Ok(fresh) => fresh,
+                    Err(again) => {
+                        log::debug!(
+                            "redis-semaphore: no fresh connection to send it again: {again}"
+                        );
+                        return Err(e);
+                    }
+                };
+                Counters::bump(&self.stats.resent);
+                fresh.within_conn(left_until(end), op, call)
             }
             other => other,
         }

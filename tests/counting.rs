@@ -1363,3 +1363,65 @@ fn a_new_handle_per_call_sends_no_time_of_its_own() {
         4
     );
 }
+
+/// Ninth session (review; found by the counting fault run, a release applied twice
+/// across a crash and restart): a release whose first send ran but whose connection
+/// broke before the reply came is sent again on a fresh connection; when that
+/// connection could not be had (the server restarting, new connections unanswered),
+/// the call failed with the connect's error, `Error::Connect`, which says nothing was
+/// sent: a caller that then releases again (safe after such an error) gave the permits
+/// twice. The first send's error is the answer then (an I/O error: in doubt, as the
+/// docs say; do not repeat), not the connect's.
+#[test]
+fn a_release_that_ran_and_could_not_be_sent_again_is_in_doubt_not_unsent() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_millis(300))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client.counting_semaphore("ran-once").unwrap();
+    // (the scripts loaded, the server's clock read, a connection in the pool)
+    sem.release(1).unwrap();
+    let mut admin = server.conn();
+    let count = |admin: &mut redis::Connection| -> i64 {
+        redis::cmd("GET")
+            .arg("redsem:{ran-once}:count")
+            .query(admin)
+            .unwrap()
+    };
+    proxy.delay_replies(Duration::from_millis(800));
+    let releasing = {
+        let sem = sem.clone();
+        thread::spawn(move || sem.release(1))
+    };
+    // the release ran; its reply is lost with the connection, and a new connection
+    // hears nothing
+    wait_until(Duration::from_secs(5), "the release on the server", || {
+        count(&mut admin) == 2
+    });
+    wait_until(Duration::from_secs(5), "its reply held", || {
+        proxy.held_replies() >= 1
+    });
+    proxy.stall_new();
+    proxy.delay_replies(Duration::ZERO);
+    proxy.reset();
+    let e = releasing
+        .join()
+        .unwrap()
+        .expect_err("no connection to answer on");
+    assert!(
+        !matches!(
+            e,
+            Error::Connect { .. } | Error::Pool(_) | Error::Auth { .. }
+        ),
+        "a release that ran reported as never sent: {e:?}"
+    );
+    assert!(
+        matches!(&e, Error::Call { source, .. } if source.is_io_error()) || e.is_timeout(),
+        "not an error the docs call in doubt: {e:?}"
+    );
+    proxy.heal();
+    assert_eq!(count(&mut admin), 2, "applied once");
+}
