@@ -499,8 +499,8 @@ impl Stream {
 /// run finds the first one's work (`RSemaphore`: its operation key's record; the
 /// expirable semaphore: its ids held) and writes nothing. The replica wait then ran
 /// `WAIT` on a connection that had written nothing: a server that moves a
-/// connection's `WAIT` offset only when it writes (Redis 7.2 and later, by their
-/// source; 7.0 moves it at every command) counts every connected replica at once, one
+/// connection's `WAIT` offset only when it writes (Redis's current source, its
+/// `call()`; 7.0.15 moves it at every command) counts every connected replica at once, one
 /// that lacks the grant too, and the acquire returned permits no replica had (a
 /// failover then hands them out again). A send after the first now writes a marker (a
 /// short-lived key of the layout's slot) before its `WAIT`: replication is one

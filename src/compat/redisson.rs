@@ -384,7 +384,7 @@ impl Common {
                     // run's work: an operation key's record, its ids held), and `WAIT`
                     // on a connection that wrote nothing counts every connected
                     // replica at once on a server that moves a connection's offset
-                    // only when it writes (Redis 7.2 on): a marker write first, after
+                    // only when it writes (Redis's current source): a marker write first, after
                     // which a replica that acknowledges has the first run's writes
                     // too (replication is one ordered stream).
                     if sends.get() > 1 {
