@@ -293,6 +293,15 @@ impl Client {
     /// server that stops answering cannot hold a `Permit`'s drop past the operation
     /// timeout (that costs a thread start per checkout, beside the `PING`).
     ///
+    /// The trade-off: a call whose connection the server had closed while it sat idle
+    /// (its `timeout`, `CLIENT KILL`, a restart) is sent once more on a new checkout
+    /// of this pool (the library cannot open connections of its own for it), and with
+    /// `test_on_check_out(false)` that checkout may hand out another closed
+    /// connection, so the call fails (retryably; every call is safe to send again).
+    /// With `test_on_check_out(true)` the `PING` weeds those out. The library's own
+    /// pool ([`Client::open`]) needs neither: it sends the second send on a brand-new
+    /// connection and drops its other connections idle as long.
+    ///
     /// The pool must hold at least two connections: the client's wake-up listener
     /// keeps one for as long as the client lives (blocking acquires are woken through
     /// it), and every other call needs another. A Redisson wait subscribes on one
