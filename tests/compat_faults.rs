@@ -7,16 +7,7 @@ mod support;
 use redis_semaphore::Client;
 use support::RedisServer;
 
-fn kill_clients(admin: &mut redis::Connection) -> i64 {
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(admin)
-        .unwrap()
-}
+use support::kill_clients_on as kill_clients;
 
 fn zcard(conn: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()

@@ -50,16 +50,7 @@ impl Cut {
     }
 }
 
-fn kill_clients(admin: &mut redis::Connection) -> i64 {
-    redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(admin)
-        .unwrap()
-}
+use support::kill_clients_on as kill_clients;
 
 /// Normal (not pub/sub) client connections, the asking one included.
 fn normal_clients(admin: &mut redis::Connection) -> usize {

@@ -555,14 +555,18 @@ pub fn refused_subscribes(conn: &mut redis::Connection) -> i64 {
 /// normal SKIPME yes`): what a restart, a failover or an operator does to the pooled
 /// connections of every client. Returns how many it closed.
 pub fn kill_clients(server: &RedisServer) -> i64 {
-    let mut conn = server.conn();
+    kill_clients_on(&mut server.conn())
+}
+
+/// [`kill_clients`] from the connection `admin` (which stays).
+pub fn kill_clients_on(admin: &mut redis::Connection) -> i64 {
     redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
         .arg("normal")
         .arg("SKIPME")
         .arg("yes")
-        .query(&mut conn)
+        .query(admin)
         .unwrap()
 }
 
