@@ -1212,8 +1212,18 @@ pub(crate) fn call_refresh(
     // and a renewal that waited for the retry instead might come after a short
     // lease ended, each try on the next of the pool's idle connections a restart or
     // a `CLIENT KILL` closed)
+    // A second send with a replica wait asks one millisecond more than the first: a
+    // first send that ran within the same server millisecond (its reply lost with its
+    // connection) leaves the second's renewal to the same deadline writing nothing
+    // (`ZADD GT`), and `WAIT` on the fresh connection, which then wrote nothing,
+    // counts replicas that lack the renewal on a server that moves a connection's
+    // offset only when it writes. (The server then holds the permit up to a
+    // millisecond longer than the client counts.)
+    let mut sends = 0;
     shared.run_resending(Some(by), |c| {
-        let renewal = leased::refresh(&mut **c, keys, lease_ms, ids)?;
+        let extra_ms = if replicas.is_some() { sends } else { 0 };
+        sends += 1;
+        let renewal = leased::refresh(&mut **c, keys, lease_ms + extra_ms, ids)?;
         let renewed_some = match &renewal {
             Renewal::Lost(gone) => gone.len() < ids.len(),
             Renewal::Reset => false,

@@ -1822,9 +1822,14 @@ impl Semaphore {
         let shared = &sem.client.inner.shared;
         let op = shared.op_timeout;
         // (both sent again on a fresh connection when theirs broke: the renewal is safe
-        // to run twice, and it is what the `WAIT` on that connection then counts)
+        // to run twice, and it is what the `WAIT` on that connection then counts; a
+        // second send asks one millisecond more than the first, so that it writes
+        // although the first ran within the same server millisecond)
+        let mut extra_ms = 0;
         let acked = shared.run_resending(end, |conn| {
-            match leased::refresh(conn, &sem.keys, sem.group.lease_ms + 1, &[permit.id()]) {
+            extra_ms += 1;
+            let lease_ms = sem.group.lease_ms + extra_ms;
+            match leased::refresh(conn, &sem.keys, lease_ms, &[permit.id()]) {
                 Ok(Renewal::Lost(gone)) if gone.is_empty() => {}
                 Ok(_) => {
                     return Err(Error::PermitLost {

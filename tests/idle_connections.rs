@@ -772,3 +772,91 @@ fn a_resend_that_runs_out_of_time_to_connect_fails_no_waiting_checkout() {
         2
     );
 }
+
+/// The same for a manual renewal of a `wait_replicas` permit whose first send ran and
+/// lost its reply with its connection (review of the resend): the second send on a
+/// fresh connection renewed to the same deadline within the server's millisecond
+/// (here: a primary whose clock is read in whole seconds) and wrote nothing, and its
+/// `WAIT` counted replicas by a connection that had written nothing. The second send
+/// now asks one millisecond more, so that it writes: the replica's stream shows both
+/// renewals.
+#[test]
+fn a_manual_renewal_sent_again_writes_before_its_replica_wait() {
+    let primary = RedisServer::start_with_env(&[], &coarse_clock_env());
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut rc = replica.conn();
+    wait_until(Duration::from_secs(10), "the replica's link is up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut rc)
+            .unwrap();
+        support::info_field(&info, "master_link_status") == Some("up")
+    });
+    let proxy = Proxy::start(primary.port());
+    let client = Client::builder()
+        .operation_timeout(Duration::from_secs(5))
+        .build(proxy.url())
+        .unwrap();
+    let sem = client
+        .semaphore_builder("renewed")
+        .limit(2)
+        .lease(Duration::from_secs(60))
+        .auto_refresh(false)
+        .wait_replicas(1, Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let p = sem.try_acquire().unwrap().expect("granted and confirmed");
+    let id = p.id().to_owned();
+    let mut monitor = replica.conn();
+    monitor
+        .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+        .unwrap();
+    assert!(matches!(
+        monitor.recv_response().unwrap(),
+        redis::Value::Okay
+    ));
+    let mut zadds = Vec::new();
+    let renewals_seen = |monitor: &mut redis::Connection, zadds: &mut Vec<String>| {
+        // (a test's own connection: a plain socket timeout)
+        #[allow(clippy::disallowed_methods)]
+        monitor
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        while let Ok(redis::Value::SimpleString(line)) = monitor.recv_response() {
+            if line.contains("\"ZADD\"") && line.contains(&id) {
+                zadds.push(line);
+            }
+        }
+        zadds.len()
+    };
+    // (a second of the primary's clock after the grant's, so that the first renewal
+    // moves the deadline and writes)
+    let mut admin = primary.conn();
+    let granted_at = server_ms(&mut admin);
+    support::wait_past_server_ms(&mut admin, granted_at);
+    // the first send runs, and its reply is lost with its connection
+    proxy.delay_replies(Duration::from_secs(3));
+    let before = client.stats();
+    let renewing = std::thread::spawn(move || {
+        let r = p.refresh();
+        (p, r)
+    });
+    wait_until(Duration::from_secs(5), "the first renewal ran", || {
+        renewals_seen(&mut monitor, &mut zadds) >= 1
+    });
+    proxy.delay_replies(Duration::ZERO);
+    proxy.reset();
+    let (p, renewed) = renewing.join().unwrap();
+    renewed.unwrap();
+    assert!(
+        client.stats().resent > before.resent,
+        "sent again after the reset"
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "the second renewal at the replica",
+        || renewals_seen(&mut monitor, &mut zadds) >= 2,
+    );
+    p.release().unwrap();
+}
