@@ -249,7 +249,10 @@ fn hint(e: &redis::RedisError) -> &'static str {
         " (an ACL refusal: the user lacks a command, key or channel this library needs; \
          the ACL rule it needs is in docs/deployment.md, the crate's guide::deployment)"
     } else if text.contains("@user_script")
-        && (text.contains("Unknown Redis command called from") || text.contains("syntax error"))
+        && (text.contains("Unknown Redis command called from")
+            // (Valkey's words)
+            || text.contains("Unknown command called from")
+            || text.contains("syntax error"))
     {
         " (is the server older than Redis 6.2, or a command renamed? this library needs \
          Redis 6.2 or later: its scripts use ZMSCORE, SET with PXAT and ZADD with GT)"
@@ -633,6 +636,8 @@ mod tests {
             "Error running script (call to f_1b73): @user_script:1: @user_script: 1: \
              Unknown Redis command called from Lua script ",
             "Unknown Redis command called from script script: 1b73, on @user_script:1.",
+            // Valkey 8.1
+            "Unknown command called from script script: a3fc, on @user_script:770.",
         ] {
             let e = Error::Call {
                 name: "old".into(),
