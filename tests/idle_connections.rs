@@ -569,7 +569,7 @@ fn a_waiters_look_on_a_killed_connection_is_sent_again() {
 /// After the server closed every idle pooled connection (16 of them), the calls after
 /// the first do not each meet one: the first call that finds its connection closed
 /// tells the pool, which drops every connection idle as long or longer, without a
-/// round trip. One call is sent again on a fresh connection, not sixteen.
+/// round trip. One call (or two) is sent again on a fresh connection, not sixteen.
 #[test]
 fn only_the_first_call_meets_a_connection_closed_while_idle() {
     let server = RedisServer::start_with(&["--timeout", "1"]);
@@ -588,7 +588,12 @@ fn only_the_first_call_meets_a_connection_closed_while_idle() {
         sem.status().unwrap();
     }
     let resent = client.stats().resent - before.resent;
-    assert_eq!(resent, 1, "calls sent again on a fresh connection");
+    // one, or two when two connections went back to the pool in another order than
+    // their idle times (measured: 1 or 2; without the cut, one per closed connection)
+    assert!(
+        (1..=2).contains(&resent),
+        "{resent} calls sent again on a fresh connection"
+    );
     assert_eq!(client.stats().errors, before.errors);
 }
 
