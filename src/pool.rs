@@ -13,7 +13,7 @@
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -26,7 +26,7 @@ use crate::connect::{
 use crate::error::{Error, Result};
 use crate::node::{ClusterConn, NodeConn};
 use crate::threads::run_aside;
-use crate::topology::{ClusterSource, Connector, PrimaryConn};
+use crate::topology::{ClusterSource, Connector, IdleCut, PrimaryConn};
 
 /// How many times the cluster client sends one command at most (a `MOVED` after a
 /// failover or a slot migration, a dropped node connection): the first attempt and
@@ -45,64 +45,6 @@ pub(crate) fn per_attempt(d: Duration) -> Duration {
     (d.saturating_sub(waits) / CLUSTER_ATTEMPTS)
         .max(d / (2 * CLUSTER_ATTEMPTS))
         .max(Duration::from_millis(1))
-}
-
-/// What the client's own pool learnt of connections the server closed while they were
-/// idle (Redis's `timeout`, an idle cut of a load balancer or a cloud service, `CLIENT
-/// KILL`, a restart): a pooled connection whose request failed so
-/// ([`closed_under`]) had been idle since some instant, and every connection of the
-/// pool idle since then or longer is likely closed as well (the same idle cut; all of
-/// them at a kill or a restart). A checkout passes those over and the pool drops them
-/// ([`Pool::get`]), so that the calls after the first do not each meet one of them
-/// (and send again on a fresh connection, [`Shared::run_resending`](
-/// crate::shared::Shared::run_resending)): no round trip, a clock read when a
-/// connection goes back to the pool and an atomic read at each checkout.
-///
-/// Measured (`timeout 1`, 16 pooled connections closed while idle, loopback, debug
-/// build): 32 calls one after the other sent 16 of them again without the cut (each
-/// about 350 µs instead of 150 µs: a connect more), 1 or 2 with it (2 when two
-/// connections went back to the pool in the other order than they were stamped); 16
-/// threads calling at once, 16 without and 1 or 2 with it.
-#[derive(Debug)]
-pub(crate) struct IdleCut {
-    /// The instant the times below count from.
-    base: Instant,
-    /// Nanoseconds from `base` to the latest idle start of a connection found closed,
-    /// plus one (0: none found).
-    cut_ns: AtomicU64,
-}
-
-impl IdleCut {
-    fn new() -> IdleCut {
-        IdleCut {
-            base: Instant::now(),
-            cut_ns: AtomicU64::new(0),
-        }
-    }
-
-    fn ns(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_nanos())
-            .unwrap_or(u64::MAX - 1)
-            .saturating_add(1)
-    }
-
-    /// A connection idle since `idle_since` was found closed.
-    pub(crate) fn note(&self, idle_since: Instant) {
-        self.cut_ns
-            .fetch_max(self.ns(idle_since), Ordering::Relaxed);
-    }
-
-    /// Whether a connection idle since `idle_since` has been idle at least as long as
-    /// one found closed.
-    fn covers(&self, idle_since: Instant) -> bool {
-        self.ns(idle_since) <= self.cut_ns.load(Ordering::Relaxed)
-    }
-}
-
-/// Whether a request's error says the server closed the connection (not a timeout,
-/// nor a `READONLY` reply, which [`broken`] counts too): what [`IdleCut`] learns from.
-fn closed_under(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_io_error() && !e.is_timeout()
 }
 
 /// A connection of the library's own pool: to one server or a Sentinel service's
@@ -190,18 +132,6 @@ fn noting<T>(
     result
 }
 
-/// Passes `result` on, noting in the pool's [`IdleCut`] how long `c` had been idle when
-/// its request found it closed.
-fn note_closed<T>(c: &PrimaryConn, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
-    if let Err(e) = &result
-        && closed_under(e)
-        && let Some(cut) = &c.idle_cut
-    {
-        cut.note(c.idle_since);
-    }
-    result
-}
-
 /// A reply that could not be parsed: what is left of it would be read as the next
 /// command's reply. (A redis error reply whose text is not UTF-8 is one.)
 fn unparsed(e: &redis::RedisError) -> bool {
@@ -225,10 +155,7 @@ impl ConnectionLike for RConn {
                 // (nothing to a primary replaced since the connection was checked out)
                 c.refuse_if_stale(cmd)?;
                 let r = c.conn.req_packed_command(cmd).map(|v| [v]);
-                {
-                    let r = c.checked(r);
-                    note_closed(c, r).map(|[v]| v)
-                }
+                c.checked(r).map(|[v]| v)
             }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_packed_command(cmd)),
         }
@@ -244,8 +171,7 @@ impl ConnectionLike for RConn {
             RConn::Primary(c) => {
                 c.refuse_if_stale(cmd)?;
                 let r = c.conn.req_packed_commands(cmd, offset, count);
-                let r = c.checked(r);
-                note_closed(c, r)
+                c.checked(r)
             }
             RConn::Cluster(c, broken) => noting(
                 broken,
@@ -262,10 +188,7 @@ impl ConnectionLike for RConn {
                     c.refuse_if_stale(&cmd.get_packed_command())?;
                 }
                 let r = c.conn.req_command(cmd).map(|v| [v]);
-                {
-                    let r = c.checked(r);
-                    note_closed(c, r).map(|[v]| v)
-                }
+                c.checked(r).map(|[v]| v)
             }
             RConn::Cluster(c, broken) => noting(broken, node_failed, c.req_command(cmd)),
         }

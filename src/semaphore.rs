@@ -12,8 +12,7 @@ use crate::error::{Error, Result};
 use crate::listener::{Hub, Wake};
 use crate::metrics::{Kind, SemMetrics};
 use crate::permit::{Grantor, Permit, PermitParts, is_permit_id};
-// (the compat types' releases sent again ask it too)
-pub(crate) use crate::pool::broken;
+use crate::pool::broken;
 use crate::refresher;
 use crate::registry::{GroupKey, PermitState};
 use crate::scripts::leased::{

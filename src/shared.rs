@@ -44,24 +44,31 @@ impl Shared {
         matches!(&self.pool, Pool::Own(_, m) if m.connector.is_cluster())
     }
 
-    /// Runs `call` on a fresh connection ([`Pool::fresh`]: a brand-new one, not one of
-    /// the pool's idle ones, which the server may all have closed; with a pool the
-    /// user gave, a new checkout), all of it (the connect and the call) ending by
-    /// `deadline`: for a call sent again after its connection broke. Counted in
-    /// [`Stats::resent`](crate::Stats::resent) once the connection is there.
-    pub(crate) fn on_fresh<T>(
-        &self,
-        deadline: Instant,
-        call: impl FnOnce(&mut Conn) -> Result<T>,
-    ) -> Result<T> {
+    /// A fresh connection ([`Pool::fresh`]: a brand-new one, not one of the pool's idle
+    /// ones, which the server may all have closed; with a pool the user gave, a new
+    /// checkout), its set-up ending by `deadline`: for a call sent again after its
+    /// connection broke. Counted in [`Stats::resent`](crate::Stats::resent) once it is
+    /// there.
+    pub(crate) fn fresh_conn(&self, deadline: Instant) -> Result<Conn> {
         if Instant::now() >= deadline {
             return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "no time left to send it again on a fresh connection",
             ))));
         }
-        let mut fresh = self.pool.fresh(deadline, self.connect_timeout)?;
+        let fresh = self.pool.fresh(deadline, self.connect_timeout)?;
         Counters::bump(&self.stats.resent);
+        Ok(fresh)
+    }
+
+    /// Runs `call` on a [`fresh_conn`](Self::fresh_conn), all of it (the connect and
+    /// the call) ending by `deadline`.
+    pub(crate) fn on_fresh<T>(
+        &self,
+        deadline: Instant,
+        call: impl FnOnce(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let mut fresh = self.fresh_conn(deadline)?;
         fresh.within_conn(left_until(deadline), self.op_timeout, call)
     }
 
@@ -102,17 +109,15 @@ impl Shared {
                 // connect's, which says nothing was sent (and a caller may repeat a
                 // call after it that is not safe to repeat as a new call, a counting
                 // release under a new operation key).
-                let mut fresh = match self.pool.fresh(end, self.connect_timeout) {
-                    Ok(fresh) => fresh,
+                match self.fresh_conn(end) {
+                    Ok(mut fresh) => fresh.within_conn(left_until(end), op, call),
                     Err(again) => {
                         log::debug!(
                             "redis-semaphore: no fresh connection to send it again: {again}"
                         );
-                        return Err(e);
+                        Err(e)
                     }
-                };
-                Counters::bump(&self.stats.resent);
-                fresh.within_conn(left_until(end), op, call)
+                }
             }
             other => other,
         }

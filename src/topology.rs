@@ -175,11 +175,69 @@ pub(crate) struct PrimaryConn {
     /// connection over while another can be had ([`Pool::get`](crate::pool::Pool::get)).
     pub(crate) owes_reply: bool,
     /// When it last went back to the pool (or was opened): how long it has been idle
-    /// ([`IdleCut`](crate::pool::IdleCut)).
+    /// ([`IdleCut`]).
     pub(crate) idle_since: Instant,
     /// For a connection of the client's own pool, the pool's record of how long an idle
     /// connection was when the server was found to have closed it.
-    pub(crate) idle_cut: Option<Arc<crate::pool::IdleCut>>,
+    pub(crate) idle_cut: Option<Arc<IdleCut>>,
+}
+
+/// What the client's own pool learnt of connections the server closed while they were
+/// idle (Redis's `timeout`, an idle cut of a load balancer or a cloud service, `CLIENT
+/// KILL`, a restart): a pooled connection whose request failed so
+/// ([`closed_under`], noted by [`PrimaryConn::checked`]) had been idle since some instant, and every connection of the
+/// pool idle since then or longer is likely closed as well (the same idle cut; all of
+/// them at a kill or a restart). A checkout passes those over and the pool drops them
+/// ([`Pool::get`](crate::pool::Pool::get)), so that the calls after the first do not each meet one of them
+/// (and send again on a fresh connection, [`Shared::run_resending`](
+/// crate::shared::Shared::run_resending)): no round trip, a clock read when a
+/// connection goes back to the pool and an atomic read at each checkout.
+///
+/// Measured (`timeout 1`, 16 pooled connections closed while idle, loopback, debug
+/// build): 32 calls one after the other sent 16 of them again without the cut (each
+/// about 350 µs instead of 150 µs: a connect more), 1 or 2 with it (2 when two
+/// connections went back to the pool in the other order than they were stamped); 16
+/// threads calling at once, 16 without and 1 or 2 with it.
+#[derive(Debug)]
+pub(crate) struct IdleCut {
+    /// The instant the times below count from.
+    base: Instant,
+    /// Nanoseconds from `base` to the latest idle start of a connection found closed,
+    /// plus one (0: none found).
+    cut_ns: AtomicU64,
+}
+
+impl IdleCut {
+    pub(crate) fn new() -> IdleCut {
+        IdleCut {
+            base: Instant::now(),
+            cut_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// A connection idle since `idle_since` was found closed.
+    fn note(&self, idle_since: Instant) {
+        self.cut_ns
+            .fetch_max(self.ns(idle_since), Ordering::Relaxed);
+    }
+
+    /// Whether a connection idle since `idle_since` has been idle at least as long as
+    /// one found closed.
+    pub(crate) fn covers(&self, idle_since: Instant) -> bool {
+        self.ns(idle_since) <= self.cut_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether a request's error says the server closed the connection (not a timeout,
+/// nor a `READONLY` reply, which [`broken`](crate::pool::broken) counts too): what [`IdleCut`] learns from.
+fn closed_under(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_io_error() && !e.is_timeout()
 }
 
 impl PrimaryConn {
@@ -227,8 +285,9 @@ impl PrimaryConn {
     /// demoted in a failover whose `+switch-master` the watcher has not heard, or never
     /// will: it was cut off from the sentinels, or they were re-pointed by hand). That
     /// marks its generation as replaced ([`SentinelTarget::demoted`]): every
-    /// connection to it is dropped at once, and the next one asks the sentinels.
-    /// (Redis error replies come back as `Ok(Value::ServerError)`.)
+    /// connection to it is dropped at once, and the next one asks the sentinels. A
+    /// connection the server had closed while it was idle is noted in the pool's
+    /// [`IdleCut`]. (Redis error replies come back as `Ok(Value::ServerError)`.)
     pub(crate) fn checked<T: AsRef<[redis::Value]>>(
         &mut self,
         result: redis::RedisResult<T>,
@@ -239,6 +298,11 @@ impl PrimaryConn {
             Err(e) => {
                 if e.kind() == ErrorKind::Parse {
                     self.desynced = true;
+                }
+                if closed_under(e)
+                    && let Some(cut) = &self.idle_cut
+                {
+                    cut.note(self.idle_since);
                 }
                 is_read_only_error(e)
             }

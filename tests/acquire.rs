@@ -9,7 +9,9 @@ use std::thread;
 use std::time::Duration;
 
 use redis_semaphore::{Client, Error, Permit, Semaphore};
-use support::{RedisServer, acquire_script, batch_script, batch_try_many, call_on, wait_until};
+use support::{
+    RedisServer, acquire_script, batch_script, batch_try_many, call_on, set_maxmemory, wait_until,
+};
 
 fn client(server: &RedisServer) -> Client {
     Client::open(server.url()).unwrap()
@@ -1451,15 +1453,7 @@ fn a_redis_error_names_the_semaphore_and_the_operation() {
     let server = RedisServer::start();
     let sem = client(&server).semaphore("oom", 2).unwrap();
     let mut admin = server.conn();
-    let maxmemory = |conn: &mut redis::Connection, bytes: &str| {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxmemory")
-            .arg(bytes)
-            .exec(conn)
-            .unwrap();
-    };
-    maxmemory(&mut admin, "1");
+    set_maxmemory(&mut admin, "1");
     let e = sem.try_acquire().unwrap_err();
     let text = e.to_string();
     assert!(
@@ -1472,7 +1466,7 @@ fn a_redis_error_names_the_semaphore_and_the_operation() {
         "{text}"
     );
     assert!(!e.is_retryable(), "{text}");
-    maxmemory(&mut admin, "0");
+    set_maxmemory(&mut admin, "0");
     assert!(sem.try_acquire().unwrap().is_some());
 }
 
@@ -1597,15 +1591,6 @@ fn a_grant_over_on_arrival_says_the_lease_was_too_short() {
             "{msg}"
         );
     }
-}
-
-fn set_maxmemory(conn: &mut redis::Connection, bytes: &str) {
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(bytes)
-        .exec(conn)
-        .unwrap();
 }
 
 /// Ninth session (new-user review): DESIGN invariant 12 promises that a release runs

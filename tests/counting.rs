@@ -779,6 +779,22 @@ fn bad_arguments_are_errors() {
     assert!(keys(&mut conn, "redsem:*").is_empty());
 }
 
+/// Another program's values under two counting semaphores' count keys: a hash
+/// (`hash`) and a string that is no integer (`text`).
+fn foreign_counts(conn: &mut redis::Connection) {
+    let _: () = redis::cmd("HSET")
+        .arg("redsem:{hash}:count")
+        .arg("f")
+        .arg("v")
+        .query(conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("redsem:{text}:count")
+        .arg("many")
+        .query(conn)
+        .unwrap();
+}
+
 /// Ninth session (new-user review): a count key of another type gave "a key of
 /// semaphore \"hash\" holds a value of the wrong type: Operation against a key holding
 /// the wrong kind of value", naming no key (the leased semaphore's name the key and
@@ -788,17 +804,7 @@ fn bad_arguments_are_errors() {
 fn a_count_key_of_the_wrong_type_is_named() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: () = redis::cmd("HSET")
-        .arg("redsem:{hash}:count")
-        .arg("f")
-        .arg("v")
-        .query(&mut conn)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("redsem:{text}:count")
-        .arg("many")
-        .query(&mut conn)
-        .unwrap();
+    foreign_counts(&mut conn);
     for (name, what) in [("hash", "another type"), ("text", "found many")] {
         let sem = counting(&server, name);
         for (op, e) in [
@@ -821,17 +827,7 @@ fn a_count_key_of_the_wrong_type_is_named() {
 fn a_key_of_the_wrong_type_is_an_error() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: () = redis::cmd("HSET")
-        .arg("redsem:{hash}:count")
-        .arg("f")
-        .arg("v")
-        .query(&mut conn)
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("redsem:{text}:count")
-        .arg("many")
-        .query(&mut conn)
-        .unwrap();
+    foreign_counts(&mut conn);
     let _: () = redis::cmd("SET")
         .arg("redsem:{float}:count")
         .arg("1.5")
@@ -1243,11 +1239,7 @@ fn a_timeout_names_the_operation_and_the_semaphore() {
 #[test]
 fn a_release_whose_connection_drops_before_its_reply_is_sent_again_and_applied_once() {
     let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(10))
-        .build(proxy.url())
-        .unwrap();
+    let (proxy, client) = support::proxied_client(&server, Duration::from_secs(10));
     let sem = client.counting_semaphore("dropped").unwrap();
     assert!(sem.try_set_permits(0).unwrap());
     // the reply held back (a slow network) far longer than the test needs to see the
@@ -1321,11 +1313,7 @@ fn calls_on_connections_the_server_closed_while_idle_go_through_once() {
 #[test]
 fn a_new_handle_per_call_sends_no_time_of_its_own() {
     let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_millis(500))
-        .build(proxy.url())
-        .unwrap();
+    let (proxy, client) = support::proxied_client(&server, Duration::from_millis(500));
     // the first handle reads the server's clock (and loads the scripts)
     client
         .counting_semaphore("per-call")

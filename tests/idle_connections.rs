@@ -13,55 +13,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use redis_semaphore::{Client, Permit, Semaphore};
-use support::{Proxy, RedisServer, server_ms, wait_until};
-
-/// How the client's idle pooled connections are closed.
-#[derive(Clone, Copy, Debug)]
-enum Cut {
-    /// By the server's `timeout 1`: each is closed once idle for a second or two.
-    Idle,
-    /// By `CLIENT KILL TYPE normal SKIPME yes` (a restart closes them the same way).
-    Kill,
-}
-
-impl Cut {
-    fn server(self) -> RedisServer {
-        match self {
-            Cut::Idle => RedisServer::start_with(&["--timeout", "1"]),
-            Cut::Kill => RedisServer::start(),
-        }
-    }
-
-    /// Closes every normal connection but `admin`'s: waits for the server's idle
-    /// timeout to close them, or kills them.
-    fn apply(self, admin: &mut redis::Connection) {
-        match self {
-            Cut::Idle => wait_until(
-                Duration::from_secs(15),
-                "the server to close the idle connections",
-                // (polled every few ms: the admin connection itself never idles)
-                || normal_clients(admin) == 1,
-            ),
-            Cut::Kill => {
-                kill_clients(admin);
-                assert_eq!(normal_clients(admin), 1);
-            }
-        }
-    }
-}
+use support::{Cut, Proxy, RedisServer, Stream, normal_clients, server_ms, wait_until};
 
 use support::kill_clients_on as kill_clients;
-
-/// Normal (not pub/sub) client connections, the asking one included.
-fn normal_clients(admin: &mut redis::Connection) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("normal")
-        .query(admin)
-        .unwrap();
-    list.lines().filter(|l| !l.trim().is_empty()).count()
-}
 
 fn sem_of(client: &Client, name: &str) -> Semaphore {
     client
@@ -597,6 +551,16 @@ fn only_the_first_call_meets_a_connection_closed_while_idle() {
     assert_eq!(client.stats().errors, before.errors);
 }
 
+/// The `ZADD`s of permit `id` the replica's `stream` shows from now on, once there are
+/// `n` of them (within 5 s): a grant's, a renewal's.
+fn zadds_of(stream: &mut Stream, id: &str, n: usize, what: &str) -> Vec<String> {
+    let zadd_of = |line: &String| line.contains("\"ZADD\"") && line.contains(id);
+    let lines = stream.lines_until(what, |lines| {
+        lines.iter().filter(|l| zadd_of(l)).count() >= n
+    });
+    lines.into_iter().filter(zadd_of).collect()
+}
+
 /// A preload library for redis-server whose wall clock (`TIME`, the scripts' time) is
 /// read in whole seconds: every call within one second sees the same milliseconds
 /// (system calls only, as `support::clock_shift_env`'s library).
@@ -656,16 +620,7 @@ fn coarse_clock_env() -> Vec<(String, String)> {
 #[test]
 fn a_grant_sent_again_is_confirmed_by_a_renewal_that_writes() {
     let primary = RedisServer::start_with_env(&[], &coarse_clock_env());
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut rc = replica.conn();
-    wait_until(Duration::from_secs(10), "the replica's link is up", || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut rc)
-            .unwrap();
-        support::info_field(&info, "master_link_status") == Some("up")
-    });
+    let replica = support::replica_of(&primary);
     let mut admin = primary.conn();
     let client = Client::open(primary.url()).unwrap();
     let sem = client
@@ -680,34 +635,14 @@ fn a_grant_sent_again_is_confirmed_by_a_renewal_that_writes() {
     drop(sem.try_acquire().unwrap().unwrap());
     kill_clients(&mut admin);
     // what the replica is sent: its MONITOR shows the primary's stream
-    let mut monitor = replica.conn();
-    monitor
-        .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
-        .unwrap();
-    assert!(matches!(
-        monitor.recv_response().unwrap(),
-        redis::Value::Okay
-    ));
+    let mut stream = Stream::of(&replica);
     let p = sem.try_acquire().unwrap().expect("granted and confirmed");
     assert_eq!(client.stats().resent, 1, "sent again after the kill");
-    let id = p.id().to_owned();
-    let mut zadds = Vec::new();
-    wait_until(
-        Duration::from_secs(5),
+    let zadds = zadds_of(
+        &mut stream,
+        p.id(),
+        2,
         "the grant and its renewal at the replica",
-        || {
-            // (a test's own connection: a plain socket timeout)
-            #[allow(clippy::disallowed_methods)]
-            monitor
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .unwrap();
-            while let Ok(redis::Value::SimpleString(line)) = monitor.recv_response() {
-                if line.contains("\"ZADD\"") && line.contains(&id) {
-                    zadds.push(line);
-                }
-            }
-            zadds.len() >= 2
-        },
     );
     assert!(
         zadds[1].contains("\"GT\""),
@@ -788,21 +723,8 @@ fn a_resend_that_runs_out_of_time_to_connect_fails_no_waiting_checkout() {
 #[test]
 fn a_manual_renewal_sent_again_writes_before_its_replica_wait() {
     let primary = RedisServer::start_with_env(&[], &coarse_clock_env());
-    let port = primary.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut rc = replica.conn();
-    wait_until(Duration::from_secs(10), "the replica's link is up", || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut rc)
-            .unwrap();
-        support::info_field(&info, "master_link_status") == Some("up")
-    });
-    let proxy = Proxy::start(primary.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(5))
-        .build(proxy.url())
-        .unwrap();
+    let replica = support::replica_of(&primary);
+    let (proxy, client) = support::proxied_client(&primary, Duration::from_secs(5));
     let sem = client
         .semaphore_builder("renewed")
         .limit(2)
@@ -813,28 +735,7 @@ fn a_manual_renewal_sent_again_writes_before_its_replica_wait() {
         .unwrap();
     let p = sem.try_acquire().unwrap().expect("granted and confirmed");
     let id = p.id().to_owned();
-    let mut monitor = replica.conn();
-    monitor
-        .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
-        .unwrap();
-    assert!(matches!(
-        monitor.recv_response().unwrap(),
-        redis::Value::Okay
-    ));
-    let mut zadds = Vec::new();
-    let renewals_seen = |monitor: &mut redis::Connection, zadds: &mut Vec<String>| {
-        // (a test's own connection: a plain socket timeout)
-        #[allow(clippy::disallowed_methods)]
-        monitor
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
-        while let Ok(redis::Value::SimpleString(line)) = monitor.recv_response() {
-            if line.contains("\"ZADD\"") && line.contains(&id) {
-                zadds.push(line);
-            }
-        }
-        zadds.len()
-    };
+    let mut stream = Stream::of(&replica);
     // (a second of the primary's clock after the grant's, so that the first renewal
     // moves the deadline and writes)
     let mut admin = primary.conn();
@@ -847,9 +748,7 @@ fn a_manual_renewal_sent_again_writes_before_its_replica_wait() {
         let r = p.refresh();
         (p, r)
     });
-    wait_until(Duration::from_secs(5), "the first renewal ran", || {
-        renewals_seen(&mut monitor, &mut zadds) >= 1
-    });
+    zadds_of(&mut stream, &id, 1, "the first renewal ran");
     proxy.delay_replies(Duration::ZERO);
     proxy.reset();
     let (p, renewed) = renewing.join().unwrap();
@@ -858,10 +757,7 @@ fn a_manual_renewal_sent_again_writes_before_its_replica_wait() {
         client.stats().resent > before.resent,
         "sent again after the reset"
     );
-    wait_until(
-        Duration::from_secs(5),
-        "the second renewal at the replica",
-        || renewals_seen(&mut monitor, &mut zadds) >= 2,
-    );
+    // (the second send runs only after the reset, after the first was seen)
+    zadds_of(&mut stream, &id, 1, "the second renewal at the replica");
     p.release().unwrap();
 }

@@ -19,19 +19,10 @@ use std::time::Duration;
 
 use redis_semaphore::compat::book::{BookSemaphore, BookVariant};
 use redis_semaphore::{Client, Permit};
-use support::RedisServer;
+use support::{Cut, RedisServer};
 
 /// Long enough for every step of a test (each waits a second or two for its cut).
 const LEASE: Duration = Duration::from_secs(600);
-
-/// How the server closes the client's idle pooled connections.
-#[derive(Debug, Clone, Copy)]
-enum Cut {
-    /// Redis's own `timeout 1`: it closes a connection idle for over a second.
-    IdleTimeout,
-    /// `CLIENT KILL TYPE normal SKIPME yes` from another connection.
-    Kill,
-}
 
 struct Server {
     server: RedisServer,
@@ -40,11 +31,10 @@ struct Server {
 
 impl Server {
     fn start(cut: Cut) -> Server {
-        let server = match cut {
-            Cut::IdleTimeout => RedisServer::start_with(&["--timeout", "1"]),
-            Cut::Kill => RedisServer::start(),
-        };
-        Server { server, cut }
+        Server {
+            server: cut.server(),
+            cut,
+        }
     }
 
     fn url(&self) -> String {
@@ -70,25 +60,11 @@ impl Server {
             "the client has an idle pooled connection to lose",
             || {
                 warm();
-                others(&mut admin) >= 1
+                support::normal_clients(&mut admin) >= 2
             },
         );
-        match self.cut {
-            Cut::IdleTimeout => support::wait_idle_closed(&self.server),
-            Cut::Kill => assert!(support::kill_clients(&self.server) >= 1),
-        }
+        self.cut.apply(&mut admin);
     }
-}
-
-/// The normal client connections of the server but `admin`'s own.
-fn others(admin: &mut redis::Connection) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("normal")
-        .query(admin)
-        .unwrap();
-    list.lines().filter(|l| !l.trim().is_empty()).count() - 1
 }
 
 fn zcard(conn: &mut redis::Connection, key: &str) -> i64 {
@@ -198,7 +174,7 @@ fn pes_acquires_and_releases(cut: Cut) {
 
 #[test]
 fn pes_acquires_and_releases_after_the_server_s_idle_timeout() {
-    pes_acquires_and_releases(Cut::IdleTimeout);
+    pes_acquires_and_releases(Cut::Idle);
 }
 
 #[test]
@@ -271,7 +247,7 @@ fn pes_reads_leases_and_set_up(cut: Cut) {
 
 #[test]
 fn pes_reads_leases_and_set_up_after_the_server_s_idle_timeout() {
-    pes_reads_leases_and_set_up(Cut::IdleTimeout);
+    pes_reads_leases_and_set_up(Cut::Idle);
 }
 
 #[test]
@@ -398,7 +374,7 @@ fn book_every_operation(variant: BookVariant, cut: Cut) {
 
 #[test]
 fn book_basic_after_the_server_s_idle_timeout() {
-    book_every_operation(BookVariant::Basic, Cut::IdleTimeout);
+    book_every_operation(BookVariant::Basic, Cut::Idle);
 }
 
 #[test]
@@ -408,7 +384,7 @@ fn book_basic_after_client_kill() {
 
 #[test]
 fn book_fair_after_the_server_s_idle_timeout() {
-    book_every_operation(BookVariant::Fair, Cut::IdleTimeout);
+    book_every_operation(BookVariant::Fair, Cut::Idle);
 }
 
 #[test]
@@ -418,7 +394,7 @@ fn book_fair_after_client_kill() {
 
 #[test]
 fn book_fair_with_lock_after_the_server_s_idle_timeout() {
-    book_every_operation(BookVariant::FairWithLock, Cut::IdleTimeout);
+    book_every_operation(BookVariant::FairWithLock, Cut::Idle);
 }
 
 #[test]
@@ -428,7 +404,7 @@ fn book_fair_with_lock_after_client_kill() {
 
 #[test]
 fn book_node_fair_after_the_server_s_idle_timeout() {
-    book_every_operation(BookVariant::NodeFair, Cut::IdleTimeout);
+    book_every_operation(BookVariant::NodeFair, Cut::Idle);
 }
 
 #[test]
@@ -517,11 +493,7 @@ fn pes_state_of(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
 /// that a call under test makes as few round trips as it can.
 fn reply_lost() -> (RedisServer, support::Proxy, Client) {
     let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(10))
-        .build(proxy.url())
-        .unwrap();
+    let (proxy, client) = support::proxied_client(&server, Duration::from_secs(10));
     let warm = client.redisson_permit_expirable_semaphore("warm-up");
     assert!(warm.try_set_permits(3).unwrap());
     warm.add_permits(1).unwrap();
@@ -674,11 +646,7 @@ fn a_book_acquire_whose_reply_was_lost_with_its_connection_writes_one_entry() {
 #[test]
 fn a_fair_with_lock_try_made_again_that_misses_the_lock_leaves_no_entry() {
     let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(2))
-        .build(proxy.url())
-        .unwrap();
+    let (proxy, client) = support::proxied_client(&server, Duration::from_secs(2));
     let name = "bk-lost-lock";
     let sem = book(&client, name, BookVariant::FairWithLock);
     let (time, owner) = book_keys(name, BookVariant::FairWithLock);

@@ -1383,11 +1383,7 @@ fn rsemaphore_available_permits_on_a_connection_the_server_closed_answers() {
 #[test]
 fn rsemaphore_a_release_whose_connection_drops_before_its_reply_applies_once() {
     let server = RedisServer::start();
-    let proxy = support::Proxy::start(server.port());
-    let client = Client::builder()
-        .operation_timeout(Duration::from_secs(10))
-        .build(proxy.url())
-        .unwrap();
+    let (proxy, client) = support::proxied_client(&server, Duration::from_secs(10));
     let rs = client.redisson_semaphore(NAME);
     assert!(rs.try_set_permits(0).unwrap());
     proxy.delay_replies(Duration::from_secs(4));

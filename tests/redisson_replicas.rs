@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis_semaphore::compat::redisson::{RPermitExpirableSemaphore, RSemaphore};
 use redis_semaphore::{Client, Error};
-use support::{Proxy, RedisServer, command_calls, primary_and_replica, wait_until};
+use support::{Proxy, RedisServer, Stream, command_calls, primary_and_replica, wait_until};
 
 const WAIT: Duration = Duration::from_millis(500);
 
@@ -457,41 +457,6 @@ fn a_replica_back_after_a_write_without_one_is_waited_for_again() {
         other => panic!("an acquire no replica acknowledged: {other:?}"),
     }
     assert_eq!(counter(&primary, "back"), Some(2));
-}
-
-/// The writes the primary `replica` follows sent it from now on, as its `MONITOR`
-/// shows them, gathered by [`Stream::lines_until`].
-struct Stream(redis::Connection);
-
-impl Stream {
-    fn of(replica: &RedisServer) -> Stream {
-        let mut monitor = replica.conn();
-        monitor
-            .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
-            .unwrap();
-        assert!(matches!(
-            monitor.recv_response().unwrap(),
-            redis::Value::Okay
-        ));
-        Stream(monitor)
-    }
-
-    /// The lines seen until `done` says they are all there (within 5 s).
-    fn lines_until(&mut self, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
-        let mut lines = Vec::new();
-        wait_until(Duration::from_secs(5), what, || {
-            // (a test's own connection: a plain socket timeout)
-            #[allow(clippy::disallowed_methods)]
-            self.0
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .unwrap();
-            while let Ok(redis::Value::SimpleString(line)) = self.0.recv_response() {
-                lines.push(line);
-            }
-            done(&lines)
-        });
-        lines
-    }
 }
 
 /// Ninth session (review): an acquire whose first send ran but whose reply was lost

@@ -526,10 +526,10 @@ impl BookConn {
 }
 
 /// Whether `e` is the failure of a call whose connection was broken (dropped, reset,
-/// refused, an I/O error but a timeout, `READONLY`: [`broken`](crate::semaphore::broken)),
+/// refused, an I/O error but a timeout, `READONLY`: [`broken`](crate::pool::broken)),
 /// after which another connection may work; not a timeout, whose request may still run.
 fn is_broken(e: &Error) -> bool {
-    matches!(e, Error::Call { source, .. } if crate::semaphore::broken(source))
+    matches!(e, Error::Call { source, .. } if crate::pool::broken(source))
 }
 
 /// Runs `call` (a step safe to send twice) on `conn`; when it fails because the
@@ -559,15 +559,15 @@ fn run_again<T>(
     let op = conn.op;
     // (back to the pool first, which drops it, so that a pool at its size has room)
     drop(conn);
-    let mut conn = match shared.pool.fresh(by, shared.connect_timeout) {
-        Ok(fresh) => BookConn {
-            conn: fresh,
-            op,
-            deadline: Some(by),
-        },
+    let fresh = match shared.fresh_conn(by) {
+        Ok(fresh) => fresh,
         Err(e) => return (Err(e), None),
     };
-    crate::stats::Counters::bump(&shared.stats.resent);
+    let mut conn = BookConn {
+        conn: fresh,
+        op,
+        deadline: Some(by),
+    };
     (call(&mut conn), Some(conn))
 }
 

@@ -24,7 +24,7 @@ if mode == 'w' then
     end
     hb_ms, pad = arg_int(ARGV[5], 1, 'heartbeat ms'), arg_int(ARGV[6], 0, 'pad ms')
 end
-local done, bad_once = once_done(4)
+local done, bad_once = once_done(4, now)
 if bad_once then return bad_once end
 if done then return {1, tonumber(done)} end
 fix_waiter_keys()

@@ -13,7 +13,7 @@
 
 local delta = arg_int(ARGV[1], -MAX, 'delta')
 if delta == 0 then error('invalid argument: delta must not be 0', 0) end
-local done, bad_once = once_done(4)
+local done, bad_once = once_done(4, now)
 if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()

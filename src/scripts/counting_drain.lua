@@ -9,7 +9,7 @@
 -- Keeps: C2 (what it takes is exactly what was free); C4 (KEEPTTL: the value changes,
 -- nothing else).
 
-local done, bad_once = once_done(4)
+local done, bad_once = once_done(4, now)
 if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()

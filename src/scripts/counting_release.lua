@@ -13,7 +13,7 @@
 -- n is checked, and written back by int(), before any write.
 
 local n = arg_int(ARGV[1], 1, 'n')
-local done, bad_once = once_done(4)
+local done, bad_once = once_done(4, now)
 if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()

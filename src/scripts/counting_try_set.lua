@@ -10,7 +10,7 @@
 -- the unset semaphore are told).
 
 local n = arg_int(ARGV[1], 0, 'n')
-local done, bad_once = once_done(4)
+local done, bad_once = once_done(4, now)
 if bad_once then return bad_once end
 if done then return tonumber(done) end
 fix_waiter_keys()

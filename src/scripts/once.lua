@@ -27,9 +27,17 @@
 -- The server's time (ms) once_done read for a deadline, for once_record.
 local once_now
 
+-- The server's time (ms): `now_ms` when the script has read it already, else TIME.
+local function once_clock(now_ms)
+    if now_ms then return now_ms end
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- The reply text a run of this same call recorded, nil when none, or an error reply
--- (nothing written) the caller returns.
-local function once_done(base)
+-- (nothing written) the caller returns. `now_ms`: the server's time when the script
+-- has read it already (the counting scripts' prelude); else it is read here.
+local function once_done(base, now_ms)
     local key = KEYS[base + 1]
     if not key then return nil end
     local r = ARGV[#ARGV]
@@ -48,8 +56,7 @@ local function once_done(base)
     -- (a run after its deadline that finds the key still gets the recorded reply: the
     -- call was applied; one that finds none is refused)
     if at then
-        local t = redis.call('TIME')
-        once_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        once_now = once_clock(now_ms)
         if once_now > tonumber(at) then
             return nil, redis.error_reply('ERR redis-semaphore: the operation arrived after its '
                 .. 'deadline (server ms ' .. at .. '); nothing changed')
@@ -68,10 +75,7 @@ local function once_record(base, text)
     if not key then return end
     local at = string.match(ARGV[#ARGV], '^@(%d+)$')
     if at then
-        if not once_now then
-            local t = redis.call('TIME')
-            once_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
+        once_now = once_now or once_clock()
         redis.call('SET', key, text, 'PX', string.format('%d',
             math.max(1, tonumber(at) + 1000 - once_now)))
     else

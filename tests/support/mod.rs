@@ -520,9 +520,26 @@ pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
+/// `CONFIG SET maxmemory bytes` on `conn`'s server (`"0"`: no limit).
+#[allow(dead_code)] // each test binary uses its part of the support
+pub fn set_maxmemory(conn: &mut redis::Connection, bytes: &str) {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .exec(conn)
+        .unwrap();
+}
+
 /// A primary and one replica of it, the replica in sync.
 pub fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
+    let replica = replica_of(&primary);
+    (primary, replica)
+}
+
+/// A replica of `primary`, in sync (its link up) when it is returned.
+pub fn replica_of(primary: &RedisServer) -> RedisServer {
     let port = primary.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     let mut rc = replica.conn();
@@ -533,7 +550,59 @@ pub fn primary_and_replica() -> (RedisServer, RedisServer) {
             .unwrap();
         info_field(&info, "master_link_status") == Some("up")
     });
-    (primary, replica)
+    replica
+}
+
+/// The writes the primary a `replica` follows sent it from now on, as its `MONITOR`
+/// shows them, gathered by [`Stream::lines_until`].
+#[allow(dead_code)] // each test binary uses its part of the support
+pub struct Stream(redis::Connection);
+
+#[allow(dead_code)] // each test binary uses its part of the support
+impl Stream {
+    pub fn of(replica: &RedisServer) -> Stream {
+        let mut monitor = replica.conn();
+        monitor
+            .send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+            .unwrap();
+        assert!(matches!(
+            monitor.recv_response().unwrap(),
+            redis::Value::Okay
+        ));
+        Stream(monitor)
+    }
+
+    /// The lines seen until `done` says they are all there (within 5 s).
+    pub fn lines_until(&mut self, what: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        wait_until(Duration::from_secs(5), what, || {
+            // (a test's own connection: a plain socket timeout)
+            #[allow(clippy::disallowed_methods)]
+            self.0
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            while let Ok(redis::Value::SimpleString(line)) = self.0.recv_response() {
+                lines.push(line);
+            }
+            done(&lines)
+        });
+        lines
+    }
+}
+
+/// A [`Proxy`] to `server` and a client through it whose operation timeout is
+/// `op_timeout` (longer than the replies a test holds back in the proxy).
+#[allow(dead_code)] // each test binary uses its part of the support
+pub fn proxied_client(
+    server: &RedisServer,
+    op_timeout: Duration,
+) -> (Proxy, redis_semaphore::Client) {
+    let proxy = Proxy::start(server.port());
+    let client = redis_semaphore::Client::builder()
+        .operation_timeout(op_timeout)
+        .build(proxy.url())
+        .unwrap();
+    (proxy, client)
 }
 
 /// How many `SUBSCRIBE`s the server (or sentinel) `conn` is connected to refused, as
@@ -571,19 +640,58 @@ pub fn kill_clients_on(admin: &mut redis::Connection) -> i64 {
 }
 
 /// Waits until `server` (started with `--timeout`) has closed every idle client
-/// connection: a new connection's `CLIENT LIST` shows only itself.
+/// connection ([`Cut::Idle`]).
 pub fn wait_idle_closed(server: &RedisServer) {
-    wait_until(
-        Duration::from_secs(10),
-        "the server to close the idle connections",
-        || {
-            let list: String = redis::cmd("CLIENT")
-                .arg("LIST")
-                .query(&mut server.conn())
-                .unwrap();
-            list.lines().filter(|l| !l.trim().is_empty()).count() == 1
-        },
-    );
+    Cut::Idle.apply(&mut server.conn());
+}
+
+/// How a test closes a client's idle pooled connections.
+#[derive(Clone, Copy, Debug)]
+#[allow(dead_code)] // each test binary uses its part of the support
+pub enum Cut {
+    /// By the server's `timeout 1`: each is closed once idle for a second or two.
+    Idle,
+    /// By `CLIENT KILL TYPE normal SKIPME yes` (a restart closes them the same way).
+    Kill,
+}
+
+#[allow(dead_code)] // each test binary uses its part of the support
+impl Cut {
+    /// A server for this cut (`--timeout 1` for [`Cut::Idle`]).
+    pub fn server(self) -> RedisServer {
+        match self {
+            Cut::Idle => RedisServer::start_with(&["--timeout", "1"]),
+            Cut::Kill => RedisServer::start(),
+        }
+    }
+
+    /// Closes every normal connection but `admin`'s: waits for the server's idle
+    /// timeout to close them, or kills them.
+    pub fn apply(self, admin: &mut redis::Connection) {
+        match self {
+            Cut::Idle => wait_until(
+                Duration::from_secs(15),
+                "the server to close the idle connections",
+                // (polled every few ms: the admin connection itself never idles)
+                || normal_clients(admin) == 1,
+            ),
+            Cut::Kill => {
+                kill_clients_on(admin);
+                assert_eq!(normal_clients(admin), 1);
+            }
+        }
+    }
+}
+
+/// Normal (not pub/sub) client connections of `admin`'s server, `admin`'s included.
+pub fn normal_clients(admin: &mut redis::Connection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(admin)
+        .unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count()
 }
 
 /// A primary with a replica, and a client reaching the primary through a [`Proxy`],
